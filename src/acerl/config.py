@@ -1,0 +1,558 @@
+"""The one typed, validated config for the whole pipeline (Snakemake, DVC and the CLI all read this).
+
+A YAML file (``config/config.yaml``, ``config/test.yaml``, ``config/paper.yaml``) is validated by
+:func:`load_config`; unknown keys and wrong types fail with the full key path and the file. Derived values
+(the run grid, per-run resolved settings, paths) are computed here and in :mod:`acerl.paths`, never retyped in
+rules.
+
+Vocabulary:
+- a *model* is a base model entry (``models.<key>``): built from scratch (``source: tiny``) or loaded from
+  the hub / a local folder (``source: hub``), with its prompt template and its training hyperparameters
+  (the paper's Table 5, one column per model);
+- a *method* is a named entry composed of an algorithm *family* (``grpo`` | ``dapo``: clipping, loss
+  aggregation, KL, dynamic sampling, overlong shaping) and an advantage *estimator* (``grpo`` | ``ace`` with its
+  parameters), so a new variant is a config entry, not code;
+- a *run* is (model, method, seed); the *study* section lists which runs the paper's tables need.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+BASE_METHOD = "base"  # the method key under which an untrained base model is evaluated
+
+
+class ConfigError(ValueError):
+    """A config file is invalid; the message names the file and the key path."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------------------- data
+class SyntheticData(_Model):
+    """The embedded default's procedurally generated math task (see docs/tiny_task.md)."""
+
+    seed: int = Field(0, description="generator seed: same seed, identical files")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments of acerl.data.synthetic.write_splits (sizes, difficulties)",
+    )
+
+
+class DatasetSource(_Model):
+    """One real dataset: a local JSON Lines / parquet file, or a hub id (downloaded only at paper scale)."""
+
+    path: str | None = Field(None, description="local .jsonl or .parquet file (relative to the config file)")
+    hub_id: str | None = Field(None, description="Hugging Face dataset id, used when path is absent")
+    hub_split: str = Field("train", description="split to read from the hub dataset")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetSource:
+        if self.path is None and self.hub_id is None:
+            raise ValueError("give a local 'path' or a 'hub_id'")
+        return self
+
+
+class RealData(_Model):
+    """Paper-scale data: DAPO-Math-17K for training, MATH-500 and AIME 2025 for evaluation."""
+
+    train: DatasetSource
+    benchmarks: dict[str, DatasetSource]
+    heldout_size: int = Field(512, description="DAPO prompts held out (disjoint from training) for diagnostics")
+    heldout_seed: int = Field(0, description="seed that fixes the held-out subset")
+
+
+class DataConfig(_Model):
+    kind: Literal["synthetic", "real"] = Field("synthetic", description="embedded synthetic task or real datasets")
+    synthetic: SyntheticData = Field(default_factory=SyntheticData)
+    real: RealData | None = None
+
+    @model_validator(mode="after")
+    def _real_present(self) -> DataConfig:
+        if self.kind == "real" and self.real is None:
+            raise ValueError("data.kind is 'real' but data.real is missing")
+        return self
+
+
+# ------------------------------------------------------------------------------------------------ models
+class TrainHyper(_Model):
+    """Training hyperparameters of one model (paper Table 5), shared by every method on that model."""
+
+    total_steps: int = Field(100, ge=1, description="optimizer steps (local backend); verl uses total_epochs")
+    total_epochs: int = Field(10, ge=1, description="epochs over the training set (verl backend, Table 5)")
+    prompts_per_step: int = Field(8, ge=1, description="training batch size in prompts (Table 5)")
+    group_size: int = Field(8, ge=1, description="rollouts per prompt G (Table 5)")
+    mini_batch_size: int = Field(8, ge=1, description="prompts per optimizer mini-batch (Table 5)")
+    micro_batch_size_per_gpu: int = Field(16, ge=1, description="sequences per forward pass (Table 5)")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each rollout batch")
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (Table 5)")
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0, description="global gradient-norm clip")
+    warmup_steps: int = Field(0, ge=0, description="linear LR warm-up steps")
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    temperature: float = Field(1.0, gt=0, description="rollout temperature (Table 5)")
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_prompt_length: int = Field(1024, ge=1, description="tokens (Table 5)")
+    max_response_length: int = Field(3000, ge=1, description="tokens (Table 5)")
+    kl_coef: float = Field(0.001, ge=0, description="KL-loss coefficient beta (Table 5); a family may override")
+    val_samples: int = Field(128, ge=1, description="validation samples (Table 5; verl logging only)")
+    gpu_memory_utilization: float = Field(0.75, gt=0, le=1, description="vLLM rollout memory share (Table 5)")
+    save_every: int = Field(25, ge=1, description="resumable checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = Field(2, ge=1, description="resumable checkpoints kept on disk")
+
+
+class ModelConfig(_Model):
+    display: str = Field(..., description="name in tables and figures, e.g. 'Qwen2.5-Math-7B'")
+    source: Literal["tiny", "hub"] = Field(..., description="'tiny': built + SFT'd locally; 'hub': hub id or path")
+    hub_id: str | None = Field(None, description="Hugging Face model id (source: hub)")
+    path: str | None = Field(None, description="local HF folder used instead of the hub download")
+    template: str = Field("plain", description="prompt template name (acerl.prompts)")
+    tiny: dict[str, Any] = Field(default_factory=dict, description="tiny architecture (acerl.models.tiny)")
+    sft: dict[str, Any] = Field(default_factory=dict, description="tiny SFT settings (acerl.models.sft)")
+    train: TrainHyper = Field(default_factory=TrainHyper)
+
+    @model_validator(mode="after")
+    def _hub_has_id(self) -> ModelConfig:
+        if self.source == "hub" and not (self.hub_id or self.path):
+            raise ValueError("source 'hub' needs a hub_id or a local path")
+        return self
+
+
+# ----------------------------------------------------------------------------------------------- methods
+class DynamicSampling(_Model):
+    """DAPO dynamic sampling: keep sampling until enough groups have mixed rewards."""
+
+    enable: bool = False
+    max_batches: int = Field(3, ge=1, description="rollout batches drawn per step at most before giving up")
+
+
+class OverlongShaping(_Model):
+    """DAPO overlong reward shaping (soft punishment inside the last ``buffer`` tokens)."""
+
+    enable: bool = False
+    buffer: int = Field(4096, ge=1, description="buffer length in tokens (DAPO: 4096)")
+    penalty_factor: float = Field(1.0, ge=0)
+
+
+class FamilyConfig(_Model):
+    """An algorithm family: everything about the policy update except the advantage estimator."""
+
+    clip_ratio_low: float = Field(0.2, ge=0, description="epsilon_low of the clipped surrogate")
+    clip_ratio_high: float = Field(0.2, ge=0, description="epsilon_high (DAPO clip-higher: 0.28)")
+    clip_ratio_c: float = Field(3.0, gt=1, description="dual-clip constant for negative advantages")
+    loss_agg_mode: Literal[
+        "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = "token-mean"
+    use_kl_loss: bool = Field(True, description="compute reference log-probs and add beta*KL to the loss")
+    kl_coef: float | None = Field(None, ge=0, description="overrides the model's kl_coef (DAPO: 0.0)")
+    kl_type: Literal["k1", "k2", "k3", "kl", "abs", "mse", "low_var_kl"] = "low_var_kl"
+    reward: Literal["binary", "signed"] = Field("binary", description="binary: 1/0; signed: +1/-1 (DAPO)")
+    dynamic_sampling: DynamicSampling = Field(default_factory=DynamicSampling)
+    overlong: OverlongShaping = Field(default_factory=OverlongShaping)
+
+
+class EstimatorConfig(_Model):
+    name: Literal["grpo", "ace"] = "grpo"
+    alpha: float = Field(1.0, ge=0, description="ACE strength (paper default 1.0)")
+    modulation: Literal["softplus", "relu"] = "softplus"
+    length_normalize: bool = Field(True, description="c_i / T_i (paper default) instead of the sequence sum")
+    granularity: Literal["sequence", "token"] = "sequence"
+    eps: float = Field(1e-6, gt=0, description="added to the group std (verl's epsilon)")
+    norm_by_std: bool = True
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the estimator registry (only what the named estimator takes)."""
+        if self.name == "grpo":
+            return {"eps": self.eps, "norm_by_std": self.norm_by_std}
+        return {
+            "alpha": self.alpha,
+            "modulation": self.modulation,
+            "length_normalize": self.length_normalize,
+            "granularity": self.granularity,
+            "eps": self.eps,
+            "norm_by_std": self.norm_by_std,
+        }
+
+
+class MethodConfig(_Model):
+    display: str = Field(..., description="name in tables, e.g. 'ACE-GRPO'")
+    family: str = Field(..., description="key of families.<name>")
+    estimator: EstimatorConfig = Field(default_factory=EstimatorConfig)
+
+
+# ------------------------------------------------------------------------------------------------- study
+class MainGrid(_Model):
+    models: list[str]
+    methods: list[str]
+    seeds: list[int]
+    include_base: bool = Field(True, description="evaluate each untrained base model too")
+
+
+class AlphaSweep(_Model):
+    model: str
+    method: str = Field(..., description="ACE method whose alpha is varied")
+    alphas: list[float]
+    seeds: list[int]
+
+
+class Ablation(_Model):
+    model: str
+    methods: list[str] = Field(..., description="e.g. [grpo, ace_grpo_relu, ace_grpo]")
+    seeds: list[int]
+
+
+class DiagnosticsConfig(_Model):
+    models: list[str]
+    methods: list[str]
+    seeds: list[int]
+    every: int = Field(25, ge=1, description="diagnostic checkpoint every N steps (paper: 25)")
+    early_steps: int = Field(20, ge=0, description="entropy tracked over the first N steps (paper: 20)")
+    early_every: int = Field(1, ge=1, description="diagnostic checkpoint spacing inside the early window")
+    rollouts_per_prompt: int = Field(32, ge=1, description="K rollouts per held-out prompt (paper: 32)")
+    num_prompts: int = Field(64, ge=1, description="held-out prompts used")
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int | None = Field(None, description="defaults to the model's max_response_length")
+
+
+class StudyConfig(_Model):
+    main: MainGrid
+    alpha_sweep: AlphaSweep | None = None
+    ablation: Ablation | None = None
+    diagnostics: DiagnosticsConfig | None = None
+
+
+# -------------------------------------------------------------------------------------- eval, resources
+class EvaluationConfig(_Model):
+    benchmarks: list[str] = Field(..., description="benchmark names (synthetic splits or data.real.benchmarks)")
+    n: int = Field(32, ge=1, description="samples per problem (>= the largest k)")
+    ks: list[int] = Field([1, 2, 4, 8, 16, 32])
+    temperature: float = Field(0.7, ge=0, description="paper: 0.7")
+    top_p: float = Field(0.95, gt=0, le=1, description="paper: 0.95")
+    max_new_tokens: int | None = Field(None, description="defaults to the model's max_response_length")
+    seed: int = Field(1234, description="sampling seed (per run the seed is offset by the run seed)")
+    shard_size: int = Field(64, ge=1, description="problems per resumable generation shard")
+    batch_size: int = Field(64, ge=1, description="prompts per sampling batch (HF backend)")
+    backend: Literal["hf", "vllm"] = "hf"
+
+    @model_validator(mode="after")
+    def _n_covers_k(self) -> EvaluationConfig:
+        if max(self.ks) > self.n:
+            raise ValueError(f"largest k ({max(self.ks)}) exceeds samples per problem n ({self.n})")
+        return self
+
+
+class GradingConfig(_Model):
+    timeout_s: int = Field(5, ge=1, description="hard wall-clock limit per item (worker killed after)")
+    workers: int = Field(2, ge=0, description="grading worker processes (0: in-process)")
+
+
+class Resources(_Model):
+    threads: int = Field(1, ge=1)
+    mem_mb: int = Field(2000, ge=1)
+    runtime: int = Field(60, ge=1, description="minutes (SLURM time limit)")
+    gpus: int = Field(0, ge=0, description="GPUs per node")
+    nodes: int = Field(1, ge=1)
+
+
+class ComputeConfig(_Model):
+    backend: Literal["local", "verl"] = Field("local", description="trainer backend")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    torch_threads: int = Field(1, ge=1, description="torch intra-op threads per job on CPU")
+    resources: dict[str, Resources] = Field(default_factory=dict, description="per rule name; 'default' applies")
+    model_resources: dict[str, dict[str, Resources]] = Field(
+        default_factory=dict, description="per model, per rule overrides (e.g. GPUs for a 7B model)"
+    )
+
+
+class ReportConfig(_Model):
+    compare_to_paper: bool = Field(True, description="add an 'ours vs paper' table")
+    formats: list[Literal["pdf", "png"]] = ["pdf", "png"]
+
+
+# ------------------------------------------------------------------------------------------------- root
+class Config(_Model):
+    """The root of a pipeline config file."""
+
+    name: str = Field("study", description="study name (shown in reports)")
+    data: DataConfig = Field(default_factory=DataConfig)
+    models: dict[str, ModelConfig]
+    families: dict[str, FamilyConfig]
+    methods: dict[str, MethodConfig]
+    study: StudyConfig
+    evaluation: EvaluationConfig
+    grading: GradingConfig = Field(default_factory=GradingConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @field_validator("methods")
+    @classmethod
+    def _no_reserved_method(cls, v: dict[str, MethodConfig]) -> dict[str, MethodConfig]:
+        if BASE_METHOD in v:
+            raise ValueError(f"'{BASE_METHOD}' is reserved for the untrained base model")
+        for key in v:
+            _check_key(key)
+        return v
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        for key, m in self.methods.items():
+            _require(m.family, self.families, f"methods.{key}.family")
+        s = self.study
+        for i, mk in enumerate(s.main.models):
+            _require(mk, self.models, f"study.main.models[{i}]")
+        for i, me in enumerate(s.main.methods):
+            _require(me, self.methods, f"study.main.methods[{i}]")
+        if s.alpha_sweep:
+            _require(s.alpha_sweep.model, self.models, "study.alpha_sweep.model")
+            _require(s.alpha_sweep.method, self.methods, "study.alpha_sweep.method")
+            if self.methods[s.alpha_sweep.method].estimator.name != "ace":
+                raise ValueError("study.alpha_sweep.method must use the 'ace' estimator")
+        if s.ablation:
+            _require(s.ablation.model, self.models, "study.ablation.model")
+            for i, me in enumerate(s.ablation.methods):
+                _require(me, self.methods, f"study.ablation.methods[{i}]")
+        if s.diagnostics:
+            for i, mk in enumerate(s.diagnostics.models):
+                _require(mk, self.models, f"study.diagnostics.models[{i}]")
+            for i, me in enumerate(s.diagnostics.methods):
+                _require(me, self.methods, f"study.diagnostics.methods[{i}]")
+        valid_bench = self.benchmark_names
+        for i, b in enumerate(self.evaluation.benchmarks):
+            if b not in valid_bench:
+                raise ValueError(
+                    f"evaluation.benchmarks[{i}]: unknown benchmark {b!r}; valid: {', '.join(valid_bench)}"
+                )
+        return self
+
+    # ---- derived values --------------------------------------------------------------------------
+    @property
+    def benchmark_names(self) -> list[str]:
+        if self.data.kind == "real":
+            assert self.data.real is not None
+            return list(self.data.real.benchmarks)
+        return list(SYNTHETIC_BENCHMARKS)
+
+    @cached_property
+    def resolved_methods(self) -> dict[str, MethodConfig]:
+        """Every method the study trains: the configured ones plus alpha-sweep variants."""
+        out = dict(self.methods)
+        sweep = self.study.alpha_sweep
+        if sweep:
+            for alpha in sweep.alphas:
+                key = alpha_variant_key(sweep.method, alpha, self.methods[sweep.method].estimator.alpha)
+                if key not in out:
+                    base = self.methods[sweep.method]
+                    est = base.estimator.model_copy(update={"alpha": float(alpha)})
+                    out[key] = base.model_copy(update={"estimator": est, "display": f"{base.display} (α={alpha:g})"})
+        return out
+
+    def method(self, key: str) -> MethodConfig:
+        return _require(key, self.resolved_methods, "method")
+
+    def family(self, method_key: str) -> FamilyConfig:
+        return self.families[self.method(method_key).family]
+
+    def runs(self) -> list[Run]:
+        """Every training run the study needs (deduplicated, in a stable order)."""
+        seen: dict[tuple[str, str, int], Run] = {}
+
+        def add(model: str, method: str, seeds: Iterable[int]) -> None:
+            for seed in seeds:
+                seen.setdefault((model, method, seed), Run(model, method, seed))
+
+        s = self.study
+        for model in s.main.models:
+            for method in s.main.methods:
+                add(model, method, s.main.seeds)
+        if s.alpha_sweep:
+            base_alpha = self.methods[s.alpha_sweep.method].estimator.alpha
+            for alpha in s.alpha_sweep.alphas:
+                add(s.alpha_sweep.model, alpha_variant_key(s.alpha_sweep.method, alpha, base_alpha), s.alpha_sweep.seeds)
+        if s.ablation:
+            for method in s.ablation.methods:
+                add(s.ablation.model, method, s.ablation.seeds)
+        if s.diagnostics:
+            for model in s.diagnostics.models:
+                for method in s.diagnostics.methods:
+                    add(model, method, s.diagnostics.seeds)
+        return list(seen.values())
+
+    def base_runs(self) -> list[Run]:
+        """Untrained base models evaluated (method 'base', seed 0)."""
+        models = self.study.main.models if self.study.main.include_base else []
+        return [Run(m, BASE_METHOD, 0) for m in models]
+
+    def diagnostic_runs(self) -> list[Run]:
+        d = self.study.diagnostics
+        if d is None:
+            return []
+        return [Run(m, me, s) for m in d.models for me in d.methods for s in d.seeds]
+
+    def diagnostic_steps(self, model: str) -> list[int]:
+        """Training steps at which a diagnostic checkpoint is saved (step 0 = the base model)."""
+        d = self.study.diagnostics
+        if d is None:
+            return []
+        total = self.models[model].train.total_steps
+        steps = set(range(0, min(d.early_steps, total) + 1, d.early_every))
+        steps.update(range(0, total + 1, d.every))
+        steps.add(total)
+        return sorted(steps)
+
+    def resources(self, rule: str, model: str | None = None) -> Resources:
+        """Resources for a rule (and model): model override > rule entry > 'default' > built-in defaults."""
+        res = self.compute.resources
+        out = res.get(rule) or res.get("default") or Resources()
+        if model is not None:
+            override = self.compute.model_resources.get(model, {}).get(rule)
+            if override is not None:
+                out = override
+        return out
+
+    def run_spec(self, run: Run) -> dict[str, Any]:
+        """Everything that decides a run's result, as plain JSON data (Snakemake params, DVC params)."""
+        model = self.models[run.model]
+        spec: dict[str, Any] = {
+            "model": run.model,
+            "method": run.method,
+            "seed": run.seed,
+            "base": model.model_dump(mode="json", exclude={"train", "display"}),
+        }
+        if run.method != BASE_METHOD:
+            spec["train"] = model.train.model_dump(mode="json")
+            spec["family"] = self.family(run.method).model_dump(mode="json")
+            spec["estimator"] = self.method(run.method).estimator.model_dump(mode="json")
+            spec["diagnostic_steps"] = (
+                self.diagnostic_steps(run.model) if run in self.diagnostic_runs() else []
+            )
+        return spec
+
+
+SYNTHETIC_BENCHMARKS = ("synth_easy", "synth_hard")
+
+
+@dataclass(frozen=True, order=True)
+class Run:
+    """One (model, method, seed) cell of the study; ``method == 'base'`` is the untrained model."""
+
+    model: str
+    method: str
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.method}/seed{self.seed}"
+
+    @property
+    def is_base(self) -> bool:
+        return self.method == BASE_METHOD
+
+
+def alpha_variant_key(method: str, alpha: float, default_alpha: float) -> str:
+    """Method key of an alpha-sweep variant; the default alpha maps to the method itself (no duplicate run)."""
+    if float(alpha) == float(default_alpha):
+        return method
+    return f"{method}-alpha{float(alpha):g}"
+
+
+def _check_key(key: str) -> None:
+    if not key or any(c in key for c in "/ \\{}") or key.startswith("."):
+        raise ValueError(f"key {key!r} must be non-empty and contain no '/', spaces, braces or backslashes")
+
+
+def _require(key: str, table: Mapping[str, Any], where: str) -> Any:
+    if key not in table:
+        raise ValueError(f"{where}: unknown name {key!r}; valid: {', '.join(sorted(table))}")
+    return table[key]
+
+
+# --------------------------------------------------------------------------------------------- loading
+def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``override`` into a copy of ``base`` (mappings merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> dict[str, Any]:
+    """``'a.b.c=value'`` -> ``{'a': {'b': {'c': value}}}`` (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.path=value")
+    key, raw = item.split("=", 1)
+    value: Any = yaml.safe_load(raw) if raw != "" else ""
+    for part in reversed(key.strip().split(".")):
+        if not part:
+            raise ConfigError(f"override {item!r} has an empty key part")
+        value = {part: value}
+    return value
+
+
+def merged_dict(paths: Iterable[str | Path], overrides: Iterable[str] = ()) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for p in paths:
+        data = deep_merge(data, read_yaml(p))
+    for item in overrides:
+        data = deep_merge(data, parse_override(item))
+    return data
+
+
+def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
+    """Validate a config mapping; errors name ``source`` and every bad key path."""
+    try:
+        return Config.model_validate(dict(data))
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (misspelt? see docs/config.md)"
+            lines.append(f"  {loc}: {msg}")
+        raise ConfigError(f"{source}: invalid config\n" + "\n".join(lines)) from None
+
+
+def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[str] = ()) -> Config:
+    """Read, merge (later files and ``key=value`` overrides win) and validate config files."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ConfigError("no config file given")
+    data = merged_dict(paths, overrides)
+    return validate(data, source=" + ".join(str(p) for p in paths))
+
+
+def spec_json(spec: Mapping[str, Any]) -> str:
+    """Canonical JSON of a run spec (stable key order: a change means a real change)."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))

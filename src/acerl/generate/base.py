@@ -1,0 +1,61 @@
+"""One sampling interface, two backends (HF transformers on CPU / one GPU, vLLM at scale).
+
+Conventions shared by every backend and by the trainer:
+- ``logprobs`` are per-token log-probabilities of the sampled tokens under the model's
+  distribution at the *sampling temperature* (logits / temperature, before top-p truncation),
+  which is what verl uses for ``old_log_probs`` and ``ref_log_prob``. With temperature 1.0 (the
+  paper's training temperature) this is the plain model distribution.
+- Completions stop at the tokenizer's EOS token (EOS is kept in ``token_ids`` but not in ``text``)
+  or at ``max_new_tokens`` (``finish_reason == "length"``).
+- Same seed, same prompts, same params -> same completions (on CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample: ``n`` completions per prompt (the paper's evaluation: n=32, T=0.7, top-p 0.95)."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int = 0
+    return_logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Completion:
+    """One sampled response."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: Literal["stop", "length"]
+    logprobs: list[float] | None = field(default=None)
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """A text-in, completions-out sampler. Backends: ``acerl.generate.hf``, ``acerl.generate.vllm_backend``."""
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        """Return ``params.n`` completions for each prompt, in prompt order."""
+        ...
+
+    def score(self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        """Per-token log-probs of the given response token ids after each prompt (teacher forcing)."""
+        ...

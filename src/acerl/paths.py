@@ -1,0 +1,94 @@
+"""Where every artifact lives: the one place paths are derived (Snakemake rules, DVC stages and the CLI
+all call these functions; no path is typed twice).
+
+Layout under the work directory (``root``)::
+
+    data/<split>.jsonl                               prepare_data
+    models/base/<model>/                             prepare_base (HF folder, safetensors)
+    runs/<model>/<method>/seed<s>/final/             train_policy (HF folder of the final policy)
+    runs/<model>/<method>/seed<s>/checkpoints/       resumable training state (never a rule output)
+    runs/<model>/<method>/seed<s>/diag/step_<N>/     diagnostic checkpoints (HF folders)
+    runs/<model>/<method>/seed<s>/metrics.jsonl      per-step training metrics
+    generations/<benchmark>/<run>.jsonl.gz           sample
+    scored/<benchmark>/<run>.parquet                 grade
+    metrics/<benchmark>/<run>.json                   passk
+    diagnostics/<run>.json                           diagnose
+    results/tables/, results/figures/                report
+
+``<run>`` is ``<model>/<method>/seed<s>``; the untrained base model is ``<model>/base/seed0`` and its policy
+folder is the base model folder itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acerl.config import Run
+
+
+def data_file(root: Path | str, split: str) -> Path:
+    return Path(root) / "data" / f"{split}.jsonl"
+
+
+def base_model_dir(root: Path | str, model: str) -> Path:
+    return Path(root) / "models" / "base" / model
+
+
+def run_dir(root: Path | str, run: Run) -> Path:
+    return Path(root) / "runs" / run.model / run.method / f"seed{run.seed}"
+
+
+def policy_dir(root: Path | str, run: Run) -> Path:
+    """The HF folder evaluated for a run: the final policy, or the base model for ``method == 'base'``."""
+    if run.is_base:
+        return base_model_dir(root, run.model)
+    return run_dir(root, run) / "final"
+
+
+def checkpoints_dir(root: Path | str, run: Run) -> Path:
+    return run_dir(root, run) / "checkpoints"
+
+
+def diag_dir(root: Path | str, run: Run) -> Path:
+    return run_dir(root, run) / "diag"
+
+
+def diag_step_dir(root: Path | str, run: Run, step: int) -> Path:
+    return diag_dir(root, run) / f"step_{step:06d}"
+
+
+def train_metrics_file(root: Path | str, run: Run) -> Path:
+    return run_dir(root, run) / "metrics.jsonl"
+
+
+def generations_file(root: Path | str, benchmark: str, run: Run) -> Path:
+    return Path(root) / "generations" / benchmark / run.model / run.method / f"seed{run.seed}.jsonl.gz"
+
+
+def generations_shard_dir(root: Path | str, benchmark: str, run: Run) -> Path:
+    """Partial shards of an interrupted sampling job (merged into :func:`generations_file`)."""
+    return Path(root) / "generations" / ".shards" / benchmark / run.model / run.method / f"seed{run.seed}"
+
+
+def scored_file(root: Path | str, benchmark: str, run: Run) -> Path:
+    return Path(root) / "scored" / benchmark / run.model / run.method / f"seed{run.seed}.parquet"
+
+
+def passk_file(root: Path | str, benchmark: str, run: Run) -> Path:
+    return Path(root) / "metrics" / benchmark / run.model / run.method / f"seed{run.seed}.json"
+
+
+def diagnostics_file(root: Path | str, run: Run) -> Path:
+    return Path(root) / "diagnostics" / run.model / run.method / f"seed{run.seed}.json"
+
+
+def results_dir(root: Path | str) -> Path:
+    return Path(root) / "results"
+
+
+def tables_dir(root: Path | str) -> Path:
+    return results_dir(root) / "tables"
+
+
+def figures_dir(root: Path | str) -> Path:
+    return results_dir(root) / "figures"

@@ -1,0 +1,36 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    """The real datasets beside the repo (``../shared/data``), or ``$ACERL_SHARED_DATA``."""
+    return Path(os.environ.get("ACERL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path to ../shared/data (real MATH-500, AIME 2025, DAPO-Math-17K); skips where a clone lacks it."""
+    path = shared_data_dir()
+    if not (path / "math500.jsonl").is_file():
+        pytest.skip(f"real datasets not found at {path} (set ACERL_SHARED_DATA to a folder with math500.jsonl)")
+    return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _torch_threads():
+    """Keep torch to one thread in tests: deterministic and fair on a shared 2-core machine."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    yield
