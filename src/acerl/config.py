@@ -344,6 +344,11 @@ class Config(_Model):
             return list(self.data.real.benchmarks)
         return list(SYNTHETIC_BENCHMARKS)
 
+    @property
+    def data_splits(self) -> list[str]:
+        """Every JSON Lines file prepare_data writes: train, the benchmarks, and the held-out set."""
+        return ["train", *self.benchmark_names, "heldout"]
+
     @cached_property
     def resolved_methods(self) -> dict[str, MethodConfig]:
         """Every method the study trains: the configured ones plus alpha-sweep variants."""

@@ -1,0 +1,49 @@
+# Two commands on a fresh machine:  `make run` (the default experiment)  and  `make test` (the tests).
+# Setup creates .venv inside the repo: CPU torch first when no GPU is present, then the package + dev extras.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CORES ?= 2
+# The CPU build of torch (on this kind of machine pip finds it on local disk; elsewhere set
+# TORCH_INDEX=--index-url=https://download.pytorch.org/whl/cpu to avoid a multi-GB CUDA download).
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint dryrun clean-results
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make run    - set up .venv and run the default experiment (snakemake -c$(CORES) all)"
+	@echo "make test   - set up .venv and run lint + the default test suite"
+	@echo "make setup  - only create/update .venv"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "GPU found: installing torch with CUDA support"; $(BIN)/pip install -q "torch"; \
+	else \
+	  echo "no GPU: installing the CPU build of torch first"; $(BIN)/pip install -q $(TORCH_INDEX) "$(TORCH_SPEC)"; \
+	fi
+	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip check
+	touch $@
+
+run: setup
+	$(BIN)/snakemake -c$(CORES) all
+
+dryrun: setup
+	$(BIN)/snakemake -n all
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakemake --lint
+
+test: lint
+	$(BIN)/pytest $(PYTEST_ARGS)

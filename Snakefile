@@ -1,0 +1,34 @@
+# The ACE study as a Snakemake workflow: a table of contents.
+#   snakemake -c2 all                                              embedded default (CPU, minutes)
+#   snakemake --profile slurm --configfile config/paper.yaml all   the paper's grid on a SLURM cluster
+# Every rule calls the `acerl` CLI; paths come from acerl.paths; the config is validated by acerl.config.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+
+
+wildcard_constraints:
+    model=r"[^/]+",
+    method=r"[^/]+",
+    seed=r"\d+",
+    benchmark=r"[^/]+",
+
+
+include: "workflow/rules/data.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/diagnose.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

@@ -1,0 +1,483 @@
+"""Group-relative advantages: GRPO (paper Sec. 3) and ACE (paper Sec. 4, Eq. ``eq:ace_advantage``, Alg. 1).
+
+All functions are pure: tensors in, tensors out, no config objects. Shapes: ``B`` rollouts (all groups
+concatenated, in any order), ``T`` response tokens (right-padded, ``response_mask`` marks real tokens).
+
+Which rollouts ACE amplifies: those with a *negative* GRPO advantage (``A_i < 0``). For a mixed binary
+group this is exactly Algorithm 1's ``r_i = 0``; for DAPO's +1/-1 rewards it is ``r_i = -1``; rollouts exactly
+at the group mean have ``A_i = 0`` and are unchanged by any multiplier. See ``docs/algorithms.md``.
+
+Trainers select an estimator by name through :data:`ADVANTAGE_ESTIMATORS` (one shared signature)::
+
+    out = compute_advantages("ace", rewards, group_ids, old_log_probs, ref_log_probs, response_mask, alpha=1.0)
+    token_adv = out.token_level(response_mask)  # (B, T), what a token-level policy loss consumes
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from acerl.algos.registry import Registry
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "MODULATIONS",
+    "AceOutput",
+    "AdvantageEstimator",
+    "AdvantageOutput",
+    "Granularity",
+    "ace_advantages",
+    "ace_advantages_with_stats",
+    "as_group_ids",
+    "compute_advantages",
+    "confidence_scores",
+    "grpo_advantages",
+    "group_mean_std",
+    "token_confidence",
+]
+
+Granularity = Literal["sequence", "token"]
+
+# --------------------------------------------------------------------------------------------------------------
+# Group statistics and GRPO
+# --------------------------------------------------------------------------------------------------------------
+
+
+def as_group_ids(index: Tensor | np.ndarray | Sequence[Any]) -> Tensor:
+    """Turn any per-rollout prompt key (verl's ``uid`` strings, ints, ...) into integer group ids.
+
+    Args:
+        index: (B,) integer tensor (returned as ``long``), or an array/sequence of hashable, sortable keys
+            (e.g. verl's ``non_tensor_batch["uid"]`` of ``str``). Equal keys = same group.
+
+    Returns:
+        group_ids: (B,) ``torch.long``; ids are ranks of the sorted unique keys (contiguity not required
+        by the functions here, which accept any integer ids).
+    """
+    if isinstance(index, Tensor):
+        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+            raise TypeError(f"group ids must be an integer tensor, got dtype {index.dtype}")
+        return index.long()
+    keys = np.asarray(index, dtype=object) if not isinstance(index, np.ndarray) else index
+    if keys.ndim != 1:
+        raise ValueError(f"group index must be 1-D, got shape {keys.shape}")
+    _, inverse = np.unique(keys, return_inverse=True)
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+
+
+def _check_group_inputs(rewards: Tensor, group_ids: Tensor) -> None:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (B,), got shape {tuple(rewards.shape)}")
+    if group_ids.dim() != 1 or group_ids.shape[0] != rewards.shape[0]:
+        raise ValueError(
+            f"group_ids must have shape (B,) = ({rewards.shape[0]},), got {tuple(group_ids.shape)}"
+        )
+    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
+        raise TypeError(f"group_ids must be an integer tensor, got dtype {group_ids.dtype}")
+
+
+def group_mean_std(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-rollout group mean, unbiased std and group size, broadcast back to rollouts (vectorised).
+
+    Matches verl's ``compute_grpo_outcome_advantage`` statistics: ``torch.std`` (unbiased, divisor G-1);
+    a one-rollout group gets mean 0 and std 1 (so its GRPO advantage is ``r / (1 + eps)``). Computed in
+    float64 with a two-pass variance, so the result is the correctly rounded value of the exact statistics.
+
+    Args:
+        rewards: (B,) scalar reward per rollout (any real dtype).
+        group_ids: (B,) integer prompt/group id per rollout; any values, any order.
+
+    Returns:
+        mean: (B,) float64, std: (B,) float64, count: (B,) int64 -- each rollout's group statistics.
+    """
+    _check_group_inputs(rewards, group_ids)
+    r = rewards.detach().to(torch.float64)
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    count = torch.bincount(inverse, minlength=n_groups)
+    n = count.to(torch.float64)
+    mean_g = torch.zeros(n_groups, dtype=torch.float64, device=r.device).index_add_(0, inverse, r) / n
+    dev = r - mean_g[inverse]
+    ss_g = torch.zeros_like(mean_g).index_add_(0, inverse, dev * dev)
+    single = count == 1
+    std_g = torch.sqrt(ss_g / torch.where(single, 1.0, n - 1.0))
+    mean_g = torch.where(single, 0.0, mean_g)
+    std_g = torch.where(single, 1.0, std_g)
+    return mean_g[inverse], std_g[inverse], count[inverse]
+
+
+def _result_dtype(rewards: Tensor) -> torch.dtype:
+    return rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+
+
+def grpo_advantages(
+    rewards: Tensor, group_ids: Tensor, eps: float = 1e-6, norm_by_std: bool = True
+) -> Tensor:
+    """GRPO outcome advantage ``A_i = (r_i - mean_x) / (std_x + eps)`` (paper Sec. 3, used in Eq. ``eq:grpo``).
+
+    Equal to verl's ``compute_grpo_outcome_advantage`` (its per-token output is this value times the
+    response mask): unbiased std, ``eps`` added to the std, one-rollout groups use mean 0 / std 1;
+    ``norm_by_std=False`` is verl's ``norm_adv_by_std_in_grpo=False`` (Dr. GRPO: ``r_i - mean_x``).
+    All-equal groups give ``A_i = 0`` (up to rounding of the mean for non-binary rewards).
+
+    Args:
+        rewards: (B,) scalar reward per rollout.
+        group_ids: (B,) integer group (prompt) id per rollout; unsorted / non-contiguous ids are fine.
+        eps: added to the std (verl's ``epsilon``; the paper's App. C sketch uses 1e-8).
+        norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
+
+    Returns:
+        advantages: (B,), dtype of ``rewards`` (default float dtype for integer rewards), no grad.
+    """
+    mean, std, _ = group_mean_std(rewards, group_ids)
+    adv = rewards.detach().to(torch.float64) - mean
+    if norm_by_std:
+        adv = adv / (std + eps)
+    return adv.to(_result_dtype(rewards))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Confidence scores and ACE
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _check_token_inputs(logprobs: Tensor, ref_logprobs: Tensor, response_mask: Tensor) -> None:
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be 2-D (B, T), got shape {tuple(logprobs.shape)}")
+    if ref_logprobs.shape != logprobs.shape or response_mask.shape != logprobs.shape:
+        raise ValueError(
+            "logprobs, ref_logprobs and response_mask must share shape (B, T); got "
+            f"{tuple(logprobs.shape)}, {tuple(ref_logprobs.shape)}, {tuple(response_mask.shape)}"
+        )
+
+
+def token_confidence(logprobs: Tensor, ref_logprobs: Tensor, response_mask: Tensor) -> Tensor:
+    """Per-token confidence shift ``c_i^(t) = log pi(y_t|.) - log pi_ref(y_t|.)`` (Def. 1 summand, App. C).
+
+    Args:
+        logprobs: (B, T) log-probs of the sampled tokens under the policy.
+        ref_logprobs: (B, T) log-probs of the same tokens under the reference policy.
+        response_mask: (B, T) 1 for response tokens, 0 for padding (any dtype).
+
+    Returns:
+        (B, T) log-ratio, exactly 0 at masked positions (NaN/inf in padding does not leak); at least float32;
+        differentiable (callers that need a stop-gradient detach it).
+    """
+    _check_token_inputs(logprobs, ref_logprobs, response_mask)
+    dtype = torch.promote_types(torch.promote_types(logprobs.dtype, ref_logprobs.dtype), torch.float32)
+    diff = logprobs.to(dtype) - ref_logprobs.to(dtype)
+    return torch.where(response_mask.bool(), diff, torch.zeros((), dtype=dtype, device=diff.device))
+
+
+def confidence_scores(
+    logprobs: Tensor, ref_logprobs: Tensor, response_mask: Tensor, length_normalize: bool = True
+) -> Tensor:
+    """Error confidence score ``c_i`` (paper Def. 1; Alg. 1 line 8 when ``length_normalize``).
+
+    ``c_i = sum_t mask_it * (log pi(y_it) - log pi_ref(y_it))``, divided by ``T_i = sum_t mask_it`` when
+    ``length_normalize`` (paper Sec. 4.3 "Practical considerations", Alg. 1, App. C code). A fully masked
+    row has ``T_i = 0`` and gets ``c_i = 0``.
+
+    Args:
+        logprobs: (B, T) policy log-probs of the sampled tokens.
+        ref_logprobs: (B, T) reference log-probs of the same tokens.
+        response_mask: (B, T) 1 for response tokens, 0 for padding.
+        length_normalize: divide the sequence sum by the response length ``T_i``.
+
+    Returns:
+        c: (B,), at least float32, differentiable (ACE detaches it).
+    """
+    c = token_confidence(logprobs, ref_logprobs, response_mask).sum(dim=-1)
+    if length_normalize:
+        lengths = response_mask.bool().sum(dim=-1)
+        c = torch.where(lengths > 0, c / lengths.clamp(min=1).to(c.dtype), torch.zeros_like(c))
+    return c
+
+
+MODULATIONS: Registry[Any] = Registry("ACE modulation")
+
+
+@MODULATIONS.register("softplus")
+def softplus_modulation(c: Tensor) -> Tensor:
+    """``phi(c) = log(1 + e^c)`` (paper default, Eq. ``eq:ace_advantage``); > 0 everywhere, phi(0) = ln 2."""
+    return F.softplus(c)
+
+
+@MODULATIONS.register("relu")
+def relu_modulation(c: Tensor) -> Tensor:
+    """``phi(c) = max(0, c)`` (paper Sec. 6 ablation "ACE-ReLU", Table ``tab:ablation_modulation``)."""
+    return torch.relu(c)
+
+
+def _nanmean(values: Tensor, select: Tensor) -> float:
+    n = int(select.sum().item())
+    return float(values[select].double().mean().item()) if n else math.nan
+
+
+@dataclass(frozen=True)
+class AceOutput:
+    """ACE advantages plus the quantities behind them (for logging and diagnostics).
+
+    Attributes:
+        advantages: (B,) for ``granularity="sequence"``, (B, T) (zero on padding) for ``"token"``.
+        confidence: detached ``c_i`` (B,) or per-token ``c_i^(t)`` (B, T).
+        multiplier: ``1 + alpha * phi(c)`` on negative-advantage rollouts, 1 elsewhere; same shape as
+            ``confidence``; always >= 1.
+        negative: (B,) bool, ``A_i < 0`` (the rollouts ACE amplifies).
+        valid: bool, same shape as ``confidence``: where ``confidence`` is meaningful (response tokens for
+            ``"token"``; all rollouts for ``"sequence"``).
+    """
+
+    advantages: Tensor
+    confidence: Tensor
+    multiplier: Tensor
+    negative: Tensor
+    valid: Tensor
+
+    def metrics(self, prefix: str = "ace/") -> dict[str, float]:
+        """Scalar summaries: fraction of negative rollouts, and over negatives the mean confidence, the
+        fraction with ``c > 0`` (overconfident errors, Remark ``regimes``) and multiplier mean / max.
+        Means over an empty set are NaN."""
+        neg = (self.negative if self.confidence.dim() == 1 else self.negative[:, None]) & self.valid
+        n_neg = int(neg.sum().item())
+        return {
+            f"{prefix}negative_frac": float(self.negative.double().mean().item())
+            if self.negative.numel()
+            else 0.0,
+            f"{prefix}confidence_mean_neg": _nanmean(self.confidence, neg),
+            f"{prefix}overconfident_frac_neg": _nanmean((self.confidence > 0).double(), neg),
+            f"{prefix}multiplier_mean_neg": _nanmean(self.multiplier, neg),
+            f"{prefix}multiplier_max": float(self.multiplier[neg].max().item()) if n_neg else math.nan,
+        }
+
+
+def ace_advantages_with_stats(
+    rewards: Tensor,
+    group_ids: Tensor,
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    response_mask: Tensor,
+    alpha: float = 1.0,
+    modulation: str = "softplus",
+    length_normalize: bool = True,
+    granularity: Granularity = "sequence",
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> AceOutput:
+    """ACE advantage ``A_ACE,i = A_i * (1 + alpha * phi(c_i))`` for ``A_i < 0``, ``A_i`` otherwise.
+
+    Paper Eq. ``eq:ace_advantage`` (Def. 2) / Alg. 1 lines 6-9, substituted into Eq. ``eq:ace_grpo``.
+    ``A_i`` is :func:`grpo_advantages`; ``c_i`` is :func:`confidence_scores`, detached (stop-gradient,
+    Remark ``why_stop_gradient``). ``granularity="token"`` is App. C's token-level variant: per-token
+    ``c_i^(t)`` and multiplier ``1 + alpha * phi(c_i^(t))`` on every token of a negative rollout
+    (``length_normalize`` does not apply). ``alpha = 0`` returns GRPO's advantages exactly.
+
+    Args:
+        rewards: (B,) scalar reward per rollout (binary 0/1, DAPO +1/-1, or continuous).
+        group_ids: (B,) integer group id per rollout.
+        logprobs: (B, T) log-probs of the sampled tokens under the policy whose confidence is measured
+            (the trainer passes the rollout policy's ``old_log_probs``).
+        ref_logprobs: (B, T) log-probs under the reference policy.
+        response_mask: (B, T) 1 for response tokens.
+        alpha: ACE strength, >= 0 (paper default 1.0).
+        modulation: ``"softplus"`` (default) or ``"relu"``; see :data:`MODULATIONS`.
+        length_normalize: use ``c_i / T_i`` (default, Alg. 1) instead of the sequence sum (Def. 1).
+        granularity: ``"sequence"`` (paper main experiments) or ``"token"`` (App. C variant).
+        eps, norm_by_std: passed to :func:`grpo_advantages`.
+
+    Returns:
+        :class:`AceOutput`; ``advantages`` (B,) for ``"sequence"``, (B, T) for ``"token"``; no grad.
+    """
+    if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a finite number >= 0 (paper Def. 2), got {alpha!r}")
+    if granularity not in ("sequence", "token"):
+        raise ValueError(f"granularity must be 'sequence' or 'token', got {granularity!r}")
+    phi = MODULATIONS.get(modulation)
+    _check_token_inputs(logprobs, ref_logprobs, response_mask)
+    if logprobs.shape[0] != rewards.shape[0]:
+        raise ValueError(
+            f"logprobs has {logprobs.shape[0]} rows but rewards has {rewards.shape[0]} entries; both must be B"
+        )
+    base = grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std)
+    negative = base < 0
+    with torch.no_grad():
+        mask = response_mask.bool()
+        if granularity == "sequence":
+            conf = confidence_scores(logprobs, ref_logprobs, response_mask, length_normalize).detach()
+            valid = torch.ones_like(negative)
+            amplify = negative
+        else:
+            conf = token_confidence(logprobs, ref_logprobs, response_mask).detach()
+            valid = mask
+            amplify = negative[:, None] & mask
+        bonus = alpha * phi(conf) if alpha != 0 else torch.zeros_like(conf)
+        multiplier = torch.where(amplify, 1.0 + bonus, torch.ones_like(conf))
+        if granularity == "sequence":
+            adv = base * multiplier.to(base.dtype)
+        else:
+            adv = base[:, None] * multiplier.to(base.dtype) * mask.to(base.dtype)
+    return AceOutput(advantages=adv, confidence=conf, multiplier=multiplier, negative=negative, valid=valid)
+
+
+def ace_advantages(
+    rewards: Tensor,
+    group_ids: Tensor,
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    response_mask: Tensor,
+    alpha: float = 1.0,
+    modulation: str = "softplus",
+    length_normalize: bool = True,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Sequence-level ACE advantages (paper Eq. ``eq:ace_advantage``, Alg. 1); see
+    :func:`ace_advantages_with_stats` for the arguments, statistics and the token-level variant.
+
+    Returns:
+        advantages: (B,), dtype of ``rewards``, no grad.
+    """
+    return ace_advantages_with_stats(
+        rewards,
+        group_ids,
+        logprobs,
+        ref_logprobs,
+        response_mask,
+        alpha=alpha,
+        modulation=modulation,
+        length_normalize=length_normalize,
+        granularity="sequence",
+        eps=eps,
+    ).advantages
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Estimator registry (one shared signature)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdvantageOutput:
+    """What every registered estimator returns.
+
+    Attributes:
+        advantages: (B,) sequence-level or (B, T) token-level advantages, no grad.
+        metrics: scalar summaries to log (may be empty).
+        stats: named tensors behind the advantages (e.g. ACE's ``confidence``, ``multiplier``, ``negative``).
+    """
+
+    advantages: Tensor
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    stats: Mapping[str, Tensor] = field(default_factory=dict)
+
+    def token_level(self, response_mask: Tensor) -> Tensor:
+        """(B, T) advantages zeroed on padding -- verl's ``data.batch["advantages"]`` layout."""
+        mask = response_mask.to(self.advantages.dtype)
+        adv = self.advantages if self.advantages.dim() == 2 else self.advantages[:, None]
+        return adv * mask
+
+
+class AdvantageEstimator(Protocol):
+    """Shared estimator signature. Estimators that do not need log-probs accept and ignore them."""
+
+    def __call__(
+        self,
+        rewards: Tensor,
+        group_ids: Tensor,
+        logprobs: Tensor | None,
+        ref_logprobs: Tensor | None,
+        response_mask: Tensor | None,
+        **params: Any,
+    ) -> AdvantageOutput: ...
+
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def grpo_estimator(
+    rewards: Tensor,
+    group_ids: Tensor,
+    logprobs: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    response_mask: Tensor | None = None,
+    *,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> AdvantageOutput:
+    """Registry entry ``grpo``: :func:`grpo_advantages` (log-probs unused). Returns (B,) advantages."""
+    return AdvantageOutput(advantages=grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std))
+
+
+@ADVANTAGE_ESTIMATORS.register("ace")
+def ace_estimator(
+    rewards: Tensor,
+    group_ids: Tensor,
+    logprobs: Tensor | None,
+    ref_logprobs: Tensor | None,
+    response_mask: Tensor | None,
+    *,
+    alpha: float = 1.0,
+    modulation: str = "softplus",
+    length_normalize: bool = True,
+    granularity: Granularity = "sequence",
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> AdvantageOutput:
+    """Registry entry ``ace``: :func:`ace_advantages_with_stats`. Needs policy and reference log-probs
+    (with verl, the reference log-probs exist only when a KL loss or KL reward is on; see docs)."""
+    if logprobs is None or ref_logprobs is None or response_mask is None:
+        raise ValueError(
+            "the 'ace' advantage estimator needs logprobs, ref_logprobs and response_mask (B, T); got None "
+            "(is the reference policy enabled? ACE-DAPO needs use_kl_loss=True with kl_loss_coef=0)"
+        )
+    out = ace_advantages_with_stats(
+        rewards,
+        group_ids,
+        logprobs,
+        ref_logprobs,
+        response_mask,
+        alpha=alpha,
+        modulation=modulation,
+        length_normalize=length_normalize,
+        granularity=granularity,
+        eps=eps,
+        norm_by_std=norm_by_std,
+    )
+    return AdvantageOutput(
+        advantages=out.advantages,
+        metrics=out.metrics(),
+        stats={"confidence": out.confidence, "multiplier": out.multiplier, "negative": out.negative},
+    )
+
+
+def compute_advantages(
+    estimator: str,
+    rewards: Tensor,
+    group_ids: Tensor,
+    logprobs: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    response_mask: Tensor | None = None,
+    **params: Any,
+) -> AdvantageOutput:
+    """Run the estimator registered as ``estimator`` with ``params`` (e.g. a config's ``{alpha: 0.5}``).
+
+    Unknown estimator names and parameters raise ``ValueError`` naming the valid ones.
+    """
+    fn = ADVANTAGE_ESTIMATORS.get(estimator)
+    sig = inspect.signature(fn)
+    allowed = [p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"advantage estimator {estimator!r} got unknown parameter(s) {unknown}; valid: {allowed}"
+        )
+    return fn(rewards, group_ids, logprobs, ref_logprobs, response_mask, **params)

@@ -1,0 +1,124 @@
+"""The typed config: validation errors name the file and the key path; the run grid is derived correctly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acerl.config import BASE_METHOD, ConfigError, Run, alpha_variant_key, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+
+
+def write(tmp_path: Path, data: dict, name: str = "c.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def base_dict() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configs_validate(path: Path) -> None:
+    files = [REPO / "config" / "config.yaml"] if path.name != "config.yaml" else []
+    cfg = load_config([*files, path])
+    assert cfg.runs(), "a study with no training runs"
+    assert max(cfg.evaluation.ks) <= cfg.evaluation.n
+
+
+def test_unknown_key_names_file_and_path(tmp_path: Path) -> None:
+    d = base_dict()
+    d["models"]["tiny"]["train"]["learning_rate"] = 1e-3
+    p = write(tmp_path, d)
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert str(p) in msg
+    assert "models.tiny.train.learning_rate" in msg and "unknown key" in msg
+
+
+def test_wrong_type_names_key_path(tmp_path: Path) -> None:
+    d = base_dict()
+    d["evaluation"]["n"] = "many"
+    with pytest.raises(ConfigError, match=r"evaluation\.n"):
+        load_config(write(tmp_path, d))
+
+
+def test_unknown_method_reference_lists_valid_names(tmp_path: Path) -> None:
+    d = base_dict()
+    d["study"]["main"]["methods"].append("ppo")
+    with pytest.raises(ConfigError, match=r"study\.main\.methods\[4\].*'ppo'.*valid: .*ace_grpo"):
+        load_config(write(tmp_path, d))
+
+
+def test_k_larger_than_n_rejected(tmp_path: Path) -> None:
+    d = base_dict()
+    d["evaluation"]["n"] = 16
+    with pytest.raises(ConfigError, match="exceeds samples per problem"):
+        load_config(write(tmp_path, d))
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(bad)
+
+
+def test_overrides_and_later_files_win(tmp_path: Path) -> None:
+    over = write(tmp_path, {"evaluation": {"n": 64}}, "over.yaml")
+    cfg = load_config([REPO / "config" / "config.yaml", over], ["methods.ace_grpo.estimator.alpha=0.5"])
+    assert cfg.evaluation.n == 64
+    assert cfg.evaluation.temperature == 0.7  # untouched keys survive the merge
+    assert cfg.methods["ace_grpo"].estimator.alpha == 0.5
+
+
+def test_run_grid_default_config() -> None:
+    cfg = load_config(REPO / "config" / "config.yaml")
+    runs = cfg.runs()
+    assert len(runs) == len(set(runs)), "duplicate runs"
+    main = {(r.method, r.seed) for r in runs if r.method in {"grpo", "dapo", "ace_grpo", "ace_dapo"}}
+    assert main == {(m, s) for m in ["grpo", "dapo", "ace_grpo", "ace_dapo"] for s in [0, 1, 2]}
+    # the alpha sweep reuses ace_grpo for the default alpha and adds one run per other alpha
+    sweep = sorted(r.method for r in runs if r.method.startswith("ace_grpo-alpha"))
+    assert sweep == ["ace_grpo-alpha0", "ace_grpo-alpha0.1", "ace_grpo-alpha0.5", "ace_grpo-alpha2", "ace_grpo-alpha5"]
+    assert cfg.method("ace_grpo-alpha0.5").estimator.alpha == 0.5
+    assert cfg.method("ace_grpo-alpha0.5").family == "grpo"
+    assert cfg.base_runs() == [Run("tiny", BASE_METHOD, 0)]
+
+
+def test_alpha_variant_key() -> None:
+    assert alpha_variant_key("ace_grpo", 1.0, 1.0) == "ace_grpo"
+    assert alpha_variant_key("ace_grpo", 0.1, 1.0) == "ace_grpo-alpha0.1"
+
+
+def test_run_spec_changes_only_with_what_matters() -> None:
+    a = load_config(REPO / "config" / "config.yaml")
+    b = load_config(REPO / "config" / "config.yaml", ["methods.ace_grpo.estimator.alpha=2.0"])
+    grpo, ace = Run("tiny", "grpo", 0), Run("tiny", "ace_grpo", 0)
+    assert a.run_spec(grpo) == b.run_spec(grpo)
+    assert a.run_spec(ace) != b.run_spec(ace)
+
+
+def test_diagnostic_steps_cover_early_window_and_every() -> None:
+    cfg = load_config(REPO / "config" / "config.yaml")
+    steps = cfg.diagnostic_steps("tiny")
+    d = cfg.study.diagnostics
+    total = cfg.models["tiny"].train.total_steps
+    assert steps[0] == 0 and steps[-1] == total
+    assert all(s in steps for s in range(0, min(d.early_steps, total) + 1, d.early_every))
+    assert all(s in steps for s in range(0, total + 1, d.every))
+
+
+def test_reserved_base_method(tmp_path: Path) -> None:
+    d = base_dict()
+    d["methods"]["base"] = {"display": "x", "family": "grpo"}
+    with pytest.raises(ConfigError, match="reserved"):
+        load_config(write(tmp_path, d))

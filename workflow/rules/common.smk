@@ -1,0 +1,78 @@
+# Config loading and validation, and the input functions of all the rules. No pipeline logic lives here;
+# the config schema, the run grid and every path live in the acerl package.
+import shlex
+from pathlib import Path
+
+from acerl import paths as P
+from acerl.config import Run, load_config, spec_json, validate
+
+# The config files Snakemake merged (the workflow default first, then --configfile ones, which win), passed
+# verbatim to every `acerl` call so rules and CLI see one config.
+CONFIG_FILES = list(
+    dict.fromkeys(["config/config.yaml", *workflow.config_settings.configfiles])
+)
+CFG = validate(config, source=" + ".join(map(str, CONFIG_FILES)))
+if load_config(CONFIG_FILES).model_dump() != CFG.model_dump():
+    raise WorkflowError(
+        "snakemake --config key=value overrides are not passed to the jobs; put them in a file and use "
+        "--configfile FILE instead"
+    )
+CONFIG_ARGS = " ".join(f"--config {shlex.quote(str(f))}" for f in CONFIG_FILES)
+ROOT = "."
+
+WILDCARD_RUN = Run("{model}", "{method}", "{seed}")
+
+
+def run_of(wildcards):
+    return Run(wildcards.model, wildcards.method, int(wildcards.seed))
+
+
+def run_spec(wildcards):
+    """The resolved settings of a run: a change re-runs exactly the jobs it affects."""
+    return spec_json(CFG.run_spec(run_of(wildcards)))
+
+
+def res(rule_name, attr):
+    """Resources of a rule from the config (compute.resources / compute.model_resources)."""
+
+    def get(wildcards):
+        model = getattr(wildcards, "model", None)
+        return getattr(CFG.resources(rule_name, model), attr)
+
+    return get
+
+
+def log_path(rule_name, *parts):
+    return str(Path("logs", rule_name, *parts).with_suffix(".log"))
+
+
+def bench_path(rule_name, *parts):
+    return str(Path("benchmarks", "logs", rule_name, *parts).with_suffix(".tsv"))
+
+
+RUN_PARTS = ("{model}", "{method}", "seed{seed}")
+
+
+def policy_input(wildcards):
+    """The HF folder a run is evaluated from (the base model folder for method 'base')."""
+    return str(P.policy_dir(ROOT, run_of(wildcards)))
+
+
+def eval_runs():
+    return CFG.base_runs() + CFG.runs()
+
+
+def all_passk_files():
+    return [
+        str(P.passk_file(ROOT, b, r))
+        for b in CFG.evaluation.benchmarks
+        for r in eval_runs()
+    ]
+
+
+def all_diagnostics_files():
+    return [str(P.diagnostics_file(ROOT, r)) for r in CFG.diagnostic_runs()]
+
+
+def all_targets():
+    return [rules.report.output.tables, rules.report.output.figures]
