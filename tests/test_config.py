@@ -88,7 +88,13 @@ def test_run_grid_default_config() -> None:
     assert main == {(m, s) for m in ["grpo", "dapo", "ace_grpo", "ace_dapo"] for s in [0, 1, 2]}
     # the alpha sweep reuses ace_grpo for the default alpha and adds one run per other alpha
     sweep = sorted(r.method for r in runs if r.method.startswith("ace_grpo-alpha"))
-    assert sweep == ["ace_grpo-alpha0", "ace_grpo-alpha0.1", "ace_grpo-alpha0.5", "ace_grpo-alpha2", "ace_grpo-alpha5"]
+    assert sweep == [
+        "ace_grpo-alpha0",
+        "ace_grpo-alpha0.1",
+        "ace_grpo-alpha0.5",
+        "ace_grpo-alpha2",
+        "ace_grpo-alpha5",
+    ]
     assert cfg.method("ace_grpo-alpha0.5").estimator.alpha == 0.5
     assert cfg.method("ace_grpo-alpha0.5").family == "grpo"
     assert cfg.base_runs() == [Run("tiny", BASE_METHOD, 0)]
@@ -122,3 +128,12 @@ def test_reserved_base_method(tmp_path: Path) -> None:
     d["methods"]["base"] = {"display": "x", "family": "grpo"}
     with pytest.raises(ConfigError, match="reserved"):
         load_config(write(tmp_path, d))
+
+
+def test_config_reference_doc_is_current() -> None:
+    from acerl.config import reference_markdown
+
+    doc = REPO / "docs" / "config.md"
+    assert doc.read_text() == reference_markdown(), (
+        "docs/config.md is stale: acerl config reference > docs/config.md"
+    )

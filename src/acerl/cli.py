@@ -31,13 +31,17 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         help=f"config file (repeatable; later files override earlier ones; default {DEFAULT_CONFIG})",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
-    p.add_argument("--root", default=".", type=Path, help="work directory holding data/, runs/, ... (default .)")
+    p.add_argument(
+        "--root", default=".", type=Path, help="work directory holding data/, runs/, ... (default .)"
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def _add_run_args(p: argparse.ArgumentParser, method_default: str | None = None) -> None:
     p.add_argument("--model", required=True, help="model key (models.<key>)")
-    p.add_argument("--method", required=method_default is None, default=method_default, help="method key or 'base'")
+    p.add_argument(
+        "--method", required=method_default is None, default=method_default, help="method key or 'base'"
+    )
     p.add_argument("--seed", type=int, default=0, help="training seed (0 for the base model)")
 
 
@@ -75,12 +79,18 @@ def cmd_config(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.action == "show":
         print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    elif args.action == "reference":
+        from acerl.config import reference_markdown
+
+        print(reference_markdown(), end="")
     elif args.action == "runs":
         for run in cfg.base_runs() + cfg.runs():
             print(run.id)
     else:
-        print(f"ok: {len(cfg.runs())} training runs, {len(cfg.base_runs())} base models, "
-              f"benchmarks {', '.join(cfg.evaluation.benchmarks)}")
+        print(
+            f"ok: {len(cfg.runs())} training runs, {len(cfg.base_runs())} base models, "
+            f"benchmarks {', '.join(cfg.evaluation.benchmarks)}"
+        )
     return 0
 
 
@@ -183,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_args(p)
         p.set_defaults(func=fn)
         if name == "config":
-            p.add_argument("action", nargs="?", choices=["validate", "show", "runs"], default="validate")
+            p.add_argument(
+                "action", nargs="?", choices=["validate", "show", "runs", "reference"], default="validate"
+            )
         if name in {"train", "sample", "grade", "passk", "diagnose"}:
             _add_run_args(p)
         if name in {"sample", "grade", "passk"}:

@@ -53,7 +53,9 @@ class SyntheticData(_Model):
 class DatasetSource(_Model):
     """One real dataset: a local JSON Lines / parquet file, or a hub id (downloaded only at paper scale)."""
 
-    path: str | None = Field(None, description="local .jsonl or .parquet file (relative to the config file)")
+    path: str | None = Field(
+        None, description="local .jsonl or .parquet file (relative to the work directory)"
+    )
     hub_id: str | None = Field(None, description="Hugging Face dataset id, used when path is absent")
     hub_split: str = Field("train", description="split to read from the hub dataset")
 
@@ -69,12 +71,16 @@ class RealData(_Model):
 
     train: DatasetSource
     benchmarks: dict[str, DatasetSource]
-    heldout_size: int = Field(512, description="DAPO prompts held out (disjoint from training) for diagnostics")
+    heldout_size: int = Field(
+        512, description="DAPO prompts held out (disjoint from training) for diagnostics"
+    )
     heldout_seed: int = Field(0, description="seed that fixes the held-out subset")
 
 
 class DataConfig(_Model):
-    kind: Literal["synthetic", "real"] = Field("synthetic", description="embedded synthetic task or real datasets")
+    kind: Literal["synthetic", "real"] = Field(
+        "synthetic", description="embedded synthetic task or real datasets"
+    )
     synthetic: SyntheticData = Field(default_factory=SyntheticData)
     real: RealData | None = None
 
@@ -106,7 +112,9 @@ class TrainHyper(_Model):
     top_p: float = Field(1.0, gt=0, le=1)
     max_prompt_length: int = Field(1024, ge=1, description="tokens (Table 5)")
     max_response_length: int = Field(3000, ge=1, description="tokens (Table 5)")
-    kl_coef: float = Field(0.001, ge=0, description="KL-loss coefficient beta (Table 5); a family may override")
+    kl_coef: float = Field(
+        0.001, ge=0, description="KL-loss coefficient beta (Table 5); a family may override"
+    )
     val_samples: int = Field(128, ge=1, description="validation samples (Table 5; verl logging only)")
     gpu_memory_utilization: float = Field(0.75, gt=0, le=1, description="vLLM rollout memory share (Table 5)")
     save_every: int = Field(25, ge=1, description="resumable checkpoint every N steps (and at the end)")
@@ -115,7 +123,9 @@ class TrainHyper(_Model):
 
 class ModelConfig(_Model):
     display: str = Field(..., description="name in tables and figures, e.g. 'Qwen2.5-Math-7B'")
-    source: Literal["tiny", "hub"] = Field(..., description="'tiny': built + SFT'd locally; 'hub': hub id or path")
+    source: Literal["tiny", "hub"] = Field(
+        ..., description="'tiny': built + SFT'd locally; 'hub': hub id or path"
+    )
     hub_id: str | None = Field(None, description="Hugging Face model id (source: hub)")
     path: str | None = Field(None, description="local HF folder used instead of the hub download")
     template: str = Field("plain", description="prompt template name (acerl.prompts)")
@@ -235,7 +245,9 @@ class StudyConfig(_Model):
 
 # -------------------------------------------------------------------------------------- eval, resources
 class EvaluationConfig(_Model):
-    benchmarks: list[str] = Field(..., description="benchmark names (synthetic splits or data.real.benchmarks)")
+    benchmarks: list[str] = Field(
+        ..., description="benchmark names (synthetic splits or data.real.benchmarks)"
+    )
     n: int = Field(32, ge=1, description="samples per problem (>= the largest k)")
     ks: list[int] = Field([1, 2, 4, 8, 16, 32])
     temperature: float = Field(0.7, ge=0, description="paper: 0.7")
@@ -270,7 +282,9 @@ class ComputeConfig(_Model):
     backend: Literal["local", "verl"] = Field("local", description="trainer backend")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads per job on CPU")
-    resources: dict[str, Resources] = Field(default_factory=dict, description="per rule name; 'default' applies")
+    resources: dict[str, Resources] = Field(
+        default_factory=dict, description="per rule name; 'default' applies"
+    )
     model_resources: dict[str, dict[str, Resources]] = Field(
         default_factory=dict, description="per model, per rule overrides (e.g. GPUs for a 7B model)"
     )
@@ -286,15 +300,17 @@ class Config(_Model):
     """The root of a pipeline config file."""
 
     name: str = Field("study", description="study name (shown in reports)")
-    data: DataConfig = Field(default_factory=DataConfig)
-    models: dict[str, ModelConfig]
-    families: dict[str, FamilyConfig]
-    methods: dict[str, MethodConfig]
-    study: StudyConfig
-    evaluation: EvaluationConfig
-    grading: GradingConfig = Field(default_factory=GradingConfig)
-    compute: ComputeConfig = Field(default_factory=ComputeConfig)
-    report: ReportConfig = Field(default_factory=ReportConfig)
+    data: DataConfig = Field(default_factory=DataConfig, description="training, evaluation and held-out data")
+    models: dict[str, ModelConfig] = Field(..., description="base models by key")
+    families: dict[str, FamilyConfig] = Field(..., description="algorithm families (grpo, dapo) by key")
+    methods: dict[str, MethodConfig] = Field(
+        ..., description="methods = family + advantage estimator, by key"
+    )
+    study: StudyConfig = Field(..., description="which runs the paper's tables and figures need")
+    evaluation: EvaluationConfig = Field(..., description="Pass@k sampling settings")
+    grading: GradingConfig = Field(default_factory=GradingConfig, description="math-verify grader")
+    compute: ComputeConfig = Field(default_factory=ComputeConfig, description="backend, device, resources")
+    report: ReportConfig = Field(default_factory=ReportConfig, description="tables and figures")
 
     @field_validator("methods")
     @classmethod
@@ -360,7 +376,9 @@ class Config(_Model):
                 if key not in out:
                     base = self.methods[sweep.method]
                     est = base.estimator.model_copy(update={"alpha": float(alpha)})
-                    out[key] = base.model_copy(update={"estimator": est, "display": f"{base.display} (α={alpha:g})"})
+                    out[key] = base.model_copy(
+                        update={"estimator": est, "display": f"{base.display} (α={alpha:g})"}
+                    )
         return out
 
     def method(self, key: str) -> MethodConfig:
@@ -384,7 +402,11 @@ class Config(_Model):
         if s.alpha_sweep:
             base_alpha = self.methods[s.alpha_sweep.method].estimator.alpha
             for alpha in s.alpha_sweep.alphas:
-                add(s.alpha_sweep.model, alpha_variant_key(s.alpha_sweep.method, alpha, base_alpha), s.alpha_sweep.seeds)
+                add(
+                    s.alpha_sweep.model,
+                    alpha_variant_key(s.alpha_sweep.method, alpha, base_alpha),
+                    s.alpha_sweep.seeds,
+                )
         if s.ablation:
             for method in s.ablation.methods:
                 add(s.ablation.model, method, s.ablation.seeds)
@@ -561,3 +583,74 @@ def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[st
 def spec_json(spec: Mapping[str, Any]) -> str:
     """Canonical JSON of a run spec (stable key order: a change means a real change)."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+# ------------------------------------------------------------------------------------------ reference
+def reference_markdown() -> str:
+    """docs/config.md: every key with its type, default and description, generated from the schema."""
+    lines = [
+        "# Config reference",
+        "",
+        "Generated from `acerl.config` by `acerl config reference > docs/config.md` (a test checks it is current).",
+        "Config files merge in order (later files and `--set key=value` win; mappings merge, lists replace).",
+        "Unknown keys are errors. Shipped configs: `config/config.yaml` (embedded default), `config/test.yaml`",
+        "(CI scale, merged over the default), `config/paper.yaml` (the paper's grid, merged over the default).",
+        "",
+    ]
+    seen: set[type] = set()
+
+    def table(model: type[BaseModel], prefix: str) -> None:
+        if model in seen:
+            return
+        seen.add(model)
+        lines.append(f"## `{prefix}` ({model.__name__})")
+        lines.append("")
+        if model.__doc__:
+            lines.append(" ".join(model.__doc__.split()))
+            lines.append("")
+        lines.append("| key | type | default | description |")
+        lines.append("|---|---|---|---|")
+        nested: list[tuple[type[BaseModel], str]] = []
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            tname = _type_name(ann)
+            if field.is_required():
+                default = "required"
+            elif field.default_factory is not None:
+                default = "(see below)" if _submodel(ann) else repr(field.default_factory())
+            else:
+                default = repr(field.default)
+            desc = (field.description or "").replace("|", "\\|")
+            lines.append(f"| `{name}` | `{tname}` | `{default}` | {desc} |".replace("``", "` `"))
+            sub = _submodel(ann)
+            if sub is not None:
+                key = f"{prefix}.{name}" + (".<name>" if _is_mapping(ann) else "")
+                nested.append((sub, key))
+        lines.append("")
+        for sub, key in nested:
+            table(sub, key)
+
+    table(Config, "<root>")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _type_name(ann: Any) -> str:
+    if getattr(ann, "__origin__", None) is Literal:
+        return " \\| ".join(str(a) for a in ann.__args__)
+    name = getattr(ann, "__name__", None) if not getattr(ann, "__args__", None) else None
+    text = name or str(ann)
+    return text.replace("typing.", "").replace("acerl.config.", "").replace("|", "\\|")
+
+
+def _is_mapping(ann: Any) -> bool:
+    return getattr(ann, "__origin__", None) is dict
+
+
+def _submodel(ann: Any) -> type[BaseModel] | None:
+    """The config model type inside an annotation (``X``, ``X | None``, ``dict[str, X]``), if any."""
+    candidates = [ann, *getattr(ann, "__args__", ())]
+    for c in candidates:
+        for inner in (c, *getattr(c, "__args__", ())):
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                return inner
+    return None
