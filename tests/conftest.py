@@ -20,7 +20,9 @@ def shared_data() -> Path:
     """Path to ../shared/data (real MATH-500, AIME 2025, DAPO-Math-17K); skips where a clone lacks it."""
     path = shared_data_dir()
     if not (path / "math500.jsonl").is_file():
-        pytest.skip(f"real datasets not found at {path} (set ACERL_SHARED_DATA to a folder with math500.jsonl)")
+        pytest.skip(
+            f"real datasets not found at {path} (set ACERL_SHARED_DATA to a folder with math500.jsonl)"
+        )
     return path
 
 

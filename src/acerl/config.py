@@ -362,8 +362,9 @@ class Config(_Model):
 
     @property
     def data_splits(self) -> list[str]:
-        """Every JSON Lines file prepare_data writes: train, the benchmarks, and the held-out set."""
-        return ["train", *self.benchmark_names, "heldout"]
+        """Every JSON Lines file prepare_data writes: train (+ sft for the tiny model), benchmarks, held-out."""
+        extra = ["sft"] if self.data.kind == "synthetic" else []
+        return ["train", *extra, *self.benchmark_names, "heldout"]
 
     @cached_property
     def resolved_methods(self) -> dict[str, MethodConfig]:

@@ -59,7 +59,9 @@ def _plain(problem: str, tokenizer: Any = None) -> str:
 
 @register_template("qwen_boxed")
 def _qwen_boxed(problem: str, tokenizer: Any = None) -> str:
-    return _chat(tokenizer, [{"role": "system", "content": BOXED_INSTRUCTION}, {"role": "user", "content": problem}])
+    return _chat(
+        tokenizer, [{"role": "system", "content": BOXED_INSTRUCTION}, {"role": "user", "content": problem}]
+    )
 
 
 @register_template("qwen3_boxed_nothink")
@@ -86,5 +88,7 @@ def build_prompt(problem: str, template: str, tokenizer: Any = None) -> str:
     try:
         fn = _TEMPLATES[template]
     except KeyError:
-        raise ValueError(f"unknown prompt template {template!r}; valid: {', '.join(template_names())}") from None
+        raise ValueError(
+            f"unknown prompt template {template!r}; valid: {', '.join(template_names())}"
+        ) from None
     return fn(problem, tokenizer)

@@ -178,6 +178,41 @@ def token_confidence(logprobs: Tensor, ref_logprobs: Tensor, response_mask: Tens
     return torch.where(response_mask.bool(), diff, torch.zeros((), dtype=dtype, device=diff.device))
 
 
+# Row chunk size (elements) for the CPU pass over (B, T) log-probs: temporaries stay in cache, which makes the
+# pass several times faster than whole-tensor temporaries of B x T floats.
+_CHUNK_ELEMENTS = 1 << 17
+
+
+def _masked_log_ratio_sums(
+    logprobs: Tensor, ref_logprobs: Tensor, response_mask: Tensor, chunk_elements: int = _CHUNK_ELEMENTS
+) -> tuple[Tensor, Tensor]:
+    """Per-row ``sum_t mask * (logprobs - ref_logprobs)`` and token counts, both (B,).
+
+    Equal to ``token_confidence(...).sum(-1)`` (bit for bit): the fast path multiplies by the 0/1 mask; a
+    row whose sum is not finite (NaN/inf in its padding) is recomputed ignoring padding entirely.
+    """
+    _check_token_inputs(logprobs, ref_logprobs, response_mask)
+    dtype = torch.promote_types(torch.promote_types(logprobs.dtype, ref_logprobs.dtype), torch.float32)
+    B, T = logprobs.shape
+    if B == 0:
+        empty = torch.zeros(0, dtype=dtype, device=logprobs.device)
+        return empty, empty.clone()
+    rows = B if logprobs.device.type != "cpu" else max(1, chunk_elements // max(T, 1))
+    sums, counts = [], []
+    for start in range(0, B, rows):
+        keep = response_mask[start : start + rows] != 0
+        weight = keep.to(dtype)
+        diff = logprobs[start : start + rows].to(dtype) - ref_logprobs[start : start + rows].to(dtype)
+        row_sum = (diff * weight).sum(dim=-1)
+        bad = ~torch.isfinite(row_sum)
+        if bool(bad.any()):
+            safe = torch.where(keep, diff, torch.zeros((), dtype=dtype, device=diff.device)).sum(dim=-1)
+            row_sum = torch.where(bad, safe, row_sum)
+        sums.append(row_sum)
+        counts.append(weight.sum(dim=-1))
+    return torch.cat(sums), torch.cat(counts)
+
+
 def confidence_scores(
     logprobs: Tensor, ref_logprobs: Tensor, response_mask: Tensor, length_normalize: bool = True
 ) -> Tensor:
@@ -185,21 +220,20 @@ def confidence_scores(
 
     ``c_i = sum_t mask_it * (log pi(y_it) - log pi_ref(y_it))``, divided by ``T_i = sum_t mask_it`` when
     ``length_normalize`` (paper Sec. 4.3 "Practical considerations", Alg. 1, App. C code). A fully masked
-    row has ``T_i = 0`` and gets ``c_i = 0``.
+    row has ``T_i = 0`` and gets ``c_i = 0``. Values at padding positions are ignored, even NaN/inf.
 
     Args:
         logprobs: (B, T) policy log-probs of the sampled tokens.
         ref_logprobs: (B, T) reference log-probs of the same tokens.
-        response_mask: (B, T) 1 for response tokens, 0 for padding.
+        response_mask: (B, T) 1 for response tokens, 0 for padding (nonzero counts as 1).
         length_normalize: divide the sequence sum by the response length ``T_i``.
 
     Returns:
         c: (B,), at least float32, differentiable (ACE detaches it).
     """
-    c = token_confidence(logprobs, ref_logprobs, response_mask).sum(dim=-1)
+    c, lengths = _masked_log_ratio_sums(logprobs, ref_logprobs, response_mask)
     if length_normalize:
-        lengths = response_mask.bool().sum(dim=-1)
-        c = torch.where(lengths > 0, c / lengths.clamp(min=1).to(c.dtype), torch.zeros_like(c))
+        c = torch.where(lengths > 0, c / lengths.clamp(min=1), torch.zeros_like(c))
     return c
 
 
@@ -310,13 +344,13 @@ def ace_advantages_with_stats(
     base = grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std)
     negative = base < 0
     with torch.no_grad():
-        mask = response_mask.bool()
         if granularity == "sequence":
             conf = confidence_scores(logprobs, ref_logprobs, response_mask, length_normalize).detach()
             valid = torch.ones_like(negative)
             amplify = negative
         else:
             conf = token_confidence(logprobs, ref_logprobs, response_mask).detach()
+            mask = response_mask.bool()
             valid = mask
             amplify = negative[:, None] & mask
         bonus = alpha * phi(conf) if alpha != 0 else torch.zeros_like(conf)

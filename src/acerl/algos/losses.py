@@ -313,14 +313,14 @@ def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> 
     x = _upcast(logits)
     if temperature != 1.0:
         x = x / temperature
-    chosen = torch.gather(x, -1, tokens.long().unsqueeze(-1)).squeeze(-1)
-    return chosen - torch.logsumexp(x, dim=-1)
+    # log_softmax subtracts the row max before anything else: exact for large logits, unlike x - logsumexp(x)
+    return torch.log_softmax(x, dim=-1).gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Full-vocabulary entropy ``H = -sum_v p_v log p_v`` of ``softmax(logits)`` per position.
 
-    Numerically stable (``log p = logits - logsumexp``); ``-inf`` logits (masked vocabulary) contribute 0
+    Numerically stable (``log_softmax``, max-shifted); ``-inf`` logits (masked vocabulary) contribute 0
     instead of NaN. Equals verl's ``entropy_from_logits`` on finite logits. Half precision is upcast.
 
     Args:
@@ -330,7 +330,7 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
         (...) entropy in nats, e.g. (B, T).
     """
     x = _upcast(logits)
-    logp = x - torch.logsumexp(x, dim=-1, keepdim=True)
+    logp = torch.log_softmax(x, dim=-1)
     p = logp.exp()
     # where p == 0 (incl. -inf logits) use log p := 0 so neither the value nor the gradient becomes NaN
     logp = torch.where(p > 0, logp, torch.zeros((), dtype=p.dtype, device=p.device))

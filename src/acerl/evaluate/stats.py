@@ -216,7 +216,13 @@ def compare_seeds(a: Mapping[int, float], b: Mapping[int, float]) -> Comparison:
 
 
 def welch_from_summary(
-    mean_a: float, half_width_a: float, n_a: int, mean_b: float, half_width_b: float, n_b: int, level: float = 0.95
+    mean_a: float,
+    half_width_a: float,
+    n_a: int,
+    mean_b: float,
+    half_width_b: float,
+    n_b: int,
+    level: float = 0.95,
 ) -> TestResult:
     """Welch's test from summary statistics: each CI half-width is turned back into a sample std
     (``s = hw * sqrt(n) / t_{(1+level)/2, n-1}``, the inverse of :func:`mean_ci`). ``nan`` if undefined."""

@@ -56,6 +56,8 @@ class Sampler(Protocol):
         """Return ``params.n`` completions for each prompt, in prompt order."""
         ...
 
-    def score(self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+    def score(
+        self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0
+    ) -> list[list[float]]:
         """Per-token log-probs of the given response token ids after each prompt (teacher forcing)."""
         ...

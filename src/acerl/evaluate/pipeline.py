@@ -1,0 +1,352 @@
+"""The evaluation steps of one run on one benchmark: sample -> grade -> Pass@k (paper Sec. 5.1, "Metrics").
+
+Each step reads the previous step's file and writes its own atomically (paths from :mod:`acerl.paths`):
+
+1. :func:`sample_run` -> ``generations/<benchmark>/<run>.jsonl.gz``: ``evaluation.n`` completions per problem
+   from the run's policy (temperature 0.7, top-p 0.95 in the paper), sampled in resumable shards
+   (:mod:`acerl.generate.shards`); a killed job continues from its last finished shard.
+2. :func:`grade_run` -> ``scored/<benchmark>/<run>.parquet``: one math-verify verdict per completion. Re-grading
+   stored generations (e.g. after a grader fix) is just rerunning this step; nothing is resampled.
+3. :func:`passk_run` -> ``metrics/<benchmark>/<run>.json``: per-problem ``n`` and ``c`` and the unbiased Pass@k
+   for ``evaluation.ks`` (the report's :func:`acerl.report.schema.passk_record`).
+
+Seeds: shard ``s`` of run seed ``r`` samples with :func:`~acerl.generate.shards.derive_seed`
+``(evaluation.seed, r, s)``, so results depend only on the config, never on interruptions.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from acerl import paths
+from acerl.config import Config, Run
+from acerl.data.io import read_jsonl, write_jsonl
+from acerl.generate import Sampler, SamplingParams, sampler_from_config
+from acerl.generate.shards import derive_seed, folder_stamp, remove_shards, run_sharded
+from acerl.prompts import build_prompt
+from acerl.report.io import atomic_path
+from acerl.report.schema import passk_record, write_passk_record
+
+__all__ = [
+    "SCORED_COLUMNS",
+    "EVAL_SEED_STREAM",
+    "evaluation_sampling",
+    "generation_rows",
+    "grade_run",
+    "load_sampler",
+    "passk_run",
+    "problem_counts",
+    "render_prompts",
+    "sample_run",
+    "scored_frame",
+    "tokenizer_of",
+]
+
+logger = logging.getLogger(__name__)
+
+SCORED_COLUMNS: tuple[str, ...] = (
+    "id",
+    "sample",
+    "correct",
+    "status",
+    "extracted",
+    "num_tokens",
+    "finish_reason",
+)
+EVAL_SEED_STREAM = 0  # first part of every evaluation seed (diagnostics use another stream)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def tokenizer_of(sampler: Any, model_dir: Path | str) -> Any:
+    """The sampler's tokenizer (``sampler.tokenizer``), else the one saved in ``model_dir``."""
+    tok = getattr(sampler, "tokenizer", None)
+    if tok is not None:
+        return tok
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def render_prompts(problems: Sequence[str], template: str, tokenizer: Any) -> list[str]:
+    """Every problem through :func:`acerl.prompts.build_prompt` (the one prompt home)."""
+    return [build_prompt(p, template, tokenizer) for p in problems]
+
+
+@contextmanager
+def load_sampler(
+    cfg: Config, model_dir: Path, *, model: str, rule: str, device: str | None, sampler: Sampler | None = None
+) -> Iterator[Sampler]:
+    """Yield ``sampler`` if given (left open), else load ``model_dir`` with the configured backend and close it
+    (``close()`` where the backend has one, then free the reference) on exit."""
+    if sampler is not None:
+        yield sampler
+        return
+    loaded = sampler_from_config(cfg, model_dir, model=model, rule=rule, device=device)
+    try:
+        yield loaded
+    finally:
+        close = getattr(loaded, "close", None)
+        if callable(close):
+            close()
+        del loaded
+        gc.collect()
+
+
+def _relative(path: Path, root: Path | str) -> str:
+    """``path`` relative to ``root`` when inside it (portable files), else as given."""
+    try:
+        return Path(path).relative_to(Path(root)).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def evaluation_sampling(cfg: Config, run: Run) -> dict[str, Any]:
+    """The sampling settings of the evaluation (paper Sec. 5.1): n, temperature, top_p, max_new_tokens (which
+    defaults to the model's ``train.max_response_length``)."""
+    ev = cfg.evaluation
+    return {
+        "n": ev.n,
+        "temperature": ev.temperature,
+        "top_p": ev.top_p,
+        "max_new_tokens": ev.max_new_tokens or cfg.models[run.model].train.max_response_length,
+    }
+
+
+def generation_rows(
+    problems: Sequence[dict[str, Any]],
+    prompts: Sequence[str],
+    completions: Sequence[Sequence[Any]],
+    sampling: dict[str, Any],
+    model_dir: str,
+) -> list[dict[str, Any]]:
+    """One generations-file row per problem.
+
+    Row: ``{"id", "prompt", "answer" (gold), "completions": [{"text", "finish_reason", "num_tokens"}],
+    "sampling": {n, temperature, top_p, max_new_tokens, seed, backend}, "model_dir"}``; ``num_tokens`` counts the
+    generated tokens including a final EOS.
+    """
+    if not len(problems) == len(prompts) == len(completions):
+        raise ValueError(
+            f"{len(problems)} problems, {len(prompts)} prompts, {len(completions)} completion lists"
+        )
+    return [
+        {
+            "id": str(p["id"]),
+            "prompt": prompt,
+            "answer": str(p["answer"]),
+            "completions": [
+                {"text": c.text, "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids)}
+                for c in group
+            ],
+            "sampling": dict(sampling),
+            "model_dir": model_dir,
+        }
+        for p, prompt, group in zip(problems, prompts, completions, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- sample
+def sample_run(
+    cfg: Config,
+    run: Run,
+    benchmark: str,
+    root: Path | str,
+    *,
+    sampler: Sampler | None = None,
+    progress: bool = True,
+    device: str | None = None,
+) -> Path:
+    """Sample ``evaluation.n`` completions per problem of ``benchmark`` from the run's policy; resumable.
+
+    Problems come from ``paths.data_file(root, benchmark)``, prompts from the model's template. Shards of
+    ``evaluation.shard_size`` problems go to ``paths.generations_shard_dir`` (finished shards are reused by a
+    rerun); the merged gzip JSON Lines file (:func:`generation_rows`) replaces ``paths.generations_file``
+    atomically, then the shards are removed.
+
+    Args:
+        cfg, run, benchmark, root: what to evaluate and the work directory.
+        sampler: an already loaded sampler (tests, notebooks); default: ``paths.policy_dir(root, run)`` loaded
+            with ``evaluation.backend``.
+        progress: tqdm bar over shards.
+        device: overrides ``compute.device`` for the HF backend.
+
+    Returns:
+        The generations file.
+    """
+    problems = read_jsonl(paths.data_file(root, benchmark))
+    if not problems:
+        raise ValueError(f"{paths.data_file(root, benchmark)}: no problems")
+    model_dir = paths.policy_dir(root, run)
+    settings = evaluation_sampling(cfg, run)
+    ev = cfg.evaluation
+    out = paths.generations_file(root, benchmark, run)
+    shard_dir = paths.generations_shard_dir(root, benchmark, run)
+    model_rel = _relative(model_dir, root)
+    with load_sampler(cfg, model_dir, model=run.model, rule="sample", device=device, sampler=sampler) as smp:
+        prompts = render_prompts(
+            [p["problem"] for p in problems], cfg.models[run.model].template, tokenizer_of(smp, model_dir)
+        )
+        items = list(zip(problems, prompts, strict=True))
+
+        def work(index: int, shard: Sequence[tuple[dict[str, Any], str]]) -> list[dict[str, Any]]:
+            seed = derive_seed(EVAL_SEED_STREAM, ev.seed, run.seed, index)
+            params = SamplingParams(seed=seed, **settings)
+            completions = smp.generate([prompt for _, prompt in shard], params)
+            sampling = {**settings, "seed": seed, "backend": ev.backend}
+            return generation_rows(
+                [p for p, _ in shard], [q for _, q in shard], completions, sampling, model_rel
+            )
+
+        manifest = {
+            "run": run.id,
+            "benchmark": benchmark,
+            "model_dir": model_rel,
+            "model_files": folder_stamp(model_dir),
+            "backend": ev.backend,
+            "seed": ev.seed,
+            **settings,
+            "items": [[str(p["id"]), q] for p, q in items],
+        }
+        rows = run_sharded(
+            items,
+            ev.shard_size,
+            shard_dir,
+            manifest,
+            work,
+            progress=progress,
+            desc=f"sample {benchmark} {run.id}",
+        )
+    write_jsonl(out, rows)
+    remove_shards(shard_dir)
+    logger.info("%s: %d problems x %d samples -> %s", run.id, len(rows), settings["n"], out)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- grade
+def scored_frame(rows: Sequence[dict[str, Any]], verdicts: Sequence[Any]) -> pd.DataFrame:
+    """One row per sample (:data:`SCORED_COLUMNS`) from generation rows and their verdicts in flattened order
+    (problem-major, then sample index)."""
+    records: list[dict[str, Any]] = []
+    it = iter(verdicts)
+    for row in rows:
+        for j, comp in enumerate(row["completions"]):
+            v = next(it)
+            records.append(
+                {
+                    "id": str(row["id"]),
+                    "sample": j,
+                    "correct": bool(v.correct),
+                    "status": str(v.status),
+                    "extracted": None if v.extracted is None else str(v.extracted),
+                    "num_tokens": int(comp["num_tokens"]),
+                    "finish_reason": str(comp["finish_reason"]),
+                }
+            )
+    if next(it, None) is not None:
+        raise ValueError("more verdicts than completions")
+    df = pd.DataFrame.from_records(records, columns=list(SCORED_COLUMNS))
+    return df.astype(
+        {
+            "id": "string",
+            "sample": "int64",
+            "correct": "bool",
+            "status": "string",
+            "extracted": "string",
+            "num_tokens": "int64",
+            "finish_reason": "string",
+        }
+    )
+
+
+def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
+    """Grade every stored completion against its gold answer; writes ``paths.scored_file`` atomically.
+
+    One :class:`acerl.grading.Grader` (``grading.timeout_s``, ``grading.workers``) grades all completions in a
+    single :meth:`~acerl.grading.Grader.grade_many` call. Timeouts, unparseable answers and grader errors count as
+    incorrect (their ``status`` says which). The generations file is only read, so deleting the scored file and
+    rerunning this step re-grades without resampling.
+
+    Returns:
+        The scored parquet file (:data:`SCORED_COLUMNS`).
+    """
+    from acerl.grading import Grader
+
+    gen_file = paths.generations_file(root, benchmark, run)
+    rows = read_jsonl(gen_file, required=("id", "answer", "completions"))
+    items = [(str(c["text"]), str(row["answer"])) for row in rows for c in row["completions"]]
+    with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:
+        verdicts = grader.grade_many(items)
+    if len(verdicts) != len(items):
+        raise RuntimeError(
+            f"grader returned {len(verdicts)} verdicts for {len(items)} completions of {gen_file}"
+        )
+    df = scored_frame(rows, verdicts)
+    out = paths.scored_file(root, benchmark, run)
+    with atomic_path(out) as tmp:
+        df.to_parquet(tmp, index=False)
+    counts = df["status"].value_counts().to_dict()
+    logger.info(
+        "%s on %s: %d/%d correct; status %s -> %s",
+        run.id,
+        benchmark,
+        int(df["correct"].sum()),
+        len(df),
+        ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+        out,
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- passk
+def problem_counts(scored: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Per-problem ``(ids, n, c)`` from a scored frame, problems in order of first appearance.
+
+    Returns:
+        ids ``(P,)`` as strings, ``n`` ``(P,)`` int64 samples, ``c`` ``(P,)`` int64 correct samples.
+    """
+    missing = {"id", "correct"} - set(scored.columns)
+    if missing:
+        raise ValueError(f"scored frame lacks column(s) {sorted(missing)}")
+    grouped = scored.groupby("id", sort=False)["correct"].agg(["size", "sum"])
+    return (
+        [str(i) for i in grouped.index],
+        grouped["size"].to_numpy(dtype=np.int64),
+        grouped["sum"].to_numpy(dtype=np.int64),
+    )
+
+
+def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
+    """Pass@k for ``evaluation.ks`` from the scored samples; writes ``paths.passk_file`` atomically.
+
+    The record is the report's :func:`acerl.report.schema.passk_record` (mean over problems of the unbiased
+    estimator ``1 - C(n-c, k) / C(n, k)``, paper Sec. 5.1); ``seed`` is ``None`` for the untrained base model.
+    Logs ``pass@1`` and ``pass@<largest k>``.
+    """
+    scored_path = paths.scored_file(root, benchmark, run)
+    if not scored_path.is_file():
+        raise FileNotFoundError(f"scored file not found: {scored_path} (run the grade step first)")
+    ids, n, c = problem_counts(pd.read_parquet(scored_path, columns=["id", "correct"]))
+    record = passk_record(
+        benchmark, run.model, run.method, None if run.is_base else run.seed, ids, n, c, cfg.evaluation.ks
+    )
+    out = write_passk_record(record, paths.passk_file(root, benchmark, run))
+    ks = record["ks"]
+    logger.info(
+        "%s on %s (%d problems): pass@%d %.4f, pass@%d %.4f",
+        run.id,
+        benchmark,
+        record["num_problems"],
+        ks[0],
+        record["pass_at_k"][str(ks[0])],
+        ks[-1],
+        record["pass_at_k"][str(ks[-1])],
+    )
+    return out

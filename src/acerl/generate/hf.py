@@ -1,0 +1,490 @@
+"""HF transformers sampling backend: a batched, KV-cached sampler written for small models on CPU / one GPU.
+
+Two layers:
+
+- tensor level, used by the trainer: :func:`sample_batch` (prompt token ids in, a :class:`RolloutBatch` out)
+  and :func:`response_logprobs` (teacher-forced per-token log-probs and entropies of given responses);
+- text level: :class:`HFSampler`, the :class:`acerl.generate.base.Sampler` implementation used by
+  evaluation and diagnostics, built on the same two functions.
+
+Conventions (those of :mod:`acerl.generate.base`, shared with verl):
+
+- log-probs are taken under ``softmax(logits / temperature)`` *before* top-p truncation (verl's
+  ``old_log_probs`` / ``ref_log_prob``); at temperature 0 (greedy) they are under the plain distribution;
+- a response stops at ``eos_id`` (kept as its last token, counted in ``response_mask``) or after
+  ``max_new_tokens`` tokens;
+- sampling draws from one seeded ``torch.Generator``: same model, inputs, parameters and seed give the same
+  tokens on CPU. Results do depend on how rows are batched (the batch composition changes the draws).
+
+Rows are laid out ``[left-padded prompt | right-padded response]``: prompts are left-padded to a common
+length ``P`` so every response starts at column ``P``, and position ids count real tokens only, so a row's
+result does not depend on its padding (up to float rounding).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from acerl.algos.losses import entropy_from_logits, token_logprobs
+from acerl.generate.base import Completion, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "HFSampler",
+    "RolloutBatch",
+    "encode_prompt",
+    "eos_pad_ids",
+    "pack_rows",
+    "position_ids_from_mask",
+    "response_logprobs",
+    "response_text",
+    "sample_batch",
+    "sample_next_token",
+]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tensor level
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutBatch:
+    """``B`` sampled rows: prompts left-padded to ``P`` tokens, responses right-padded to ``T`` tokens.
+
+    Attributes:
+        input_ids: (B, P + T) prompt then response token ids (``pad_id`` in padding).
+        attention_mask: (B, P + T) 1 for real prompt and response tokens (EOS included), 0 for padding.
+        response_ids: (B, T) the response part of ``input_ids``.
+        response_mask: (B, T) 1 for generated tokens (up to and including EOS).
+        logprobs: (B, T) float32 log-probs of the sampled tokens at the sampling temperature; 0 on padding.
+        stopped: (B,) bool, True where the response ended with EOS (``finish_reason == "stop"``).
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    logprobs: Tensor
+    stopped: Tensor
+
+    @property
+    def prompt_length(self) -> int:
+        """``P``: the padded prompt width."""
+        return self.input_ids.shape[1] - self.response_ids.shape[1]
+
+    @property
+    def response_lengths(self) -> Tensor:
+        """(B,) int64 number of response tokens per row."""
+        return self.response_mask.sum(dim=-1)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def prompt_ids(self, row: int) -> list[int]:
+        """The unpadded prompt of ``row``."""
+        p = self.prompt_length
+        return self.input_ids[row, :p][self.attention_mask[row, :p].bool()].tolist()
+
+    def response(self, row: int) -> list[int]:
+        """The unpadded response of ``row`` (EOS included if generated)."""
+        return self.response_ids[row, : int(self.response_mask[row].sum())].tolist()
+
+    def select(self, rows: Tensor | Sequence[int], pad_id: int) -> RolloutBatch:
+        """The given rows, re-packed to their own (smaller or equal) ``P`` and ``T``."""
+        return RolloutBatch.cat([self], pad_id, rows=[rows])
+
+    @staticmethod
+    def cat(batches: Sequence[RolloutBatch], pad_id: int, rows: Sequence[Any] | None = None) -> RolloutBatch:
+        """Concatenate batches (optionally only ``rows[i]`` of batch ``i``), re-padding to a common layout."""
+        prompts: list[list[int]] = []
+        responses: list[list[int]] = []
+        logps: list[Tensor] = []
+        stopped: list[Tensor] = []
+        for i, b in enumerate(batches):
+            idx = range(len(b)) if rows is None else [int(r) for r in rows[i]]
+            for r in idx:
+                prompts.append(b.prompt_ids(r))
+                responses.append(b.response(r))
+                logps.append(b.logprobs[r, : len(responses[-1])])
+                stopped.append(b.stopped[r])
+        device = batches[0].input_ids.device if batches else torch.device("cpu")
+        input_ids, attention_mask, response_mask = pack_rows(prompts, responses, pad_id, device=device)
+        t = response_mask.shape[1]
+        logprobs = torch.zeros(len(prompts), t, dtype=torch.float32, device=device)
+        for r, lp in enumerate(logps):
+            logprobs[r, : lp.numel()] = lp
+        return RolloutBatch(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            response_ids=input_ids[:, input_ids.shape[1] - t :],
+            response_mask=response_mask,
+            logprobs=logprobs,
+            stopped=torch.stack(stopped) if stopped else torch.zeros(0, dtype=torch.bool, device=device),
+        )
+
+
+def pack_rows(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device | str = "cpu",
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Lay out ``[left-padded prompt | right-padded response]`` rows.
+
+    Args:
+        prompts: B prompt token-id lists (non-empty); responses: B response token-id lists (may be empty).
+
+    Returns:
+        input_ids (B, P + T), attention_mask (B, P + T), response_mask (B, T); ``T`` is the longest response
+        (at least 1, so a batch of empty responses still has a response column, fully masked).
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    b = len(prompts)
+    p_len = max((len(p) for p in prompts), default=1)
+    t_len = max(1, max((len(r) for r in responses), default=1))
+    input_ids = torch.full((b, p_len + t_len), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((b, p_len + t_len), dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        input_ids[i, p_len - len(p) : p_len] = torch.as_tensor(list(p), dtype=torch.long)
+        attention_mask[i, p_len - len(p) : p_len + len(r)] = 1
+        if r:
+            input_ids[i, p_len : p_len + len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+    return input_ids.to(device), attention_mask.to(device), attention_mask[:, p_len:].to(device)
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """(B, L) position ids counting real tokens only (0 at the first real token; padding clamped to 0)."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def sample_next_token(
+    logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """Draw one token per row from ``softmax(logits / temperature)`` restricted to the top-p nucleus.
+
+    The nucleus is the smallest set of most likely tokens whose mass reaches ``top_p`` (vLLM / HF
+    semantics; the most likely token is always kept). ``temperature == 0`` is greedy decoding.
+
+    Args:
+        logits: (B, V) next-token scores.
+        temperature: >= 0; top_p: in (0, 1]; generator: the seeded random source.
+
+    Returns:
+        tokens (B,) int64 and their log-probs (B,) float32 under ``softmax(logits / temperature)`` (the plain
+        distribution when greedy), before top-p truncation.
+    """
+    x = logits.float()
+    if temperature == 0:
+        logp = torch.log_softmax(x, dim=-1)
+        tokens = x.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    if temperature != 1.0:
+        x = x / temperature
+    logp = torch.log_softmax(x, dim=-1)
+    if top_p < 1.0:
+        sorted_logp, order = logp.sort(dim=-1, descending=True)
+        sorted_p = sorted_logp.exp()
+        mass_before = sorted_p.cumsum(dim=-1) - sorted_p
+        sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)
+        choice = torch.multinomial(sorted_p, 1, generator=generator)
+        tokens = order.gather(-1, choice).squeeze(-1)
+    else:
+        tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def sample_batch(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    *,
+    n: int = 1,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator | None = None,
+    compact_below: int = 4,
+) -> RolloutBatch:
+    """Sample ``n`` responses per prompt with a KV cache (rows ordered prompt-major: row ``i * n + j``).
+
+    One prefill of the left-padded prompts, then one single-token forward per step. Rows that emitted EOS are
+    dropped from the KV cache once they make up ``1 / compact_below`` of it (dropping copies the cache, so it
+    is done in few large steps); the loop ends when every row has stopped or after ``max_new_tokens`` tokens.
+    The response width ``T`` is the longest response.
+
+    Args:
+        model: a causal LM (``AutoModelForCausalLM``) accepting ``past_key_values`` / ``position_ids``.
+        prompt_ids: B0 prompt token-id lists.
+        n: responses per prompt; temperature, top_p: as in :func:`sample_next_token`.
+        max_new_tokens: response budget; eos_id: stop token; pad_id: padding id.
+        generator: seeded random source (on the model's device); ``None`` uses torch's global one.
+        compact_below: drop finished rows when they are at least ``1 / compact_below`` of the cache rows.
+
+    Returns:
+        :class:`RolloutBatch` with B = B0 * n rows.
+    """
+    if n < 1 or max_new_tokens < 1:
+        raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
+    device = next(model.parameters()).device
+    prompts = [list(p) for p in prompt_ids for _ in range(n)]
+    input_ids, attention_mask, _ = pack_rows(prompts, [[]] * len(prompts), pad_id, device=device)
+    input_ids, attention_mask = input_ids[:, :-1], attention_mask[:, :-1]  # drop the empty response column
+    b, p_len = input_ids.shape
+    position_ids = position_ids_from_mask(attention_mask)
+
+    response = torch.full((b, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
+    lengths = torch.zeros(b, dtype=torch.long, device=device)
+    stopped = torch.zeros(b, dtype=torch.bool, device=device)
+
+    cache = DynamicCache(config=model.config)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    logits = out.logits[:, -1, :]
+    active = torch.arange(b, device=device)  # original row of each cache row
+    finished = torch.zeros(b, dtype=torch.bool, device=device)  # cache rows that already emitted EOS
+    mask = attention_mask
+    next_pos = position_ids[:, -1] + 1
+    for t in range(max_new_tokens):
+        tokens, lp = sample_next_token(logits, temperature, top_p, generator)
+        live = ~finished
+        rows = active[live]
+        response[rows, t] = tokens[live]
+        logprobs[rows, t] = lp[live]
+        lengths[rows] = t + 1
+        done = live & (tokens == eos_id)
+        stopped[active[done]] = True
+        finished |= done
+        if t == max_new_tokens - 1 or bool(finished.all()):
+            break
+        if int(finished.sum()) * compact_below >= finished.numel():  # enough dead rows: drop them
+            keep = (~finished).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            active, tokens, mask, next_pos = active[keep], tokens[keep], mask[keep], next_pos[keep]
+            finished = finished[keep]
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        out = model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=next_pos[:, None],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = out.logits[:, -1, :]
+        next_pos = next_pos + 1
+
+    t_len = int(lengths.max())
+    response, logprobs = response[:, :t_len], logprobs[:, :t_len]
+    response_mask = (torch.arange(t_len, device=device)[None, :] < lengths[:, None]).long()
+    return RolloutBatch(
+        input_ids=torch.cat([input_ids, response], dim=-1),
+        attention_mask=torch.cat([attention_mask, response_mask], dim=-1),
+        response_ids=response,
+        response_mask=response_mask,
+        logprobs=logprobs * response_mask,
+        stopped=stopped,
+    )
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Teacher-forced log-probs (and entropies) of the last ``response_length`` tokens of each row.
+
+    One forward pass; gradients flow when called outside ``torch.no_grad`` (the trainer's policy loss). Logits
+    are divided by ``temperature`` as in verl's actor (temperature 0 is treated as 1).
+
+    Args:
+        model: causal LM; input_ids, attention_mask: (B, P + T) rows as laid out by :func:`pack_rows`.
+        response_length: ``T``.
+        with_entropy: also return the full-vocabulary entropy of ``softmax(logits / temperature)``.
+
+    Returns:
+        logprobs (B, T) float32 and entropy (B, T) float32 or ``None``; values on padding are meaningless
+        (mask them with the response mask).
+    """
+    t_len = response_length
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+        logits_to_keep=t_len + 1,
+    )
+    logits = out.logits[:, :-1, :]  # position P-1+t predicts response token t
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    labels = input_ids[:, -t_len:]
+    logprobs = token_logprobs(logits, labels)
+    entropy = entropy_from_logits(logits.detach()) if with_entropy else None
+    return logprobs, entropy
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Text level
+# --------------------------------------------------------------------------------------------------------------
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt: the tokenizer's special tokens are added (e.g. BOS) unless the text
+    already starts with the BOS token (chat templates render it), so BOS is never doubled."""
+    bos = getattr(tokenizer, "bos_token", None)
+    add_special = not (bos and text.startswith(bos))
+    ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
+    if not ids:
+        raise ValueError(f"prompt {text[:60]!r} encodes to no tokens")
+    return list(ids)
+
+
+def response_text(tokenizer: Any, token_ids: Sequence[int], stopped: bool) -> str:
+    """Decoded text of a response: the final EOS (when ``stopped``) and special tokens are left out."""
+    ids = list(token_ids[:-1]) if stopped else list(token_ids)
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def eos_pad_ids(tokenizer: Any) -> tuple[int, int]:
+    """``(eos_id, pad_id)`` of a tokenizer (pad falls back to EOS)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no eos_token_id; sampling needs a stop token")
+    pad = tokenizer.pad_token_id
+    return int(eos), int(eos if pad is None else pad)
+
+
+class HFSampler:
+    """:class:`acerl.generate.base.Sampler` on a transformers causal LM (CPU or one GPU).
+
+    Args:
+        model: an ``AutoModelForCausalLM`` (put in eval mode); tokenizer: its tokenizer.
+        batch_size: prompts per sampling batch (each expanded to ``n`` rows) and responses per scoring batch.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, batch_size: int = 64) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.eos_id, self.pad_id = eos_pad_ids(tokenizer)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        dtype: torch.dtype = torch.float32,
+    ) -> HFSampler:
+        """Load a local HF model folder (safetensors + tokenizer)."""
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"not a HF model folder (no config.json): {path}")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        return cls(model, tokenizer, batch_size=batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions per prompt, in prompt order (one generator seeded with ``params.seed``)."""
+        generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
+        results: list[list[Completion]] = []
+        for start in range(0, len(encoded), self.batch_size):
+            chunk = encoded[start : start + self.batch_size]
+            batch = sample_batch(
+                self.model,
+                chunk,
+                n=params.n,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_new_tokens=params.max_new_tokens,
+                eos_id=self.eos_id,
+                pad_id=self.pad_id,
+                generator=generator,
+            )
+            for i in range(len(chunk)):
+                group = []
+                for row in range(i * params.n, (i + 1) * params.n):
+                    ids = batch.response(row)
+                    stop = bool(batch.stopped[row])
+                    group.append(
+                        Completion(
+                            text=response_text(self.tokenizer, ids, stop),
+                            token_ids=ids,
+                            finish_reason="stop" if stop else "length",
+                            logprobs=batch.logprobs[row, : len(ids)].tolist()
+                            if params.return_logprobs
+                            else None,
+                        )
+                    )
+                results.append(group)
+        return results
+
+    @torch.no_grad()
+    def _teacher_forced(
+        self, prompts: list[str], responses: list[list[int]], temperature: float, with_entropy: bool
+    ) -> list[tuple[Tensor, Tensor | None]]:
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
+        out: list[tuple[Tensor, Tensor | None]] = []
+        for start in range(0, len(encoded), self.batch_size):
+            ps, rs = encoded[start : start + self.batch_size], responses[start : start + self.batch_size]
+            input_ids, attention_mask, response_mask = pack_rows(ps, rs, self.pad_id, device=self.device)
+            lp, ent = response_logprobs(
+                self.model,
+                input_ids,
+                attention_mask,
+                response_mask.shape[1],
+                temperature=temperature,
+                with_entropy=with_entropy,
+            )
+            for i, r in enumerate(rs):
+                out.append((lp[i, : len(r)].cpu(), None if ent is None else ent[i, : len(r)].cpu()))
+        return out
+
+    def score(
+        self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0
+    ) -> list[list[float]]:
+        """Per-token log-probs of each response after its prompt under ``softmax(logits / temperature)``."""
+        return [lp.tolist() for lp, _ in self._teacher_forced(prompts, responses, temperature, False)]
+
+    def mean_token_entropy(
+        self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0
+    ) -> list[float]:
+        """Mean over each response's tokens of the full-vocabulary entropy (nats) of the next-token
+        distribution ``softmax(logits / temperature)`` (paper Sec. 6.2 entropy); NaN for an empty response."""
+        rows = self._teacher_forced(prompts, responses, temperature, True)
+        return [float(ent.mean()) if ent is not None and ent.numel() else math.nan for _, ent in rows]

@@ -1,0 +1,97 @@
+"""Answer extraction: the one place that decides which part of a model response is its final answer.
+
+Policy (see docs/grading.md):
+
+1. **Boxed.** The last *complete* ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced. Boxes written close
+   together are one answer, with math-verify's own rule (``latex2sympy2_extended``'s ``extract_boxed_content``:
+   walking left from the last box, a box joins if the text between is under 10 characters, or under 70
+   characters holding ``and``/``or``/``,``/``;`` and a different content). The joined contents become a set,
+   so ``\\boxed{2} or \\boxed{3}`` is ``{2, 3}``: wrong against ``3``, which stops a policy hedging with
+   several boxes. A box left open by a truncated response is ignored (math-verify would take the rest of
+   the text as its content). Only the last 64 complete boxes are looked at (a degenerate response with
+   thousands of boxes would otherwise cost quadratic time); a chain that long is wrong either way.
+2. **Answer line.** Otherwise the last ``Answer: X`` (case-insensitive, the pattern of DAPO's own reward,
+   verl ``math_dapo``): ``X`` is the rest of that line, minus markdown bold, a trailing full stop and ``$``,
+   ``\\(..\\)`` or ``\\[..\\]`` delimiters (of a ``$..$`` pair inside prose, the last one).
+3. **No answer.** Otherwise ``None``: the grader reports ``no_answer``. math-verify's own fallback (the last
+   number or formula anywhere in the text) is deliberately not used: it rewards responses that never
+   state an answer, e.g. one cut off by the length limit whose last intermediate number happens to match.
+
+The extracted string is graded as ``\\boxed{extracted}`` by math-verify, so the verdict depends only on
+``(extracted, gold)``: that pair is the verdict cache key.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BRACE_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|\{|\}")
+# The pattern of verl's math_dapo (DAPO's own reward): the text after the last "Answer:" up to the line end.
+_ANSWER_LINE = re.compile(r"(?i)answer\s*:\s*([^\n]+)")
+_DOLLAR_SEGMENT = re.compile(r"\$([^$]+)\$")
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+MAX_CHAINED_BOXES = 64
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of ``response`` (policy in the module docstring), or ``None`` if it states none.
+
+    Examples: ``"... so $\\boxed{\\frac{3}{4}}$."`` -> ``"\\frac{3}{4}"``; ``"...\\nAnswer: $34$"`` -> ``"34"``;
+    ``"$\\boxed{2}$ or $\\boxed{3}$"`` -> ``"2,3"``; ``"it is 34"`` -> ``None``.
+    """
+    boxed = last_boxed_answer(response)
+    if boxed:
+        return boxed
+    line = answer_line(response)
+    return line or None
+
+
+def last_boxed_answer(response: str) -> str | None:
+    """Contents of the last complete ``\\boxed{}``/``\\fbox{}`` and the boxes chained to it, joined by ``,``."""
+    starts, end = _complete_boxes(response)
+    if end is None:
+        return None
+    from latex2sympy2_extended.math_normalization import extract_boxed_content
+
+    # Cut after the last complete box so that an unclosed box after it (a truncated response) is ignored.
+    begin = starts[-MAX_CHAINED_BOXES] if len(starts) > MAX_CHAINED_BOXES else 0
+    return extract_boxed_content(response[begin : end + 1], mode="last").strip() or None
+
+
+def answer_line(response: str) -> str | None:
+    """The cleaned text after the last ``Answer:`` (DAPO's answer format), or ``None``."""
+    matches = _ANSWER_LINE.findall(response)
+    if not matches:
+        return None
+    text = matches[-1].strip().strip("*").strip()
+    if text.endswith("."):
+        text = text[:-1].rstrip()
+    for left, right in _DELIMITERS:
+        if len(text) > len(left) + len(right) and text.startswith(left) and text.endswith(right):
+            text = text[len(left) : -len(right)].strip()
+            break
+    if "$" in text:
+        segments = _DOLLAR_SEGMENT.findall(text)
+        text = segments[-1].strip() if segments else text.replace("$", "").strip()
+    return text.rstrip(".").strip() or None
+
+
+def _complete_boxes(text: str) -> tuple[list[int], int | None]:
+    """Sorted start indices of the complete boxes, and the closing-brace index of the one closing last.
+
+    One linear pass over the braces; a box is complete when its opening brace is matched.
+    """
+    open_box_starts: list[int | None] = []  # per open brace: the box command's start, or None
+    starts: list[int] = []
+    last_end = None
+    for token in _BRACE_TOKEN.finditer(text):
+        piece = token.group()
+        if piece == "}":
+            start = open_box_starts.pop() if open_box_starts else None
+            if start is not None:
+                starts.append(start)
+                last_end = token.start()
+        else:
+            open_box_starts.append(None if piece == "{" else token.start())
+    starts.sort()
+    return starts, last_end

@@ -1,0 +1,2 @@
+"""Base models: the embedded tiny model's tokenizer (:mod:`.tokenizer`), architecture (:mod:`.tiny`) and SFT
+(:mod:`.sft`)."""

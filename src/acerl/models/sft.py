@@ -1,0 +1,319 @@
+"""Supervised fine-tuning of the tiny base model on worked solutions (the embedded default's ``prepare_base``).
+
+Each training example is ``build_prompt(problem, template) + " " + solution + EOS``, with the loss (token mean
+of the negative log-likelihood) on the response tokens only: the leading space, the worked solution and EOS.
+The ``sft`` split's solutions carry injected mistakes (:mod:`acerl.data.synthetic`), so the model learns to
+make them too and starts RL as an imperfect reasoner.
+
+:func:`prepare_tiny_base` builds the character tokenizer and the tiny Llama, trains with AdamW (linear
+warm-up, cosine decay), and saves a Hugging Face folder (``model.safetensors``, ``config.json``, tokenizer
+files) plus ``sft_metrics.json`` (loss curve, teacher-forced greedy accuracy on evaluation files), atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from acerl.data.io import read_jsonl
+from acerl.models.tiny import TinyModelConfig, build_tiny_model, count_parameters
+from acerl.models.tokenizer import build_char_tokenizer
+from acerl.prompts import build_prompt
+
+logger = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100
+METRICS_FILE = "sft_metrics.json"
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Supervised fine-tuning settings of the tiny base model."""
+
+    steps: int = 600  # optimizer steps
+    batch_size: int = 64  # sequences per step
+    lr: float = 3e-3  # peak AdamW learning rate
+    warmup_steps: int = 30  # linear warm-up from 0 to lr
+    min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0  # global gradient-norm clip
+    template: str = "plain"  # prompt template (acerl.prompts)
+    log_every: int = 25  # steps per loss-curve point (and log line)
+    eval_rows: int = 200  # rows of each evaluation file scored at the end (teacher forcing)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"SFTConfig needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(f"SFTConfig.warmup_steps must be in [0, steps], got {self.warmup_steps}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"SFTConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
+
+# -------------------------------------------------------------------------------------------- examples
+def encode_example(
+    tokenizer: PreTrainedTokenizerBase, problem: str, solution: str, template: str = "plain"
+) -> tuple[list[int], list[int]]:
+    """Token ids of ``prompt + " " + solution + EOS`` and labels masking the prompt with ``-100``.
+
+    The prompt is encoded as a sampler encodes it (with the tokenizer's special tokens, i.e. BOS), the
+    response without special tokens, followed by EOS. Returns ``(input_ids, labels)``, both of length L.
+    """
+    prompt_ids = tokenizer(build_prompt(problem, template, tokenizer))["input_ids"]
+    response_ids = tokenizer(" " + solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return prompt_ids + response_ids, [IGNORE_INDEX] * len(prompt_ids) + response_ids
+
+
+def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a batch: ``input_ids``, ``attention_mask``, ``labels``, each ``(B, L_max)``."""
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, (ids, lab) in enumerate(examples):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, : len(lab)] = torch.tensor(lab)
+        attention_mask[i, : len(ids)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def response_token_stats(model: PreTrainedModel, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Teacher-forced per-sequence statistics over the response tokens.
+
+    Returns ``(nll_sum, n_tokens, all_argmax)``, each ``(B,)``: summed NLL of the labelled tokens, their count,
+    and whether every labelled token is the model's argmax, i.e. whether greedy decoding reproduces the
+    response exactly.
+    """
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    targets = batch["labels"][:, 1:]
+    mask = targets != IGNORE_INDEX
+    safe = targets.clamp(min=0)
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    nll_sum = -(logp * mask).sum(-1)
+    hit = (logits.argmax(-1) == safe) | ~mask
+    return nll_sum, mask.sum(-1), hit.all(-1)
+
+
+@torch.no_grad()
+def teacher_forced_eval(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[Mapping[str, Any]],
+    template: str = "plain",
+    batch_size: int = 128,
+) -> dict[str, float]:
+    """Greedy accuracy and NLL on rows' (correct) worked solutions, by teacher forcing (no sampling).
+
+    ``greedy_exact`` is the fraction of rows whose whole solution + EOS is the argmax at every position: the
+    problems that greedy decoding solves in the canonical way (a lower bound on greedy accuracy).
+    ``response_nll`` is the mean NLL per response token.
+    """
+    was_training = model.training
+    model.eval()
+    exact, nll, tokens = 0, 0.0, 0
+    try:
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            batch = collate([encode_example(tokenizer, r["problem"], r["solution"], template) for r in chunk],
+                            tokenizer.pad_token_id)  # fmt: skip
+            nll_sum, n_tok, all_argmax = response_token_stats(model, batch)
+            exact += int(all_argmax.sum())
+            nll += float(nll_sum.sum())
+            tokens += int(n_tok.sum())
+    finally:
+        model.train(was_training)
+    return {"greedy_exact": exact / max(len(rows), 1), "response_nll": nll / max(tokens, 1), "n": len(rows)}
+
+
+# -------------------------------------------------------------------------------------------- training
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Learning rate at optimizer step ``step`` (0-based): linear warm-up, then cosine to ``lr*min_lr_ratio``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    decay_steps = max(cfg.steps - cfg.warmup_steps, 1)
+    progress = min((step - cfg.warmup_steps) / decay_steps, 1.0)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_sft(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[Mapping[str, Any]],
+    cfg: SFTConfig,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[tuple[int, float]]:
+    """Fine-tune ``model`` in place on ``rows`` (``problem`` + ``solution``); returns the loss curve.
+
+    Batches are drawn without replacement from seeded per-epoch permutations. The loss is the token mean of
+    the response NLL (Hugging Face's causal-LM loss with prompt labels ``-100``). The curve holds
+    ``(step, mean loss over the last log_every steps)``.
+    """
+    if not rows:
+        raise ValueError("no SFT rows")
+    examples = [encode_example(tokenizer, r["problem"], r["solution"], cfg.template) for r in rows]
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    model.train()
+    order: list[int] = []
+    curve: list[tuple[int, float]] = []
+    window: list[float] = []
+    bar = tqdm(range(cfg.steps), desc="sft", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        if len(order) < cfg.batch_size:
+            order += torch.randperm(len(examples), generator=generator).tolist()
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        batch = collate([examples[i] for i in idx], tokenizer.pad_token_id)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        window.append(float(loss))
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            mean = sum(window) / len(window)
+            curve.append((step + 1, mean))
+            window = []
+            bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr_at(step, cfg):.2e}")
+            logger.info("sft step %d/%d loss %.4f lr %.2e", step + 1, cfg.steps, mean, lr_at(step, cfg))
+    model.eval()
+    return curve
+
+
+# ------------------------------------------------------------------------------------------------ save
+def save_hf_folder(
+    out_dir: Path | str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, metrics: Mapping[str, Any]
+) -> Path:
+    """Write model (safetensors), tokenizer and ``sft_metrics.json`` to ``out_dir`` atomically.
+
+    Everything goes to a temporary sibling folder that then replaces ``out_dir`` (an older folder there is
+    removed first), so a killed job leaves either the old folder or none, never a partial one.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def prepare_tiny_base(
+    out_dir: Path | str,
+    sft_data: Path | str,
+    model_cfg: TinyModelConfig | None = None,
+    sft_cfg: SFTConfig | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    eval_data: Mapping[str, Path | str] | None = None,
+    progress: bool = True,
+) -> Path:
+    """Build the character tokenizer and tiny Llama, SFT it on ``sft_data``, save an HF folder at ``out_dir``.
+
+    ``sft_data`` is a JSON Lines file with ``problem`` and ``solution`` (the synthetic ``sft`` split);
+    ``eval_data`` maps names to JSON Lines files whose first ``sft_cfg.eval_rows`` rows are scored at the end
+    by :func:`teacher_forced_eval`. ``threads`` is passed to ``torch.set_num_threads`` (restored afterwards).
+    Same inputs and seed -> identical weights on CPU. Returns ``out_dir``.
+    """
+    model_cfg = model_cfg or TinyModelConfig()
+    sft_cfg = sft_cfg or SFTConfig()
+    rows = read_jsonl(sft_data, required=("problem", "solution"))
+    evals = {name: read_jsonl(path, required=("problem", "solution")) for name, path in (eval_data or {}).items()}
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        start = time.perf_counter()
+        tokenizer = build_char_tokenizer(model_max_length=model_cfg.max_position_embeddings)
+        model = build_tiny_model(model_cfg, tokenizer, seed=seed)
+        n_params = count_parameters(model)
+        logger.info("tiny model: %d parameters; SFT on %d rows from %s", n_params, len(rows), sft_data)
+        curve = train_sft(model, tokenizer, rows, sft_cfg, seed=seed, progress=progress)
+        train_time = time.perf_counter() - start
+        scores = {
+            name: teacher_forced_eval(model, tokenizer, ev[: sft_cfg.eval_rows], sft_cfg.template)
+            for name, ev in evals.items()
+        }
+        for name, score in scores.items():
+            logger.info("after SFT, %s: greedy exact %.3f, response NLL %.4f", name, score["greedy_exact"],
+                        score["response_nll"])  # fmt: skip
+        metrics = {
+            "seed": seed,
+            "threads": threads,
+            "model": model_cfg.to_dict(),
+            "sft": asdict(sft_cfg),
+            "num_parameters": n_params,
+            "num_rows": len(rows),
+            "mistake_fraction": sum(r.get("mistake") is not None for r in rows) / len(rows),
+            "train_seconds": round(train_time, 2),
+            "loss_curve": [[s, round(v, 5)] for s, v in curve],
+            "final_loss": round(curve[-1][1], 5),
+            "eval": scores,
+        }
+        return save_hf_folder(out_dir, model, tokenizer, metrics)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _config_from_pairs(cls: type, pairs: Sequence[str]) -> Any:
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise ValueError(f"expected KEY=VALUE, got {pair!r}")
+        try:
+            values[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[key] = raw
+    return cls(**values)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m acerl.models.sft --data data/sft.jsonl --out models/base/tiny [--eval name=path ...]``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", required=True, help="SFT JSON Lines (problem, solution)")
+    parser.add_argument("--out", required=True, help="output HF folder")
+    parser.add_argument("--eval", nargs="*", default=[], metavar="NAME=PATH", help="files scored after SFT")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", nargs="*", default=[], metavar="KEY=VALUE", help="TinyModelConfig fields")
+    parser.add_argument("--sft", nargs="*", default=[], metavar="KEY=VALUE", help="SFTConfig fields")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    evals = dict(item.split("=", 1) for item in args.eval)
+    prepare_tiny_base(
+        args.out,
+        args.data,
+        _config_from_pairs(TinyModelConfig, args.model),
+        _config_from_pairs(SFTConfig, args.sft),
+        seed=args.seed,
+        threads=args.threads,
+        eval_data=evals,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""The report: the paper's tables and figures from the pipeline's result files.
+
+Modules (import from them; this file imports nothing so that reading a schema does not load matplotlib):
+
+- :mod:`acerl.report.schema` — Pass@k and diagnostics file formats: builders, validators, loaders;
+- :mod:`acerl.report.aggregate` — seeds -> mean +- 95% CI, significance tests, ours vs paper;
+- :mod:`acerl.report.tables` — Tables 1-5 (+ significance, ours vs paper) in LaTeX and Markdown;
+- :mod:`acerl.report.figures` / :mod:`acerl.report.style` — Figures 1-4;
+- :mod:`acerl.report.paper` — the paper's published numbers (``results/paper/``);
+- :mod:`acerl.report.render` — :func:`~acerl.report.render.render_all` writes everything;
+- :mod:`acerl.report.cli` — ``python -m acerl.report``.
+"""

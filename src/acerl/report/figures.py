@@ -1,0 +1,325 @@
+"""The paper's figures, drawn from DataFrames with matplotlib's object API (no pyplot state, Agg/PDF canvases).
+
+- :func:`penalty_multiplier_figure` — Fig. 1 analogue: the negative-advantage multiplier ``1 + alpha * phi(c)``
+  against the confidence shift ``c`` for GRPO (``phi = 0``: flat 1), ACE-ReLU and ACE-Softplus (paper Eq. 4).
+- :func:`passk_curves_figure` — Fig. 2: Pass@k against k (log2 axis), one panel per model x benchmark, mean
+  line with its 95% CI band across seeds.
+- :func:`oef_figure` — Fig. 3: overconfident-error fraction and mean overconfidence magnitude over training
+  steps (mean over seeds with a 95% t band).
+- :func:`entropy_figure` — Fig. 4: token entropy over the first training steps.
+
+:func:`save_figure` writes a figure as PDF and PNG, each atomically.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
+
+from acerl.report.aggregate import AGG_COLUMNS, MissingData, require_columns, seed_summary
+from acerl.report.io import atomic_path
+from acerl.report.spec import DisplayNames
+from acerl.report.style import method_style, report_style
+
+__all__ = [
+    "save_figure",
+    "penalty_multiplier",
+    "penalty_multiplier_figure",
+    "passk_curves_figure",
+    "oef_figure",
+    "entropy_figure",
+]
+
+
+def save_figure(fig: Figure, path_stem: str | Path, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
+    """Save ``fig`` as ``<path_stem>.pdf`` and ``<path_stem>.png`` (each written to a temp file, then renamed).
+
+    Returns:
+        The written paths, in the order of ``formats``.
+    """
+    stem = Path(path_stem)
+    out = []
+    with report_style():
+        for fmt in formats:
+            path = stem.with_name(f"{stem.name}.{fmt}")
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=fmt, metadata=_metadata(fmt))
+            out.append(path)
+    return out
+
+
+def _metadata(fmt: str) -> dict[str, str | None]:
+    # Fixed metadata: no creation date, so the same figure gives the same PDF bytes (stable caches).
+    if fmt == "pdf":
+        return {"Creator": "acerl.report", "Producer": None, "CreationDate": None}
+    if fmt == "png":
+        return {"Software": "acerl.report"}
+    return {}
+
+
+# ------------------------------------------------------------------------------------------------- Fig 1
+def penalty_multiplier(c: np.ndarray, alpha: float, modulation: str) -> np.ndarray:
+    """``1 + alpha * phi(c)`` (paper Eq. 4, the factor on the negative advantage), ``c: (N,)``.
+
+    ``modulation``: ``"none"`` (GRPO: ``phi = 0``), ``"relu"`` or ``"softplus"`` (via ``torch.nn.functional``).
+    """
+    import torch  # lazy: only this figure needs torch
+    import torch.nn.functional as F  # noqa: N812
+
+    t = torch.as_tensor(np.asarray(c, dtype=np.float64))
+    if modulation == "none":
+        phi = torch.zeros_like(t)
+    elif modulation == "relu":
+        phi = F.relu(t)
+    elif modulation == "softplus":
+        phi = F.softplus(t)
+    else:
+        raise ValueError(f"unknown modulation {modulation!r}; valid: none, relu, softplus")
+    return (1.0 + alpha * phi).numpy()
+
+
+def penalty_multiplier_figure(
+    alpha: float = 1.0, c_range: tuple[float, float] = (-4.0, 4.0), names: DisplayNames | None = None
+) -> Figure:
+    """Fig. 1 analogue: how strongly each error is penalised relative to GRPO as a function of its confidence
+    shift ``c_i = log pi_theta(y_i|x) / pi_ref(y_i|x)``; marks the paper's worked examples ``c = -3, 0, 2``."""
+    names = names or DisplayNames()
+    c = np.linspace(c_range[0], c_range[1], 801)
+    curves = [
+        ("grpo", names.method("grpo") if "grpo" in names.methods else "GRPO", "none"),
+        ("ace_grpo_relu", "ACE-ReLU", "relu"),
+        ("ace_grpo", "ACE-Softplus", "softplus"),
+    ]
+    with report_style():
+        fig = Figure(figsize=(5.0, 3.1), layout="constrained")
+        ax = fig.add_subplot()
+        ax.axvspan(c_range[0], 0.0, color="#f2f2f2", lw=0, zorder=0)
+        ax.axvspan(0.0, c_range[1], color="#fdecea", lw=0, zorder=0)
+        ax.axvline(0.0, color="#999999", lw=0.8, zorder=1)
+        for method, label, mod in curves:
+            st = method_style(method)
+            ax.plot(
+                c,
+                penalty_multiplier(c, alpha, mod),
+                color=st.color,
+                linestyle=st.linestyle,
+                lw=2.0,
+                label=label,
+            )
+        pts = np.array([-3.0, 0.0, 2.0])
+        vals = penalty_multiplier(pts, alpha, "softplus")
+        ax.scatter(pts, vals, color=method_style("ace_grpo").color, s=18, zorder=5)
+        for x, y in zip(pts, vals, strict=True):
+            ax.annotate(
+                f"{y:.2f}", (x, y), textcoords="offset points", xytext=(-4, 7), ha="right", fontsize=7.5
+            )
+        ymax = float(penalty_multiplier(np.array([c_range[1]]), alpha, "softplus")[0])
+        ax.set_xlim(*c_range)
+        ax.set_ylim(0.0, ymax * 1.08)
+        region = {"va": "top", "fontsize": 7.5}
+        ax.text(
+            c_range[0] + 0.15,
+            ymax,
+            "self-correcting /\nexploratory ($c_i \\leq 0$)",
+            color="#555555",
+            **region,
+        )
+        ax.text(0.15, ymax, "overconfident\n($c_i > 0$)", color="#a50f15", **region)
+        ax.set_xlabel(r"confidence shift $c_i = \log\,\pi_\theta(y_i|x) - \log\,\pi_{\mathrm{ref}}(y_i|x)$")
+        ax.set_ylabel(r"penalty multiplier $|A_i^-| \,/\, |\hat{A}_i^-|$")
+        ax.set_title(rf"Penalty on incorrect rollouts ($\alpha$ = {alpha:g})")
+        ax.legend(loc="center left", bbox_to_anchor=(0.0, 0.42))
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------- Fig 2
+def _log2_k_axis(ax: Axes, ks: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(list(ks)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(round(v))}"))
+    ax.set_xlim(min(ks) / 1.15, max(ks) * 1.15)
+
+
+def _band(ax: Axes, x: np.ndarray, mean: np.ndarray, ci: np.ndarray, color: str) -> None:
+    ok = np.isfinite(ci)
+    if ok.any():
+        ax.fill_between(x[ok], (mean - ci)[ok], (mean + ci)[ok], color=color, alpha=0.18, lw=0, zorder=1)
+
+
+def _legend_below(fig: Figure, axes: Sequence[Axes], ncol: int) -> None:
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, max(1, len(labels))))
+
+
+def passk_curves_figure(
+    agg: pd.DataFrame,
+    *,
+    names: DisplayNames,
+    models: Sequence[str],
+    benchmarks: Sequence[str],
+    methods: Sequence[str],
+    scale: float = 100.0,
+) -> Figure:
+    """Fig. 2: Pass@k (%) vs k, rows = models, columns = benchmarks; bands = 95% CI across seeds.
+
+    Raises:
+        MissingData: no (model, benchmark) panel has data.
+    """
+    require_columns(agg, AGG_COLUMNS, "aggregated results")
+    panels = [
+        (m, b)
+        for m in models
+        for b in benchmarks
+        if not agg[(agg["model"] == m) & (agg["benchmark"] == b) & agg["method"].isin(methods)].empty
+    ]
+    if not panels:
+        raise MissingData("no Pass@k results for the Pass@k curves")
+    rows_m = [m for m in models if any(p[0] == m for p in panels)]
+    cols_b = [b for b in benchmarks if any(p[1] == b for p in panels)]
+    with report_style():
+        fig = Figure(figsize=(3.2 * len(cols_b) + 0.4, 2.5 * len(rows_m) + 0.5), layout="constrained")
+        axes = fig.subplots(len(rows_m), len(cols_b), squeeze=False)
+        for i, model in enumerate(rows_m):
+            for j, bench in enumerate(cols_b):
+                ax = axes[i][j]
+                sub = agg[(agg["model"] == model) & (agg["benchmark"] == bench)]
+                if sub.empty:
+                    ax.set_axis_off()
+                    continue
+                ks = sorted(int(k) for k in sub["k"].unique())
+                for method in methods:
+                    d = sub[sub["method"] == method].sort_values("k")
+                    if d.empty:
+                        continue
+                    x = d["k"].to_numpy(dtype=float)
+                    y = d["mean"].to_numpy(dtype=float) * scale
+                    st = method_style(method)
+                    ax.plot(
+                        x,
+                        y,
+                        label=names.method(method) if method != "base" else "Base model",
+                        **st.line_kwargs(),
+                    )
+                    _band(ax, x, y, d["ci95"].to_numpy(dtype=float) * scale, st.color)
+                _log2_k_axis(ax, ks)
+                ax.set_title(f"{names.model(model)} · {names.benchmark(bench)}")
+                if i == len(rows_m) - 1:
+                    ax.set_xlabel("$k$ (samples)")
+                if j == 0:
+                    ax.set_ylabel("Pass@$k$ (%)")
+        _legend_below(fig, [a for row in axes for a in row], ncol=len(methods))
+    return fig
+
+
+# -------------------------------------------------------------------------------------------- Fig 3 / 4
+def _step_lines(
+    ax: Axes, df: pd.DataFrame, value: str, methods: Sequence[str], names: DisplayNames, scale: float = 1.0
+) -> bool:
+    drawn = False
+    for method in methods:
+        d = df[(df["method"] == method)].dropna(subset=[value])
+        if d.empty:
+            continue
+        s = seed_summary(d, ["step"], value).sort_values("step")
+        x = s["step"].to_numpy(dtype=float)
+        y = s["mean"].to_numpy(dtype=float) * scale
+        st = method_style(method)
+        kw = st.line_kwargs()
+        kw["markersize"] = 3.0 if len(x) <= 30 else 0.0
+        ax.plot(x, y, label=names.method(method), **kw)
+        _band(ax, x, y, s["ci95"].to_numpy(dtype=float) * scale, st.color)
+        drawn = True
+    return drawn
+
+
+def _models_with(df: pd.DataFrame, models: Sequence[str] | None, methods: Sequence[str]) -> list[str]:
+    present = df[df["method"].isin(methods)]["model"].unique().tolist()
+    order = list(models) if models is not None else sorted(present)
+    return [m for m in order if m in present]
+
+
+def oef_figure(
+    records: pd.DataFrame,
+    *,
+    names: DisplayNames,
+    methods: Sequence[str] = ("grpo", "ace_grpo"),
+    models: Sequence[str] | None = None,
+) -> Figure:
+    """Fig. 3: OEF (%) and mean overconfidence magnitude over training steps; one row per model.
+
+    ``records``: :data:`acerl.report.schema.DIAG_COLUMNS`. Bands: 95% t CI across seeds (none for one seed).
+
+    Raises:
+        MissingData: no diagnostics for ``methods``.
+    """
+    rows_m = _models_with(records, models, methods)
+    if not rows_m:
+        raise MissingData(f"no diagnostics records for methods {list(methods)}")
+    with report_style():
+        fig = Figure(figsize=(7.0, 2.4 * len(rows_m) + 0.5), layout="constrained")
+        axes = fig.subplots(len(rows_m), 2, squeeze=False)
+        for i, model in enumerate(rows_m):
+            d = records[records["model"] == model]
+            ax_f, ax_m = axes[i]
+            _step_lines(ax_f, d, "oef", methods, names, scale=100.0)
+            _step_lines(ax_m, d, "overconf_magnitude", methods, names)
+            ax_f.set_ylabel("overconfident-error\nfraction (OEF)")
+            ax_f.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+            ax_m.set_ylabel("mean overconfidence\n" + r"$\mathbb{E}[c_i \mid c_i > 0,\, r_i = 0]$")
+            for ax in (ax_f, ax_m):
+                ax.set_title(names.model(model))
+            for ax in (ax_f, ax_m):
+                ax.set_ylim(bottom=0)
+                if i == len(rows_m) - 1:
+                    ax.set_xlabel("training step")
+        _legend_below(fig, [a for row in axes for a in row], ncol=len(methods))
+    return fig
+
+
+def entropy_figure(
+    entropy: pd.DataFrame,
+    *,
+    names: DisplayNames,
+    methods: Sequence[str] = ("grpo", "ace_grpo"),
+    models: Sequence[str] | None = None,
+    max_step: int = 20,
+) -> Figure:
+    """Fig. 4: mean token entropy over training steps ``0..max_step``; one panel per model.
+
+    ``entropy``: :data:`acerl.report.schema.ENTROPY_COLUMNS`.
+
+    Raises:
+        MissingData: no entropy values for ``methods`` up to ``max_step``.
+    """
+    early = entropy[entropy["step"] <= max_step]
+    cols_m = _models_with(early, models, methods)
+    if not cols_m:
+        raise MissingData(f"no early-entropy values for methods {list(methods)}")
+    with report_style():
+        fig = Figure(figsize=(3.3 * len(cols_m) + 0.3, 2.7), layout="constrained")
+        axes = fig.subplots(1, len(cols_m), squeeze=False)[0]
+        for ax, model in zip(axes, cols_m, strict=True):
+            _step_lines(ax, early[early["model"] == model], "entropy", methods, names)
+            ax.set_title(names.model(model))
+            ax.set_xlabel("training step")
+            ax.set_xlim(0, max_step if max_step > 0 else 1)
+            ax.set_ylim(bottom=0)
+            ax.xaxis.set_major_locator(
+                FixedLocator(list(range(0, max_step + 1, max(1, math.ceil(max_step / 5)))))
+            )
+        axes[0].set_ylabel("token entropy (nats)")
+        _legend_below(fig, list(axes), ncol=len(methods))
+    return fig

@@ -1,0 +1,284 @@
+"""Write every table (.tex + .md) and figure (.pdf + .png) of the report into one folder.
+
+:func:`render_all` works on DataFrames; :func:`render_from_files` and :func:`render_paper` are the thin
+file-reading wrappers. Output layout::
+
+    <out>/tables/passk_<benchmark>.{tex,md}          Tables 1/2
+    <out>/tables/significance_<benchmark>.{tex,md}   ACE vs baseline, Welch p-values
+    <out>/tables/significance_<benchmark>_paired.{tex,md}   paired p-values (only with matched seeds)
+    <out>/tables/alpha_sensitivity.{tex,md}          Table 3
+    <out>/tables/ablation_modulation.{tex,md}        Table 4
+    <out>/tables/hyperparameters.{tex,md}            Table 5
+    <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
+    <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
+    <out>/figures/passk_curves.{pdf,png}             Fig. 2
+    <out>/figures/oef_dynamics.{pdf,png}             Fig. 3
+    <out>/figures/entropy_early.{pdf,png}            Fig. 4
+    <out>/report.md                                  every Markdown table and PNG on one page
+
+A piece whose data is absent (no alpha sweep, no diagnostics, ...) is skipped with a log message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from acerl.report import figures, tables
+from acerl.report.aggregate import (
+    MissingData,
+    aggregate_seeds,
+    ours_vs_paper,
+    significance,
+    significance_from_summary,
+)
+from acerl.report.io import atomic_write_text
+from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
+from acerl.report.schema import Diagnostics, load_diagnostics, load_passk_records
+from acerl.report.spec import ReportSpec
+
+__all__ = ["write_table", "render_all", "render_from_files", "render_paper"]
+
+log = logging.getLogger(__name__)
+
+
+def write_table(table: tables.Table, directory: str | Path) -> list[Path]:
+    """Write ``<directory>/<table.name>.tex`` and ``.md`` atomically; returns both paths."""
+    d = Path(directory)
+    return [
+        atomic_write_text(d / f"{table.name}.tex", tables.to_latex(table)),
+        atomic_write_text(d / f"{table.name}.md", tables.to_markdown(table)),
+    ]
+
+
+def _order(found: Iterable[str], wanted: tuple[str, ...] | None) -> list[str]:
+    found = list(dict.fromkeys(found))
+    if wanted is None:
+        return sorted(found)
+    return [x for x in wanted if x in found]
+
+
+class _Writer:
+    """Collects written paths and Markdown sections; turns MissingData into a logged skip."""
+
+    def __init__(self, out: Path, formats: tuple[str, ...]) -> None:
+        self.formats = formats
+        self.tables = out / "tables"
+        self.figures = out / "figures"
+        self.written: list[Path] = []
+        self.sections: list[str] = []
+        self.out = out
+
+    def table(self, what: str, build: Callable[[], tables.Table]) -> None:
+        try:
+            table = build()
+        except MissingData as e:
+            log.info("skipping %s: %s", what, e)
+            return
+        self.written += write_table(table, self.tables)
+        self.sections.append(tables.to_markdown(table))
+
+    def figure(self, what: str, stem: str, build: Callable[[], Figure]) -> None:
+        try:
+            fig = build()
+        except MissingData as e:
+            log.info("skipping %s: %s", what, e)
+            return
+        paths = figures.save_figure(fig, self.figures / stem, self.formats)
+        self.written += paths
+        png = [p for p in paths if p.suffix == ".png"]
+        if png:
+            self.sections.append(f"**{what}**\n\n![{what}]({png[0].relative_to(self.out).as_posix()})\n")
+
+
+def render_all(
+    out_dir: str | Path,
+    *,
+    spec: ReportSpec,
+    runs: pd.DataFrame | None = None,
+    agg: pd.DataFrame | None = None,
+    paper: pd.DataFrame | None = None,
+    diagnostics: Diagnostics | None = None,
+    hyperparameters: Mapping[str, Mapping[str, Any]] | None = None,
+    title: str = "Results",
+    formats: Sequence[str] = ("pdf", "png"),
+) -> list[Path]:
+    """Write every table and figure the data allows into ``out_dir``.
+
+    Args:
+        out_dir: output folder (``tables/``, ``figures/`` and ``report.md`` are written inside).
+        spec: layout and display names (:class:`acerl.report.spec.ReportSpec`).
+        runs: per-run Pass@k (:data:`acerl.report.schema.RUN_COLUMNS`); aggregated across seeds here and used
+            for the significance tests (Welch, plus paired when seeds match).
+        agg: already aggregated results (:data:`acerl.report.aggregate.AGG_COLUMNS`), used when ``runs`` is
+            ``None`` (e.g. the paper's numbers); significance then uses Welch from the summaries.
+        paper: the published numbers (:func:`acerl.report.paper.load_paper_results`) for the ours-vs-paper table.
+        diagnostics: OEF / entropy DataFrames (:func:`acerl.report.schema.load_diagnostics`).
+        hyperparameters: ``{model: {hyperparameter: value}}`` for Table 5.
+        title: heading of ``report.md``.
+        formats: figure formats (``report.md`` embeds the PNG when ``"png"`` is among them).
+
+    Returns:
+        Every file written (tables, figures, ``report.md``).
+    """
+    out = Path(out_dir)
+    w = _Writer(out, tuple(formats))
+    names = spec.names
+    if runs is not None:
+        agg = aggregate_seeds(runs)
+    if agg is not None and not agg.empty:
+        models = _order(agg["model"], spec.models)
+        benchmarks = _order(agg["benchmark"], spec.benchmarks)
+        sig = (
+            significance(runs, spec.comparisons)
+            if runs is not None
+            else significance_from_summary(agg, spec.comparisons)
+        )
+        for bench in benchmarks:
+            with_ci = bench not in spec.no_ci_benchmarks
+            w.table(
+                f"Pass@k table ({bench})",
+                lambda b=bench, ci=with_ci: tables.passk_table(
+                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=ci
+                ),
+            )
+            w.table(
+                f"significance table ({bench})",
+                lambda b=bench: tables.significance_table(
+                    sig, b, names=names, models=models, comparisons=spec.comparisons, ks=spec.ks
+                ),
+            )
+            if sig["p_paired"].notna().any():
+                w.table(
+                    f"paired significance table ({bench})",
+                    lambda b=bench: tables.significance_table(
+                        sig,
+                        b,
+                        names=names,
+                        models=models,
+                        comparisons=spec.comparisons,
+                        ks=spec.ks,
+                        pvalue="p_paired",
+                    ),
+                )
+        if spec.alpha_sweep is not None:
+            a = spec.alpha_sweep
+            w.table(
+                "alpha sensitivity (Table 3)",
+                lambda: tables.alpha_table(
+                    agg, model=a.model, benchmark=a.benchmark, alpha_methods=a.methods, names=names,
+                    default_alpha=a.default_alpha, zero_label=a.zero_label, ks=a.ks,
+                ),
+            )  # fmt: skip
+        else:
+            log.info("skipping alpha sensitivity (Table 3): no alpha sweep in the report spec")
+        if spec.ablation is not None:
+            ab = spec.ablation
+            w.table(
+                "modulation ablation (Table 4)",
+                lambda: tables.ablation_table(
+                    agg, model=ab.model, benchmark=ab.benchmark, methods=ab.methods, names=names, ks=spec.ks,
+                    alpha=spec.penalty_alpha,
+                ),
+            )  # fmt: skip
+        else:
+            log.info("skipping modulation ablation (Table 4): no ablation in the report spec")
+        if paper is not None:
+            w.table(
+                "ours vs paper",
+                lambda: tables.ours_vs_paper_table(ours_vs_paper(agg, paper), names=names, models=models),
+            )
+        w.figure(
+            "Pass@k curves",
+            "passk_curves",
+            lambda: figures.passk_curves_figure(
+                agg, names=names, models=models, benchmarks=benchmarks, methods=spec.main_methods
+            ),
+        )
+    else:
+        log.info("skipping Pass@k tables and curves: no Pass@k results")
+    if hyperparameters:
+        w.table(
+            "hyperparameters (Table 5)", lambda: tables.hyperparameter_table(hyperparameters, names=names)
+        )
+    else:
+        log.info("skipping hyperparameters (Table 5): none given")
+    w.figure(
+        "Penalty multiplier",
+        "penalty_multiplier",
+        lambda: figures.penalty_multiplier_figure(spec.penalty_alpha, names=names),
+    )
+    if diagnostics is not None:
+        w.figure(
+            "Overconfident-error dynamics",
+            "oef_dynamics",
+            lambda: figures.oef_figure(
+                diagnostics.records, names=names, methods=spec.diagnostic_methods, models=spec.models
+            ),
+        )
+        w.figure(
+            "Early entropy",
+            "entropy_early",
+            lambda: figures.entropy_figure(
+                diagnostics.entropy_early,
+                names=names,
+                methods=spec.diagnostic_methods,
+                models=spec.models,
+                max_step=spec.entropy_steps,
+            ),
+        )
+    else:
+        log.info("skipping OEF and entropy figures: no diagnostics")
+    index = out / "report.md"
+    w.written.append(atomic_write_text(index, f"# {title}\n\n" + "\n".join(s + "\n" for s in w.sections)))
+    log.info("report: wrote %d files under %s", len(w.written), out)
+    return w.written
+
+
+def render_from_files(
+    out_dir: str | Path,
+    *,
+    spec: ReportSpec,
+    passk_paths: Iterable[str | Path] = (),
+    diagnostics_paths: Iterable[str | Path] = (),
+    hyperparameters: Mapping[str, Mapping[str, Any]] | None = None,
+    compare_to_paper: bool = True,
+    title: str = "Results",
+    formats: Sequence[str] = ("pdf", "png"),
+) -> list[Path]:
+    """Read Pass@k and diagnostics files (:mod:`acerl.report.schema`) and call :func:`render_all`."""
+    passk_paths, diagnostics_paths = list(passk_paths), list(diagnostics_paths)
+    runs = load_passk_records(passk_paths) if passk_paths else None
+    diag = load_diagnostics(diagnostics_paths) if diagnostics_paths else None
+    paper = None
+    if compare_to_paper:
+        try:
+            paper = load_paper_results()
+        except FileNotFoundError as e:
+            log.info("no ours-vs-paper table: %s", e)
+    return render_all(
+        out_dir,
+        spec=spec,
+        runs=runs,
+        paper=paper,
+        diagnostics=diag,
+        hyperparameters=hyperparameters,
+        title=title,
+    )
+
+
+def render_paper(out_dir: str | Path, directory: str | Path | None = None) -> list[Path]:
+    """Regenerate the paper's Tables 1-5 (and the Pass@k curves and Fig. 1 analogue) from ``results/paper/``."""
+    agg = load_paper_results(directory)
+    return render_all(
+        out_dir,
+        spec=paper_spec(directory),
+        agg=agg,
+        hyperparameters=load_paper_hyperparameters(directory),
+        title="The paper's published numbers (results/paper)",
+    )

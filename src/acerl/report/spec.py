@@ -1,0 +1,114 @@
+"""What a report contains: display names and which models, methods and comparisons go into which table.
+
+The config layer (or :data:`acerl.report.paper.PAPER_SPEC` for the published numbers) fills a
+:class:`ReportSpec`; the table and figure builders read nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = [
+    "DisplayNames",
+    "AlphaSweepSpec",
+    "AblationSpec",
+    "ReportSpec",
+    "DEFAULT_MAIN_METHODS",
+    "DEFAULT_COMPARISONS",
+]
+
+DEFAULT_MAIN_METHODS = ("base", "grpo", "dapo", "ace_grpo", "ace_dapo")
+"""Row order of the main Pass@k tables within each model group (paper Tables 1-2)."""
+
+DEFAULT_COMPARISONS: Mapping[str, str] = MappingProxyType({"ace_grpo": "grpo", "ace_dapo": "dapo"})
+"""ACE method -> the baseline it is tested against."""
+
+
+def _frozen(m: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(m or {}))
+
+
+@dataclass(frozen=True)
+class DisplayNames:
+    """Key -> display name (e.g. ``"ace_grpo" -> "ACE-GRPO"``); an unknown key is shown as itself."""
+
+    models: Mapping[str, str] = field(default_factory=dict)
+    methods: Mapping[str, str] = field(default_factory=dict)
+    benchmarks: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("models", "methods", "benchmarks"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    def model(self, key: str) -> str:
+        return self.models.get(key, key)
+
+    def method(self, key: str) -> str:
+        return self.methods.get(key, key)
+
+    def benchmark(self, key: str) -> str:
+        return self.benchmarks.get(key, key)
+
+
+@dataclass(frozen=True)
+class AlphaSweepSpec:
+    """Table 3: Pass@k of ``model`` on ``benchmark`` for each method key of ``methods`` (key -> its alpha)."""
+
+    model: str
+    benchmark: str
+    methods: Mapping[str, float]
+    default_alpha: float = 1.0
+    zero_label: str | None = "GRPO"  # alpha = 0 is standard GRPO: "0.0 (GRPO)"
+    ks: tuple[int, ...] = (1, 32)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "methods", MappingProxyType({k: float(v) for k, v in self.methods.items()}))
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """Table 4: the modulation ablation, rows = ``methods`` (key -> row label) of ``model`` on ``benchmark``."""
+
+    model: str
+    benchmark: str
+    methods: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "methods", _frozen(self.methods))
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """Everything the report needs besides the data.
+
+    Attributes:
+        names: display names.
+        models: model order (``None``: sorted keys found in the results).
+        benchmarks: benchmark order (``None``: sorted keys found).
+        main_methods: row order inside each model group of the Pass@k tables (absent ones are skipped).
+        comparisons: ``{ace_method: baseline}`` for the significance tables.
+        no_ci_benchmarks: benchmarks whose Pass@k table shows point estimates only (paper Table 2: AIME).
+        ks: the k columns (``None``: every k found).
+        alpha_sweep, ablation: Tables 3 and 4 (``None``: skipped).
+        diagnostic_methods: methods compared in the OEF / entropy figures (paper: GRPO vs ACE-GRPO).
+        entropy_steps: last training step shown in the early-entropy figure (paper: 20).
+        penalty_alpha: alpha of the penalty-multiplier figure (paper default 1.0).
+    """
+
+    names: DisplayNames = field(default_factory=DisplayNames)
+    models: tuple[str, ...] | None = None
+    benchmarks: tuple[str, ...] | None = None
+    main_methods: tuple[str, ...] = DEFAULT_MAIN_METHODS
+    comparisons: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_COMPARISONS))
+    no_ci_benchmarks: tuple[str, ...] = ()
+    ks: tuple[int, ...] | None = None
+    alpha_sweep: AlphaSweepSpec | None = None
+    ablation: AblationSpec | None = None
+    diagnostic_methods: tuple[str, ...] = ("grpo", "ace_grpo")
+    entropy_steps: int = 20
+    penalty_alpha: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "comparisons", _frozen(self.comparisons))

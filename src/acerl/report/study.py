@@ -1,0 +1,154 @@
+"""The report of a configured study: which files to read and how to lay the tables out, from the config.
+
+``acerl report <config> --root <dir>`` calls :func:`report_study`, which reads every Pass@k and diagnostics
+file the study produced (``acerl.paths``) and writes ``<root>/results/{tables,figures}/`` and
+``<root>/results/report.md`` with :func:`acerl.report.render.render_from_files`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from acerl import paths
+from acerl.config import BASE_METHOD, Config, alpha_variant_key
+from acerl.report.paper import PAPER_NAMES
+from acerl.report.render import render_from_files
+from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
+
+__all__ = ["report_spec", "hyperparameters_from_config", "report_study"]
+
+log = logging.getLogger(__name__)
+
+_NO_THINKING_TEMPLATES = {"qwen3_boxed_nothink"}
+
+
+def _baseline_of(cfg: Config, method: str, candidates: list[str]) -> str | None:
+    """The GRPO-estimator method of the same family as ACE method ``method`` (ACE-GRPO -> GRPO)."""
+    fam = cfg.method(method).family
+    for other in candidates:
+        m = cfg.method(other)
+        if other != method and m.family == fam and m.estimator.name == "grpo":
+            return other
+    return None
+
+
+def _ablation_label(cfg: Config, method: str) -> str:
+    est = cfg.method(method).estimator
+    if est.name == "grpo":
+        return f"{cfg.method(method).display} (baseline)"
+    label = "ACE-Softplus" if est.modulation == "softplus" else "ACE-ReLU"
+    return label + (" (ours)" if est.modulation == "softplus" else "")
+
+
+def report_spec(cfg: Config) -> ReportSpec:
+    """Report layout of a study: display names from the config, the main grid, Tables 3-4 when configured.
+
+    ACE methods of the main grid are tested against the GRPO-estimator method of the same algorithm family.
+    """
+    main = cfg.study.main
+    names = DisplayNames(
+        models={k: m.display for k, m in cfg.models.items()},
+        methods={BASE_METHOD: "Base", **{k: m.display for k, m in cfg.resolved_methods.items()}},
+        benchmarks={b: PAPER_NAMES.benchmark(b) for b in cfg.evaluation.benchmarks},
+    )
+    comparisons = {}
+    for method in main.methods:
+        if cfg.method(method).estimator.name == "ace":
+            base = _baseline_of(cfg, method, list(main.methods))
+            if base is not None:
+                comparisons[method] = base
+    first_bench = cfg.evaluation.benchmarks[0]
+    alpha = None
+    if cfg.study.alpha_sweep is not None:
+        s = cfg.study.alpha_sweep
+        default = cfg.methods[s.method].estimator.alpha
+        alpha = AlphaSweepSpec(
+            model=s.model,
+            benchmark=first_bench,
+            methods={alpha_variant_key(s.method, a, default): float(a) for a in s.alphas},
+            default_alpha=default,
+        )
+    ablation = None
+    if cfg.study.ablation is not None:
+        ab = cfg.study.ablation
+        ablation = AblationSpec(
+            model=ab.model, benchmark=first_bench, methods={m: _ablation_label(cfg, m) for m in ab.methods}
+        )
+    ace_alphas = [
+        cfg.method(m).estimator.alpha for m in main.methods if cfg.method(m).estimator.name == "ace"
+    ]
+    diag = cfg.study.diagnostics
+    return ReportSpec(
+        names=names,
+        models=tuple(main.models),
+        benchmarks=tuple(cfg.evaluation.benchmarks),
+        main_methods=((BASE_METHOD,) if main.include_base else ()) + tuple(main.methods),
+        comparisons=comparisons,
+        ks=tuple(cfg.evaluation.ks),
+        alpha_sweep=alpha,
+        ablation=ablation,
+        diagnostic_methods=tuple(diag.methods) if diag else ("grpo", "ace_grpo"),
+        entropy_steps=diag.early_steps if diag else 20,
+        penalty_alpha=ace_alphas[0] if ace_alphas else 1.0,
+    )
+
+
+def hyperparameters_from_config(cfg: Config) -> dict[str, dict[str, Any]]:
+    """Paper Table 5 from the config: ``{model: {row label: value}}`` for the main grid's models.
+
+    The verl backend counts epochs (``total_epochs``); the local backend counts optimizer steps.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for key in cfg.study.main.models:
+        model = cfg.models[key]
+        t = model.train
+        budget = (
+            ("Total epochs", t.total_epochs)
+            if cfg.compute.backend == "verl"
+            else ("Training steps", t.total_steps)
+        )
+        out[key] = {
+            budget[0]: budget[1],
+            "Training batch size": t.prompts_per_step,
+            "Mini-batch size": t.mini_batch_size,
+            "Micro-batch size per GPU": t.micro_batch_size_per_gpu,
+            "Learning rate": t.lr,
+            "Optimizer": "AdamW",
+            "Temperature": t.temperature,
+            "Max prompt length": t.max_prompt_length,
+            "Max response length": t.max_response_length,
+            "Rollout samples per prompt": t.group_size,
+            "Validation samples": t.val_samples,
+            "GPU memory utilization": t.gpu_memory_utilization,
+            "KL coefficient $\\beta$": t.kl_coef,
+            "Enable thinking (Qwen3)": False if model.template in _NO_THINKING_TEMPLATES else None,
+        }
+    return out
+
+
+def report_study(cfg: Config, root: str | Path) -> list[Path]:
+    """Write the study's tables and figures under ``<root>/results`` from the result files present.
+
+    Runs whose files are missing are left out with a warning (the Snakemake rule only starts once all exist).
+    """
+    runs = cfg.base_runs() + cfg.runs()
+    wanted = [paths.passk_file(root, b, r) for b in cfg.evaluation.benchmarks for r in runs]
+    diag_wanted = [paths.diagnostics_file(root, r) for r in cfg.diagnostic_runs()]
+    passk_files = [p for p in wanted if p.is_file()]
+    diag_files = [p for p in diag_wanted if p.is_file()]
+    for kind, have, want in (("Pass@k", passk_files, wanted), ("diagnostics", diag_files, diag_wanted)):
+        if len(have) < len(want):
+            missing = [str(p) for p in want if not p.is_file()]
+            log.warning("%d of %d %s files missing, e.g. %s", len(missing), len(want), kind, missing[0])
+    return render_from_files(
+        paths.results_dir(root),
+        spec=report_spec(cfg),
+        passk_paths=passk_files,
+        diagnostics_paths=diag_files,
+        hyperparameters=hyperparameters_from_config(cfg),
+        compare_to_paper=cfg.report.compare_to_paper,
+        title=f"Results: {cfg.name}",
+        formats=tuple(cfg.report.formats),
+    )

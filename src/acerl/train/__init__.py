@@ -1,0 +1,16 @@
+"""The local trainer (single process, CPU or one GPU): Algorithm 1 of the paper in one small loop.
+
+Entry point :func:`train_run`; ``python -m acerl.train`` for manual use. See docs/training.md.
+"""
+
+from acerl.train.loop import TrainSetup, resolve_setup, train_run, train_step
+from acerl.train.signals import PREEMPTED_EXIT_CODE, TrainingPreempted
+
+__all__ = [
+    "PREEMPTED_EXIT_CODE",
+    "TrainSetup",
+    "TrainingPreempted",
+    "resolve_setup",
+    "train_run",
+    "train_step",
+]

@@ -1,0 +1,246 @@
+"""Resumable trainer checkpoints and HF policy folders, all written atomically.
+
+Layout under ``paths.checkpoints_dir(root, run)``::
+
+    step_000010/
+        model.safetensors      policy weights (safetensors; tied weights stored once)
+        ref.safetensors        reference weights (only with an EMA reference)
+        optimizer.pt           AdamW state_dict
+        trainer_state.pt       step, scheduler state, data position, RNG states (python, numpy, torch,
+                               the sampling generator) and the run spec
+    step_000020/ ...
+    latest                     text: the name of the newest complete checkpoint folder
+
+A checkpoint folder is written under a temporary name (``.tmp-...``) and renamed once complete, then ``latest``
+is replaced atomically; only then are checkpoints beyond ``keep_checkpoints`` deleted. A killed job therefore
+leaves either the previous state or the new one, plus possibly a ``.tmp-*`` folder that is ignored (and
+removed on the next start). ``*.pt`` files hold only tensors and plain Python values and are read with
+``torch.load(weights_only=True)``: no arbitrary pickles.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "LATEST_FILE",
+    "TMP_PREFIX",
+    "atomic_dir",
+    "checkpoint_name",
+    "find_latest",
+    "get_rng_states",
+    "list_checkpoints",
+    "load_checkpoint",
+    "remove_stale_temps",
+    "save_checkpoint",
+    "save_hf_folder",
+    "set_rng_states",
+    "write_text_atomic",
+]
+
+LATEST_FILE = "latest"
+TMP_PREFIX = ".tmp-"
+MODEL_FILE = "model.safetensors"
+REF_FILE = "ref.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "trainer_state.pt"
+_NAME = re.compile(r"^step_(\d{6,})$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``final``; on normal exit it replaces ``final`` in one rename.
+
+    Files inside are fsync'd before the rename. On an exception the temporary folder is removed and
+    ``final`` is left untouched. An existing ``final`` is moved aside first and deleted after the rename.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                _fsync_path(f)
+        old = None
+        if final.exists():
+            old = final.parent / f"{TMP_PREFIX}{final.name}.old-{os.getpid()}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        _fsync_path(final.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_hf_folder(out_dir: Path, model: torch.nn.Module, tokenizer: Any) -> Path:
+    """Save ``model`` (safetensors) and ``tokenizer`` as a loadable HF folder, atomically."""
+    with atomic_dir(Path(out_dir)) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return Path(out_dir)
+
+
+def remove_stale_temps(folder: Path) -> None:
+    """Delete leftovers (``.tmp-*``) of writes killed half-way in ``folder``."""
+    if not folder.is_dir():
+        return
+    for p in folder.glob(f"{TMP_PREFIX}*"):
+        logger.info("removing leftover temporary %s", p)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------------ RNG
+def get_rng_states(generator: torch.Generator) -> dict[str, Any]:
+    """Every random state the trainer could touch, as tensors and plain values (``weights_only``-safe)."""
+    version, mt, gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
+    states: dict[str, Any] = {
+        "python": [version, list(mt), gauss],
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+        "sampling": generator.get_state(),
+    }
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any], generator: torch.Generator) -> None:
+    """Restore what :func:`get_rng_states` returned."""
+    version, mt, gauss = states["python"]
+    random.setstate((version, tuple(mt), gauss))
+    n = states["numpy"]
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
+    torch.set_rng_state(states["torch"])
+    generator.set_state(states["sampling"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+def list_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoint folders in ``ckpt_dir`` as ``(step, path)``, oldest first (temps ignored)."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = []
+    for p in ckpt_dir.iterdir():
+        m = _NAME.match(p.name)
+        if m and p.is_dir() and (p / STATE_FILE).is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def find_latest(ckpt_dir: Path) -> Path | None:
+    """The checkpoint ``latest`` names; if the pointer is missing or stale, the newest complete folder."""
+    pointer = ckpt_dir / LATEST_FILE
+    if pointer.is_file():
+        target = ckpt_dir / pointer.read_text(encoding="utf-8").strip()
+        if _NAME.match(target.name) and (target / STATE_FILE).is_file():
+            return target
+        logger.warning("%s points to a missing checkpoint %s; scanning the folder", pointer, target.name)
+    found = list_checkpoints(ckpt_dir)
+    return found[-1][1] if found else None
+
+
+def save_checkpoint(
+    ckpt_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    keep: int,
+    ref_model: torch.nn.Module | None = None,
+) -> Path:
+    """Write checkpoint ``step`` atomically, point ``latest`` at it, keep the newest ``keep`` checkpoints.
+
+    Args:
+        state: trainer state (step, scheduler, data position, RNG states, spec): tensors and plain values only.
+        ref_model: saved too when the reference changes during training (EMA).
+    """
+    final = ckpt_dir / checkpoint_name(step)
+    with atomic_dir(final) as tmp:
+        save_model(model, str(tmp / MODEL_FILE))
+        if ref_model is not None:
+            save_model(ref_model, str(tmp / REF_FILE))
+        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        torch.save({**state, "step": step}, tmp / STATE_FILE)
+    write_text_atomic(ckpt_dir / LATEST_FILE, final.name + "\n")
+    for _, old in list_checkpoints(ckpt_dir)[:-keep]:
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    ref_model: torch.nn.Module | None = None,
+    device: str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """Load weights and optimizer state in place; returns the trainer state dict (``weights_only`` load)."""
+    missing, unexpected = load_model(model, str(path / MODEL_FILE), strict=True, device=str(device))
+    if ref_model is not None:
+        ref_file = path / REF_FILE
+        if not ref_file.is_file():
+            raise FileNotFoundError(f"{path} has no {REF_FILE}; it was not written with an EMA reference")
+        load_model(ref_model, str(ref_file), strict=True, device=str(device))
+    optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location=device, weights_only=True))
+    return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)

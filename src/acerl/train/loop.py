@@ -1,0 +1,800 @@
+"""The local trainer: Algorithm 1 of the paper (ACE-GRPO), read top to bottom.
+
+One training step (:func:`train_step`)::
+
+    Alg. 1 line 2     prompts  <- next prompts_per_step rows of the seeded, epoch-shuffled training set
+    Alg. 1 line 4     rollouts <- G samples per prompt at the rollout temperature (KV-cached, batched)
+    Alg. 1 line 5     rewards  <- verifier (binary 1/0 or signed +1/-1) + DAPO overlong shaping
+    (DAPO)            dynamic sampling: repeat 2-5 until prompts_per_step groups have mixed verdicts
+    Alg. 1 line 8     log pi_old, log pi_ref of every response token (teacher forcing; c_i is built from them)
+    Alg. 1 lines 6-9  advantages <- estimator registry (grpo | ace) with the method's parameters
+    Alg. 1 line 11    clipped surrogate (clip-low/high, dual clip, loss aggregation) + beta * KL(pi || pi_ref)
+    Alg. 1 line 13    AdamW over mini-batches (gradient accumulation over micro-batches), grad clip, LR schedule
+    log               train/ actor/ ace/ timing/ metrics -> metrics.jsonl + dvclive
+
+:func:`train_run` wraps the steps with resumable checkpoints, diagnostic snapshots, preemption handling and
+the final policy folder. Nothing here branches on a method's name: the estimator, the policy loss, the reward
+kind and the LR schedule come from registries keyed by config values. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from acerl import paths
+from acerl.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AceOutput,
+    AdvantageOutput,
+    compute_advantages,
+    confidence_scores,
+)
+from acerl.algos.dapo import filter_groups
+from acerl.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty, masked_mean
+from acerl.config import (
+    BASE_METHOD,
+    Config,
+    ConfigError,
+    EstimatorConfig,
+    FamilyConfig,
+    Run,
+    TrainHyper,
+    spec_json,
+)
+from acerl.data.io import read_jsonl
+from acerl.generate.hf import (
+    RolloutBatch,
+    encode_prompt,
+    eos_pad_ids,
+    response_logprobs,
+    response_text,
+    sample_batch,
+)
+from acerl.prompts import build_prompt
+from acerl.train.checkpoint import (
+    find_latest,
+    get_rng_states,
+    load_checkpoint,
+    remove_stale_temps,
+    save_checkpoint,
+    save_hf_folder,
+    set_rng_states,
+    write_text_atomic,
+)
+from acerl.train.data import PromptStream
+from acerl.train.metrics import MetricsLog
+from acerl.train.optim import build_optimizer
+from acerl.train.rewards import Verifier, compute_rewards
+from acerl.train.signals import PreemptionFlag, TrainingPreempted
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "TrainSetup",
+    "TrainState",
+    "TrainingSet",
+    "batch_logprobs",
+    "collect_rollouts",
+    "init_state",
+    "resolve_setup",
+    "train_run",
+    "train_step",
+    "update_policy",
+]
+
+ReferenceKind = Literal["initial", "ema"]
+DEFAULT_POLICY_LOSS = "vanilla"
+DEFAULT_EMA_DECAY = 0.99
+SPEC_FILE = "run_spec.json"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Resolved settings and state
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """Everything a run's steps read from the config, resolved once.
+
+    Attributes:
+        hyper: the model's training hyperparameters (paper Table 5).
+        family: clipping, loss aggregation, KL, reward kind, DAPO pieces.
+        estimator: advantage estimator name and parameters.
+        kl_coef: beta (the family's override, else the model's).
+        template: prompt template name.
+        diagnostic_steps: steps whose policy is saved for the diagnostics (0 = before training).
+        reference: ``initial`` (frozen base model) or ``ema`` (exponential moving average of the policy).
+        ref_ema_decay: EMA decay per training step (``reference == "ema"``).
+        policy_loss: name in :data:`acerl.algos.losses.POLICY_LOSSES`.
+        needs_reference: reference log-probs are computed (KL loss on, or the estimator takes them).
+    """
+
+    hyper: TrainHyper
+    family: FamilyConfig
+    estimator: EstimatorConfig
+    kl_coef: float
+    template: str
+    diagnostic_steps: tuple[int, ...]
+    reference: ReferenceKind
+    ref_ema_decay: float
+    policy_loss: str
+    needs_reference: bool
+
+
+def estimator_needs_reference(name: str) -> bool:
+    """Whether the registered estimator requires reference log-probs (its ``ref_logprobs`` has no default)."""
+    import inspect
+
+    fn = ADVANTAGE_ESTIMATORS.get(name)
+    flag = getattr(fn, "needs_reference", None)
+    if flag is not None:
+        return bool(flag)
+    param = inspect.signature(fn).parameters.get("ref_logprobs")
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+def resolve_setup(
+    cfg: Config, run: Run, *, reference: ReferenceKind | None = None, ref_ema_decay: float | None = None
+) -> TrainSetup:
+    """The :class:`TrainSetup` of ``run``; ``reference`` / ``ref_ema_decay`` override the config."""
+    if run.is_base:
+        raise ValueError(
+            f"run {run.id}: method {BASE_METHOD!r} is the untrained base model; nothing to train"
+        )
+    if run.model not in cfg.models:
+        raise ConfigError(f"unknown model {run.model!r}; valid: {', '.join(cfg.models)}")
+    model_cfg = cfg.models[run.model]
+    method = cfg.method(run.method)
+    family = cfg.family(run.method)
+    hyper = model_cfg.train
+    ref_kind = (
+        reference or getattr(family, "reference", None) or getattr(hyper, "reference", None) or "initial"
+    )
+    if ref_kind not in ("initial", "ema"):
+        raise ConfigError(f"run {run.id}: reference must be 'initial' or 'ema', got {ref_kind!r}")
+    decay = ref_ema_decay
+    if decay is None:
+        decay = (
+            getattr(family, "ref_ema_decay", None)
+            or getattr(hyper, "ref_ema_decay", None)
+            or DEFAULT_EMA_DECAY
+        )
+    if not 0.0 <= decay < 1.0:
+        raise ConfigError(f"run {run.id}: ref_ema_decay must be in [0, 1), got {decay}")
+    if family.overlong.enable and family.overlong.buffer > hyper.max_response_length:
+        raise ConfigError(
+            f"families.{method.family}.overlong.buffer ({family.overlong.buffer}) exceeds "
+            f"models.{run.model}.train.max_response_length ({hyper.max_response_length})"
+        )
+    if hyper.prompts_per_step % hyper.mini_batch_size != 0:
+        logger.warning(
+            "models.%s.train.prompts_per_step (%d) is not a multiple of mini_batch_size (%d): "
+            "the last mini-batch of each step is smaller",
+            run.model,
+            hyper.prompts_per_step,
+            hyper.mini_batch_size,
+        )
+    POLICY_LOSSES.get(getattr(family, "policy_loss", DEFAULT_POLICY_LOSS))  # fail early on a bad name
+    return TrainSetup(
+        hyper=hyper,
+        family=family,
+        estimator=method.estimator,
+        kl_coef=family.kl_coef if family.kl_coef is not None else hyper.kl_coef,
+        template=model_cfg.template,
+        diagnostic_steps=tuple(cfg.run_spec(run).get("diagnostic_steps", [])),
+        reference=ref_kind,
+        ref_ema_decay=float(decay),
+        policy_loss=getattr(family, "policy_loss", DEFAULT_POLICY_LOSS),
+        needs_reference=family.use_kl_loss or estimator_needs_reference(method.estimator.name),
+    )
+
+
+@dataclass
+class TrainingSet:
+    """Training rows (``problem``, ``answer``) with their prompts encoded on first use."""
+
+    rows: list[dict[str, Any]]
+    tokenizer: Any
+    template: str
+    max_prompt_length: int
+    source: Path
+    _ids: dict[int, list[int]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def prompt_ids(self, i: int) -> list[int]:
+        if i not in self._ids:
+            row = self.rows[i]
+            ids = encode_prompt(self.tokenizer, build_prompt(row["problem"], self.template, self.tokenizer))
+            if len(ids) > self.max_prompt_length:
+                raise ValueError(
+                    f"{self.source}: row {row.get('id', i)!r} has a {len(ids)}-token prompt, longer than "
+                    f"max_prompt_length={self.max_prompt_length} (models.<model>.train.max_prompt_length)"
+                )
+            self._ids[i] = ids
+        return self._ids[i]
+
+    def answer(self, i: int) -> str:
+        return str(self.rows[i]["answer"])
+
+
+@dataclass
+class TrainState:
+    """The mutable state of a run (everything a checkpoint restores, plus the fixed reference)."""
+
+    model: torch.nn.Module
+    ref_model: torch.nn.Module | None
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    generator: torch.Generator
+    stream: PromptStream
+    step: int = 0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+class Timer:
+    """Accumulates wall-clock seconds per name (``timing/<name>``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing/{k}": v for k, v in self.seconds.items()}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Alg. 1 lines 2-5: prompts, rollouts, rewards (+ DAPO dynamic sampling)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rollouts:
+    """The groups a step trains on, plus statistics over everything sampled this step.
+
+    Attributes:
+        batch: kept rollouts, ``G`` consecutive rows per group.
+        scores: (B,) rewards used for advantages; group_ids: (B,) group index per row.
+        sampled: metrics over all rollouts sampled this step (kept or filtered out).
+    """
+
+    batch: RolloutBatch | None
+    scores: Tensor
+    group_ids: Tensor
+    sampled: dict[str, float]
+
+
+def collect_rollouts(
+    state: TrainState, setup: TrainSetup, data: TrainingSet, verifier: Verifier, timer: Timer
+) -> Rollouts:
+    """Sample and grade prompt batches; with dynamic sampling keep only groups with mixed verdicts and draw
+    new batches (at most ``dynamic_sampling.max_batches``) until ``prompts_per_step`` groups are kept."""
+    h, fam = setup.hyper, setup.family
+    g, want = h.group_size, h.prompts_per_step
+    eos_id, pad_id = eos_pad_ids(state.tokenizer)
+    dynamic = fam.dynamic_sampling.enable
+    max_batches = fam.dynamic_sampling.max_batches if dynamic else 1
+    kept: list[tuple[RolloutBatch, Tensor, Tensor]] = []  # (batch, kept rows, scores of kept rows)
+    n_kept = n_seen = n_mixed = 0
+    all_scores, all_correct, all_lengths, all_stopped, all_overlong = [], [], [], [], []
+    n_batches = 0
+    for _ in range(max_batches):
+        n_batches += 1
+        idx = state.stream.next(want)
+        with timer("rollout"):
+            batch = sample_batch(
+                state.model,
+                [data.prompt_ids(i) for i in idx],
+                n=g,
+                temperature=h.temperature,
+                top_p=h.top_p,
+                max_new_tokens=h.max_response_length,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                generator=state.generator,
+            )
+        with timer("reward"):
+            texts = [
+                response_text(state.tokenizer, batch.response(r), bool(batch.stopped[r]))
+                for r in range(len(batch))
+            ]
+            golds = [data.answer(i) for i in idx for _ in range(g)]
+            rewards = compute_rewards(
+                verifier,
+                texts,
+                golds,
+                batch.response_lengths.cpu(),
+                fam.reward,
+                fam.overlong,
+                h.max_response_length,
+            )
+        group = torch.arange(len(idx)).repeat_interleave(g)
+        mixed, _ = filter_groups(rewards.correct.double(), group)  # verl filter_groups metric "acc"
+        n_seen += len(idx)
+        n_mixed += int(mixed.sum()) // g
+        all_scores.append(rewards.scores)
+        all_correct.append(rewards.correct)
+        all_lengths.append(batch.response_lengths.cpu())
+        all_stopped.append(batch.stopped.cpu())
+        all_overlong.append(rewards.overlong)
+        keep = mixed if dynamic else torch.ones_like(mixed)
+        rows = keep.nonzero().squeeze(-1)[: (want - n_kept) * g]
+        kept.append((batch, rows, rewards.scores[rows]))
+        n_kept += rows.numel() // g
+        if n_kept >= want:
+            break
+    scores = torch.cat(all_scores)
+    lengths = torch.cat(all_lengths).double()
+    sampled = {
+        "train/reward_mean": float(scores.mean()),
+        "train/pass_rate": float(torch.cat(all_correct).double().mean()),
+        "train/overlong_penalty_mean": float(torch.cat(all_overlong).double().mean()),
+        "train/response_length_mean": float(lengths.mean()),
+        "train/response_length_max": float(lengths.max()),
+        "train/response_clip_frac": float((~torch.cat(all_stopped)).double().mean()),
+        "train/kept_groups_frac": n_mixed / n_seen if dynamic else 1.0,
+        "train/mixed_groups_frac": n_mixed / n_seen,
+        "train/gen_batches": float(n_batches),
+        "train/groups": float(n_kept),
+    }
+    if n_kept == 0:
+        return Rollouts(None, torch.zeros(0), torch.zeros(0, dtype=torch.long), sampled)
+    if len(kept) == 1 and kept[0][1].numel() == len(kept[0][0]):
+        merged = kept[0][0]  # everything kept: no re-packing
+    else:
+        merged = RolloutBatch.cat([b for b, _, _ in kept], pad_id, rows=[r for _, r, _ in kept])
+    return Rollouts(
+        batch=merged,
+        scores=torch.cat([s for _, _, s in kept]),
+        group_ids=torch.arange(n_kept).repeat_interleave(g),
+        sampled=sampled,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Alg. 1 line 8 inputs: teacher-forced log-probs
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _micro_inputs(batch: RolloutBatch, rows: Tensor) -> tuple[Tensor, Tensor, int]:
+    """Input ids / attention mask of ``rows`` with all-padding columns cut off, and their response width."""
+    p = batch.prompt_length
+    attn = batch.attention_mask[rows]
+    first = int(attn[:, :p].any(dim=0).nonzero().min())
+    t = int(batch.response_mask[rows].sum(dim=-1).max())
+    return batch.input_ids[rows, first : p + t], attn[:, first : p + t], t
+
+
+@torch.no_grad()
+def batch_logprobs(
+    model: torch.nn.Module,
+    batch: RolloutBatch,
+    temperature: float,
+    micro_batch_size: int,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """(B, T) log-probs (and entropies) of every response token under ``model``, ``micro_batch_size`` rows
+    per forward pass; zeros on padding."""
+    b, t = batch.response_ids.shape
+    logprobs = torch.zeros(b, t, dtype=torch.float32, device=batch.input_ids.device)
+    entropy = torch.zeros_like(logprobs) if with_entropy else None
+    for rows in torch.arange(b, device=logprobs.device).split(micro_batch_size):
+        ids, attn, tm = _micro_inputs(batch, rows)
+        lp, ent = response_logprobs(model, ids, attn, tm, temperature=temperature, with_entropy=with_entropy)
+        logprobs[rows, :tm] = lp
+        if entropy is not None and ent is not None:
+            entropy[rows, :tm] = ent
+    mask = batch.response_mask.bool()
+    logprobs = logprobs.masked_fill(~mask, 0.0)
+    return logprobs, None if entropy is None else entropy.masked_fill(~mask, 0.0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Alg. 1 lines 11-13: clipped surrogate + KL, AdamW over mini-batches
+# --------------------------------------------------------------------------------------------------------------
+
+
+def update_policy(
+    state: TrainState,
+    setup: TrainSetup,
+    batch: RolloutBatch,
+    old_logprobs: Tensor,
+    ref_logprobs: Tensor | None,
+    advantages: Tensor,
+) -> dict[str, float]:
+    """``ppo_epochs`` passes over the batch in mini-batches of ``mini_batch_size`` groups, one AdamW step
+    each, gradients accumulated over micro-batches of ``micro_batch_size_per_gpu`` sequences (verl's actor).
+
+    Every micro-batch loss is aggregated with the *mini-batch* token / sequence counts, so the accumulated
+    gradient equals that of the whole mini-batch loss (verl's ``global_batch_info``).
+
+    Args:
+        old_logprobs, advantages: (B, T); ref_logprobs: (B, T) or None (no KL term).
+    """
+    h, fam = setup.hyper, setup.family
+    loss_fn = POLICY_LOSSES.get(setup.policy_loss)
+    mask = batch.response_mask
+    b = mask.shape[0]
+    mini_rows = h.mini_batch_size * h.group_size
+    sums: dict[str, list[float]] = defaultdict(list)
+    params = [p for p in state.model.parameters() if p.requires_grad]
+    for _ in range(h.ppo_epochs):
+        for mini in torch.arange(b, device=mask.device).split(mini_rows):
+            n_tokens = mask[mini].sum()
+            n_seqs = (mask[mini].sum(dim=-1) > 0).sum()
+            state.optimizer.zero_grad(set_to_none=True)
+            pg_total = kl_total = 0.0
+            for rows in mini.split(h.micro_batch_size_per_gpu):
+                ids, attn, t = _micro_inputs(batch, rows)
+                logprobs, _ = response_logprobs(state.model, ids, attn, t, temperature=h.temperature)
+                m = mask[rows, :t]
+                agg = {
+                    "batch_num_tokens": n_tokens,
+                    "global_batch_size": n_seqs,
+                    "loss_scale_factor": h.max_response_length,
+                }
+                out = loss_fn(
+                    old_logprobs[rows, :t],
+                    logprobs,
+                    advantages[rows, :t],
+                    m,
+                    fam.loss_agg_mode,
+                    clip_ratio_low=fam.clip_ratio_low,
+                    clip_ratio_high=fam.clip_ratio_high,
+                    clip_ratio_c=fam.clip_ratio_c,
+                    **agg,
+                )
+                loss = out.loss
+                pg_total += float(out.loss.detach())
+                for k, v in out.metrics.items():
+                    sums[k].append(v)
+                if fam.use_kl_loss and ref_logprobs is not None:
+                    kl = agg_loss(
+                        kl_penalty(logprobs, ref_logprobs[rows, :t], fam.kl_type), m, fam.loss_agg_mode, **agg
+                    )
+                    loss = loss + setup.kl_coef * kl
+                    kl_total += float(kl.detach())
+                loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, h.grad_clip)
+            if torch.isfinite(grad_norm):
+                state.optimizer.step()
+            else:
+                logger.warning(
+                    "step %d: non-finite gradient norm %s; optimizer step skipped", state.step + 1, grad_norm
+                )
+            state.optimizer.zero_grad(set_to_none=True)
+            sums["actor/pg_loss"].append(pg_total)
+            sums["actor/kl_loss"].append(kl_total)
+            sums["actor/grad_norm"].append(float(grad_norm))
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+@torch.no_grad()
+def ema_update(ref_model: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
+    """``ref <- decay * ref + (1 - decay) * policy`` for every parameter (EMA reference)."""
+    for r, p in zip(ref_model.parameters(), model.parameters(), strict=True):
+        r.mul_(decay).add_(p.detach(), alpha=1.0 - decay)
+
+
+def _advantage_metrics(adv: Tensor, mask: Tensor) -> dict[str, float]:
+    """Mean / std / min / max over rollouts (sequence-level, (B,)) or response tokens (token-level, (B, T))."""
+    values = adv if adv.dim() == 1 else adv[mask.bool()]
+    v = values.double()
+    return {
+        "actor/advantage_mean": float(v.mean()),
+        "actor/advantage_std": float(v.std(unbiased=False)),
+        "actor/advantage_min": float(v.min()),
+        "actor/advantage_max": float(v.max()),
+    }
+
+
+def _confidence_metrics(
+    out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, estimator: EstimatorConfig
+) -> dict[str, float]:
+    """``ace/`` metrics (batch OEF = ``ace/overconfident_frac_neg``); for estimators that do not report them
+    (GRPO) they are computed from the same log-probs with multiplier 1."""
+    if out.metrics:
+        return dict(out.metrics)
+    conf = confidence_scores(old, ref, mask, estimator.length_normalize)
+    negative = out.stats.get("negative", out.advantages < 0 if out.advantages.dim() == 1 else None)
+    if negative is None:
+        return {}
+    ones = torch.ones_like(conf)
+    return AceOutput(out.advantages, conf, ones, negative, torch.ones_like(negative)).metrics()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One step
+# --------------------------------------------------------------------------------------------------------------
+
+ACTOR_KEYS = (
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+    "actor/ppo_kl",
+    "actor/grad_norm",
+    "actor/entropy",
+    "actor/advantage_mean",
+    "actor/advantage_std",
+    "actor/advantage_min",
+    "actor/advantage_max",
+)
+ACE_KEYS = (
+    "ace/negative_frac",
+    "ace/confidence_mean_neg",
+    "ace/overconfident_frac_neg",
+    "ace/multiplier_mean_neg",
+    "ace/multiplier_max",
+)
+
+
+def train_step(
+    state: TrainState, setup: TrainSetup, data: TrainingSet, verifier: Verifier
+) -> dict[str, float]:
+    """One iteration of Algorithm 1; returns the step's metrics (``train/``, ``actor/``, ``ace/``, ``timing/``)."""
+    h, est = setup.hyper, setup.estimator
+    timer = Timer()
+    start = time.perf_counter()
+    lr = state.optimizer.param_groups[0]["lr"]
+
+    # Alg. 1 lines 2-5 (+ DAPO dynamic sampling): prompts -> G rollouts each -> verifier rewards
+    ro = collect_rollouts(state, setup, data, verifier, timer)
+    metrics: dict[str, float] = dict.fromkeys(ACTOR_KEYS, math.nan)
+    if setup.needs_reference:
+        metrics.update(dict.fromkeys(ACE_KEYS, math.nan))
+    metrics.update(ro.sampled)
+    metrics["actor/kl_coef"] = setup.kl_coef if setup.family.use_kl_loss else 0.0
+    metrics["train/lr"] = lr
+    metrics["train/epoch"] = state.stream.epoch + state.stream.position / state.stream.size
+
+    if ro.batch is not None:
+        batch = ro.batch
+        mask = batch.response_mask
+        # Alg. 1 line 8 inputs: log pi_old (the sampling policy) and log pi_ref of every response token
+        with timer("logprobs"):
+            old, entropy = batch_logprobs(state.model, batch, h.temperature, h.micro_batch_size_per_gpu, True)
+            ref = None
+            if state.ref_model is not None:
+                ref, _ = batch_logprobs(state.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu)
+        # Alg. 1 lines 6-9: GRPO group advantages, ACE amplification of negative ones (registry by name)
+        with timer("advantage"):
+            out = compute_advantages(est.name, ro.scores, ro.group_ids, old, ref, mask, **est.kwargs())
+            advantages = out.token_level(mask)
+        # Alg. 1 lines 11-13: clipped surrogate + beta * KL, AdamW steps
+        with timer("update"):
+            metrics.update(update_policy(state, setup, batch, old, ref, advantages))
+        metrics["actor/entropy"] = float(masked_mean(entropy, mask))
+        metrics.update(_advantage_metrics(out.advantages, mask))
+        if ref is not None:
+            metrics.update(_confidence_metrics(out, old, ref, mask, est))
+    else:
+        logger.warning(
+            "step %d: no group with mixed rewards after %d batches; no update",
+            state.step + 1,
+            int(metrics["train/gen_batches"]),
+        )
+    with warnings.catch_warnings():  # a step without an update still advances the LR schedule
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+        state.scheduler.step()
+    if setup.reference == "ema" and state.ref_model is not None:
+        ema_update(state.ref_model, state.model, setup.ref_ema_decay)
+    state.step += 1
+    metrics.update(timer.metrics())
+    for name in ("rollout", "reward", "logprobs", "advantage", "update"):
+        metrics.setdefault(f"timing/{name}", 0.0)
+    metrics["timing/step"] = time.perf_counter() - start
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A whole run
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _comparable_spec(spec: dict[str, Any]) -> str:
+    return spec_json({k: v for k, v in spec.items() if k != "diagnostic_steps"})
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
+    return {
+        "scheduler": state.scheduler.state_dict(),
+        "data": state.stream.state_dict(),
+        "rng": get_rng_states(state.generator),
+        "spec": spec,
+    }
+
+
+def train_run(
+    cfg: Config,
+    run: Run,
+    root: Path | str,
+    *,
+    device: str = "cpu",
+    threads: int = 1,
+    progress: bool = True,
+    verifier: Verifier | None = None,
+    reference: ReferenceKind | None = None,
+    ref_ema_decay: float | None = None,
+) -> Path:
+    """Train ``run`` with the local backend; returns the final policy folder ``paths.policy_dir(root, run)``.
+
+    Resumes from the newest checkpoint under ``paths.checkpoints_dir`` if there is one; a run whose final
+    policy exists is not touched. SIGTERM / SIGUSR1 checkpoint at the next step boundary and raise
+    :class:`acerl.train.signals.TrainingPreempted` (exit code 75).
+
+    Args:
+        cfg, run: the validated config and the (model, method, seed) to train.
+        root: work directory (``data/``, ``models/``, ``runs/``).
+        device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for the run (restored after).
+        progress: show a tqdm bar.
+        verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
+        reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.
+        ref_ema_decay: EMA decay per step for ``reference="ema"``; overrides the config.
+    """
+    root = Path(root)
+    final = paths.policy_dir(root, run)
+    if final.is_dir() and (final / "config.json").is_file():
+        logger.info("%s: final policy %s exists; nothing to do", run.id, final)
+        return final
+    setup = resolve_setup(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay)
+    spec = cfg.run_spec(run)
+    spec_text = _comparable_spec(spec)
+    run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
+    for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
+        remove_stale_temps(folder)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run_dir / SPEC_FILE, json.dumps(spec, indent=2, sort_keys=True) + "\n")
+
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        dev = _resolve_device(device)
+        state, data = init_state(root, run, setup, dev)
+        ckpt = find_latest(ckpt_dir)
+        if ckpt is not None:
+            _resume(state, ckpt, setup, spec_text, dev)
+        elif 0 in setup.diagnostic_steps:
+            save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
+        _train_loop(state, setup, data, cfg, run, root, spec_text, verifier, progress)
+        save_hf_folder(final, state.model, state.tokenizer)
+        logger.info("%s: final policy written to %s", run.id, final)
+        return final
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def init_state(
+    root: Path, run: Run, setup: TrainSetup, device: torch.device
+) -> tuple[TrainState, TrainingSet]:
+    """The step-0 state of ``run``: policy and reference loaded from the base model folder, a fresh AdamW,
+    the sampling generator seeded with the run seed, and the training set."""
+    base = paths.base_model_dir(root, run.model)
+    if not (base / "config.json").is_file():
+        raise FileNotFoundError(
+            f"base model folder {base} is missing (run prepare_base for {run.model!r} first)"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device).eval()
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if setup.needs_reference else None
+    train_file = paths.data_file(root, "train")
+    rows = read_jsonl(train_file, required=("problem", "answer"))
+    data = TrainingSet(rows, tokenizer, setup.template, setup.hyper.max_prompt_length, train_file)
+    optimizer, scheduler = build_optimizer(model.parameters(), setup.hyper)
+    state = TrainState(
+        model=model,
+        ref_model=ref_model,
+        tokenizer=tokenizer,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        generator=torch.Generator(device=device).manual_seed(run.seed),
+        stream=PromptStream(len(data), seed=run.seed),
+    )
+    return state, data
+
+
+def _resume(state: TrainState, ckpt: Path, setup: TrainSetup, spec_text: str, dev: torch.device) -> None:
+    ref = state.ref_model if setup.reference == "ema" else None
+    saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
+    if saved["spec"] != spec_text:
+        raise ConfigError(
+            f"checkpoint {ckpt} was written by a run with different settings (run spec changed); "
+            f"restore the config or delete {ckpt.parent} to start over"
+        )
+    state.scheduler.load_state_dict(saved["scheduler"])
+    state.stream.load_state_dict(saved["data"])
+    set_rng_states(saved["rng"], state.generator)
+    state.step = int(saved["step"])
+    logger.info("resuming from %s (step %d)", ckpt, state.step)
+
+
+def _train_loop(
+    state: TrainState,
+    setup: TrainSetup,
+    data: TrainingSet,
+    cfg: Config,
+    run: Run,
+    root: Path,
+    spec_text: str,
+    verifier: Verifier | None,
+    progress: bool,
+) -> None:
+    h = setup.hyper
+    ckpt_dir = paths.checkpoints_dir(root, run)
+    live_dir = paths.run_dir(root, run) / "dvclive"
+    if verifier is None:
+        from acerl.grading import Grader
+
+        grader_ctx: Any = Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers)
+    else:
+        grader_ctx = nullcontext(verifier)
+
+    def checkpoint() -> None:
+        ref = state.ref_model if setup.reference == "ema" else None
+        save_checkpoint(
+            ckpt_dir,
+            state.step,
+            state.model,
+            state.optimizer,
+            _trainer_state(state, spec_text),
+            h.keep_checkpoints,
+            ref,
+        )
+
+    with (
+        PreemptionFlag() as flag,
+        MetricsLog(paths.train_metrics_file(root, run), state.step, live_dir) as log,
+        grader_ctx as grader,
+    ):
+        bar = tqdm(total=h.total_steps, initial=state.step, desc=run.id, unit="step", disable=not progress)
+        try:
+            while state.step < h.total_steps:
+                metrics = train_step(state, setup, data, grader)
+                log.log(state.step, metrics)
+                if state.step in setup.diagnostic_steps:
+                    save_hf_folder(paths.diag_step_dir(root, run, state.step), state.model, state.tokenizer)
+                if state.step % h.save_every == 0 or state.step == h.total_steps or flag.requested:
+                    checkpoint()
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{metrics['train/reward_mean']:.3f}", acc=f"{metrics['train/pass_rate']:.3f}"
+                )
+                if flag.requested and state.step < h.total_steps:
+                    raise TrainingPreempted(state.step, flag.signum or 0)
+        finally:
+            bar.close()

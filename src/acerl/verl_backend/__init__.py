@@ -1,0 +1,14 @@
+"""Paper-scale training with verl 0.9.1 + Ray (see ``docs/verl.md``).
+
+- :mod:`acerl.verl_backend.plugin`: registers ACE in verl without a fork (loaded in every Ray process through
+  ``VERL_USE_EXTERNAL_MODULES=acerl.verl_backend.plugin``; importing it imports verl).
+- :mod:`acerl.verl_backend.launcher`: a run of the study -> a verl command line, multi-node launch on SLURM,
+  checkpoint export to Hugging Face folders.
+- :mod:`acerl.verl_backend.checkpoints`: the diagnostic-snapshot checkpoint callback and model-merger calls.
+
+Importing this package does not import verl.
+"""
+
+PLUGIN_MODULE = "acerl.verl_backend.plugin"
+
+__all__ = ["PLUGIN_MODULE"]

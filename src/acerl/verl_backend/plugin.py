@@ -1,0 +1,341 @@
+"""ACE inside verl 0.9.1 without a fork: load with ``VERL_USE_EXTERNAL_MODULES=acerl.verl_backend.plugin``.
+
+verl imports every module named in ``VERL_USE_EXTERNAL_MODULES`` at the end of ``import verl``, in every
+process that imports verl (driver, Ray task runner, workers). Importing this module calls :func:`install`,
+which does two things:
+
+1. **Registers the estimator** ``"ace"`` in verl's registry (``core_algos.register_adv_est``):
+   :func:`compute_ace_outcome_advantage`, which computes the paper's sequence-level ACE advantage
+   (Eq. ``eq:ace_advantage``, Alg. 1) with :func:`acerl.algos.advantages.ace_advantages_with_stats` and
+   broadcasts it to ``(bs, resp_len) * response_mask`` exactly like verl's GRPO.
+2. **Installs a shim for** ``verl.trainer.ppo.ray_trainer.compute_advantage``. verl calls a registered
+   estimator with ``token_level_rewards, response_mask, index, config`` only; it never passes the rollout
+   policy's ``old_log_probs`` or the reference ``ref_log_prob``, which ACE's confidence score
+   ``c_i = (1/T_i) sum_t (log pi_old - log pi_ref)`` needs. Both are in ``data.batch`` when advantages are
+   computed (step order: rollout -> reward -> old_log_prob -> ref_log_prob -> advantage), so the shim
+   (:func:`make_compute_advantage_shim`) passes them for the estimators in :data:`LOGPROB_ESTIMATORS` and
+   delegates every other estimator (GAE, GRPO, ...) to verl's original function unchanged. The shim replaces
+   the module attribute of ``ray_trainer`` (the legacy ``RayPPOTrainer.fit`` looks it up there) and is
+   rebound in every module that imported the name (the V1 trainer's ``verl/trainer/ppo/v1/utils.py``,
+   ``verl/experimental/separation/ray_trainer.py``): already-imported modules are patched at once; if
+   ``ray_trainer`` is not imported yet, an import hook patches it the moment it has executed, so modules that
+   import it later get the shim. Processes that never import ``ray_trainer`` (FSDP / vLLM workers) pay
+   nothing.
+
+ACE's parameters are verl config keys under ``algorithm.ace`` (:class:`AceConfig`)::
+
+    algorithm.adv_estimator=ace
+    algorithm._target_=acerl.verl_backend.plugin.AceAlgoConfig
+    +algorithm.ace.alpha=1.0 +algorithm.ace.modulation=softplus +algorithm.ace.length_normalize=True
+    +algorithm.ace.granularity=sequence +algorithm.ace.eps=1e-6
+
+``algorithm.norm_adv_by_std_in_grpo`` (verl's own key) selects std normalisation as for GRPO. verl's typed
+``AlgoConfig`` rejects unknown keys when ``algorithm`` is converted with ``omega_conf_to_dataclass`` (0.9.1's
+trainers never do, but tools may): pointing ``algorithm._target_`` at :class:`AceAlgoConfig`, a subclass with
+one extra typed field ``ace``, makes the conversion succeed and type-check ACE's keys, so a misspelt
+``algorithm.ace.alpah`` fails loudly instead of being ignored.
+
+The reference log-probs exist only when verl runs a reference policy (``actor_rollout_ref.actor.use_kl_loss``
+or ``algorithm.use_kl_in_reward``): ACE-DAPO keeps ``use_kl_loss=True`` with ``kl_loss_coef=0``. Without them
+the shim raises a clear error instead of computing a wrong advantage.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from verl.base_config import BaseConfig
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo import core_algos
+
+from acerl.algos.advantages import MODULATIONS, ace_advantages_with_stats, as_group_ids
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ESTIMATOR_NAME",
+    "LOGPROB_ESTIMATORS",
+    "RAY_TRAINER_MODULE",
+    "AceAlgoConfig",
+    "AceConfig",
+    "ace_config_from",
+    "compute_ace_outcome_advantage",
+    "install",
+    "make_compute_advantage_shim",
+    "shim_installed",
+]
+
+ESTIMATOR_NAME = "ace"
+LOGPROB_ESTIMATORS: frozenset[str] = frozenset({ESTIMATOR_NAME})
+"""Estimators the shim calls with ``old_log_probs`` and ``ref_log_prob`` (all others go to verl unchanged)."""
+RAY_TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
+_SHIM_FLAG = "_acerl_logprob_shim"
+
+
+# --------------------------------------------------------------------------------------------- config
+@dataclass
+class AceConfig(BaseConfig):
+    """``algorithm.ace``: ACE's parameters (paper Def. 2, Alg. 1; defaults are the paper's).
+
+    Args:
+        alpha: ACE strength, >= 0 (paper default 1.0; 0 recovers GRPO).
+        modulation: ``softplus`` (paper) or ``relu`` (ablation, Table ``tab:ablation_modulation``).
+        length_normalize: use ``c_i / T_i`` (paper default) instead of the sequence sum.
+        granularity: ``sequence`` (paper main experiments) or ``token`` (App. C variant).
+        eps: added to the group std (verl's GRPO epsilon).
+    """
+
+    alpha: float = 1.0
+    modulation: str = "softplus"
+    length_normalize: bool = True
+    granularity: str = "sequence"
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.alpha, int | float) and self.alpha >= 0):
+            raise ValueError(f"algorithm.ace.alpha must be a number >= 0, got {self.alpha!r}")
+        if self.modulation not in MODULATIONS:
+            raise ValueError(
+                f"algorithm.ace.modulation: unknown {self.modulation!r}; valid: {', '.join(MODULATIONS.names())}"
+            )
+        if self.granularity not in ("sequence", "token"):
+            raise ValueError(f"algorithm.ace.granularity must be 'sequence' or 'token', got {self.granularity!r}")
+        if not (isinstance(self.eps, int | float) and self.eps > 0):
+            raise ValueError(f"algorithm.ace.eps must be > 0, got {self.eps!r}")
+
+
+@dataclass
+class AceAlgoConfig(AlgoConfig):
+    """verl's ``AlgoConfig`` plus ``ace`` (:class:`AceConfig`); select it with
+    ``algorithm._target_=acerl.verl_backend.plugin.AceAlgoConfig``."""
+
+    ace: Optional[AceConfig] = None  # noqa: UP045 (OmegaConf structured configs need Optional)
+
+    def __post_init__(self) -> None:
+        if self.ace is not None and not isinstance(self.ace, AceConfig):
+            object.__setattr__(self, "ace", ace_config_from({"ace": self.ace}))
+
+
+def ace_config_from(config: Any) -> AceConfig:
+    """ACE's parameters from verl's ``config.algorithm`` (DictConfig, dataclass, mapping or ``None``).
+
+    A missing ``ace`` section gives the paper's defaults; an unknown key raises ``ValueError`` naming it.
+    """
+    section = None if config is None else config.get("ace", None)
+    if section is None:
+        return AceConfig()
+    if isinstance(section, AceConfig):
+        return section
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(section, DictConfig):
+            section = OmegaConf.to_container(section, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf ships with verl
+        pass
+    if not isinstance(section, Mapping):
+        raise ValueError(f"algorithm.ace must be a mapping, got {type(section).__name__}")
+    valid = {f.name for f in fields(AceConfig) if not f.name.startswith("_")}
+    unknown = sorted(set(section) - valid)
+    if unknown:
+        raise ValueError(f"algorithm.ace: unknown key(s) {unknown}; valid: {sorted(valid)}")
+    return AceConfig(**dict(section))
+
+
+# ------------------------------------------------------------------------------------------ estimator
+def compute_ace_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    old_log_probs: torch.Tensor | None = None,
+    ref_log_prob: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl estimator ``"ace"``: ACE advantages (paper Eq. ``eq:ace_advantage``) in verl's layout.
+
+    The sequence reward is ``token_level_rewards.sum(-1)`` (as verl's GRPO); groups are ``index`` (verl's
+    ``uid``); ``c_i`` uses the rollout policy's ``old_log_probs`` against ``ref_log_prob``.
+
+    Args:
+        token_level_rewards: (bs, resp_len) rewards (outcome reward on the last token).
+        response_mask: (bs, resp_len) 1 for response tokens.
+        index: (bs,) group key per rollout (verl ``uid`` strings).
+        config: ``config.algorithm`` (reads ``ace`` via :func:`ace_config_from` and
+            ``norm_adv_by_std_in_grpo``).
+        old_log_probs: (bs, resp_len) rollout-policy log-probs (passed by the shim).
+        ref_log_prob: (bs, resp_len) reference log-probs (passed by the shim).
+
+    Returns:
+        ``(advantages, returns)``, both (bs, resp_len), equal, zero on padding.
+    """
+    if old_log_probs is None or ref_log_prob is None:
+        raise ValueError(
+            "the 'ace' advantage estimator needs old_log_probs and ref_log_prob, which verl passes only through "
+            "acerl's compute_advantage shim: load the plugin with VERL_USE_EXTERNAL_MODULES="
+            "acerl.verl_backend.plugin (and keep a reference policy: actor_rollout_ref.actor.use_kl_loss=True)"
+        )
+    params = ace_config_from(config)
+    norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
+    rewards = token_level_rewards.sum(dim=-1)
+    out = ace_advantages_with_stats(
+        rewards,
+        as_group_ids(index),
+        old_log_probs,
+        ref_log_prob,
+        response_mask,
+        alpha=float(params.alpha),
+        modulation=params.modulation,
+        length_normalize=bool(params.length_normalize),
+        granularity=params.granularity,  # type: ignore[arg-type]
+        eps=float(params.eps),
+        norm_by_std=norm_by_std,
+    )
+    adv = out.advantages if out.advantages.dim() == 2 else out.advantages.unsqueeze(-1)
+    adv = adv * response_mask
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("ace: %s", {k: round(v, 4) for k, v in out.metrics().items()})
+    return adv, adv
+
+
+# ----------------------------------------------------------------------------------------------- shim
+def _estimator_name(adv_estimator: Any) -> str:
+    return adv_estimator.value if isinstance(adv_estimator, Enum) else str(adv_estimator)
+
+
+def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap verl's ``compute_advantage(data, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo,
+    config)``: estimators in :data:`LOGPROB_ESTIMATORS` are called with ``old_log_probs`` and ``ref_log_prob``
+    from ``data.batch`` as well; every other estimator goes to ``original`` unchanged."""
+
+    def compute_advantage(
+        data: Any,
+        adv_estimator: Any,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        num_repeat: int = 1,
+        norm_adv_by_std_in_grpo: bool = True,
+        config: Any = None,
+    ) -> Any:
+        name = _estimator_name(adv_estimator)
+        if name not in LOGPROB_ESTIMATORS:
+            return original(
+                data,
+                adv_estimator=adv_estimator,
+                gamma=gamma,
+                lam=lam,
+                num_repeat=num_repeat,
+                norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+                config=config,
+            )
+        keys = set(data.batch.keys())
+        if "response_mask" not in keys:
+            responses = data.batch["responses"]
+            data.batch["response_mask"] = data.batch["attention_mask"][:, -responses.size(1) :]
+        missing = [k for k in ("old_log_probs", "ref_log_prob", "token_level_rewards") if k not in keys]
+        if missing:
+            raise ValueError(
+                f"advantage estimator {name!r} needs {missing} in the batch; ref_log_prob exists only with a "
+                "reference policy: set actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0.0 leaves the loss "
+                "unchanged)"
+            )
+        if "uid" not in data.non_tensor_batch:
+            raise ValueError(f"advantage estimator {name!r} needs the group index non_tensor_batch['uid']")
+        fn = core_algos.get_adv_estimator_fn(name)
+        advantages, returns = fn(
+            token_level_rewards=data.batch["token_level_rewards"],
+            response_mask=data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            config=config,
+            old_log_probs=data.batch["old_log_probs"],
+            ref_log_prob=data.batch["ref_log_prob"],
+        )
+        data.batch["advantages"] = advantages
+        data.batch["returns"] = returns
+        return data
+
+    compute_advantage.__doc__ = (original.__doc__ or "") + "\n\n(acerl shim: passes log-probs to ACE)"
+    compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(compute_advantage, _SHIM_FLAG, True)
+    return compute_advantage
+
+
+def _patch_ray_trainer(module: Any) -> None:
+    """Replace ``module.compute_advantage`` by the shim and rebind it in every module holding the original."""
+    current = module.__dict__.get("compute_advantage")
+    if current is None:
+        raise RuntimeError(f"{module.__name__} has no compute_advantage: this plugin targets verl 0.9.1")
+    if getattr(current, _SHIM_FLAG, False):
+        return
+    shim = make_compute_advantage_shim(current)
+    for name, mod in list(sys.modules.items()):
+        namespace = getattr(mod, "__dict__", None)
+        if isinstance(namespace, dict) and namespace.get("compute_advantage") is current:
+            namespace["compute_advantage"] = shim
+            logger.debug("acerl: compute_advantage shim bound in %s", name)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Import hook: once ``verl.trainer.ppo.ray_trainer`` has executed, install the shim into it."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != RAY_TRAINER_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return None
+        original_exec = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original_exec(module)
+            _patch_ray_trainer(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's own loader instance
+        return spec
+
+
+def _register_estimator() -> None:
+    registered = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME)
+    if registered is None:
+        core_algos.register_adv_est(ESTIMATOR_NAME)(compute_ace_outcome_advantage)
+    elif getattr(registered, "__qualname__", None) != compute_ace_outcome_advantage.__qualname__ or getattr(
+        registered, "__module__", None
+    ) != __name__:
+        raise RuntimeError(f"verl advantage estimator {ESTIMATOR_NAME!r} is already registered to {registered!r}")
+
+
+def install() -> None:
+    """Register ``"ace"`` and install the ``compute_advantage`` shim (idempotent; see the module docstring)."""
+    _register_estimator()
+    module = sys.modules.get(RAY_TRAINER_MODULE)
+    if module is not None and "compute_advantage" in module.__dict__:
+        _patch_ray_trainer(module)
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+def shim_installed() -> bool:
+    """True when ``ray_trainer`` is imported and its ``compute_advantage`` is the shim."""
+    module = sys.modules.get(RAY_TRAINER_MODULE)
+    return module is not None and getattr(module.__dict__.get("compute_advantage"), _SHIM_FLAG, False)
+
+
+# The one piece of import-time work in the package: this module exists to be imported by
+# ``VERL_USE_EXTERNAL_MODULES`` and must register itself then.
+install()

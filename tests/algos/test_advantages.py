@@ -1,0 +1,514 @@
+"""GRPO / ACE advantages: against verl, against plain loops over the paper's formulas, and edge cases."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from acerl.algos import (
+    ADVANTAGE_ESTIMATORS,
+    ace_advantages,
+    ace_advantages_with_stats,
+    as_group_ids,
+    compute_advantages,
+    confidence_scores,
+    group_mean_std,
+    grpo_advantages,
+    token_confidence,
+)
+
+# Mixed layouts: one-sample groups, pairs, the paper's G=8, odd sizes.
+GROUP_LAYOUTS = [[8] * 6, [1, 2, 3, 8, 1, 5, 16], [2] * 10, [1] * 5, [7, 7, 1]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# References
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def loop_grpo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float, norm_by_std: bool) -> torch.Tensor:
+    """Paper Sec. 3 with verl's conventions, one rollout at a time in float64."""
+    r, g = rewards.tolist(), group_ids.tolist()
+    groups: dict[int, list[float]] = defaultdict(list)
+    for ri, gi in zip(r, g, strict=True):
+        groups[gi].append(ri)
+    out = []
+    for ri, gi in zip(r, g, strict=True):
+        vals = groups[gi]
+        mean, std = (0.0, 1.0) if len(vals) == 1 else (statistics.fmean(vals), statistics.stdev(vals))
+        out.append((ri - mean) / (std + eps) if norm_by_std else ri - mean)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def phi_py(c: float, modulation: str) -> float:
+    return math.log1p(math.exp(c)) if modulation == "softplus" else max(0.0, c)
+
+
+def loop_ace(batch, alpha: float, modulation: str, length_normalize: bool, eps: float = 1e-6) -> torch.Tensor:
+    """Eq. eq:ace_advantage / Alg. 1, one rollout at a time: amplify A_i < 0 by 1 + alpha * phi(c_i)."""
+    base = loop_grpo(batch.rewards, batch.group_ids, eps, True)
+    out = []
+    for i, a in enumerate(base.tolist()):
+        if a < 0:
+            ratios = [
+                float(batch.logprobs[i, t]) - float(batch.ref_logprobs[i, t])
+                for t in range(batch.logprobs.shape[1])
+                if batch.response_mask[i, t] > 0
+            ]
+            c = sum(ratios)
+            if length_normalize:
+                c = c / len(ratios) if ratios else 0.0
+            a = a * (1.0 + alpha * phi_py(c, modulation))
+        out.append(a)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def loop_ace_token(batch, alpha: float, modulation: str, eps: float = 1e-6) -> torch.Tensor:
+    """App. C token-level variant: per-token c_i^(t) and multiplier on negative-advantage rollouts."""
+    base = loop_grpo(batch.rewards, batch.group_ids, eps, True)
+    B, T = batch.logprobs.shape
+    out = torch.zeros(B, T, dtype=torch.float64)
+    for i in range(B):
+        for t in range(T):
+            if batch.response_mask[i, t] == 0:
+                continue
+            a = float(base[i])
+            if a < 0:
+                c = float(batch.logprobs[i, t]) - float(batch.ref_logprobs[i, t])
+                a = a * (1.0 + alpha * phi_py(c, modulation))
+            out[i, t] = a
+    return out
+
+
+def verl_grpo(verl_core, rewards, group_ids, response_mask, eps=1e-6, norm_by_std=True) -> torch.Tensor:
+    """verl's GRPO with the reward placed on the last response token, uid strings as the group index."""
+    B, T = response_mask.shape
+    token_rewards = torch.zeros(B, T)
+    last = (response_mask.sum(-1).long() - 1).clamp(min=0)
+    token_rewards[torch.arange(B), last] = rewards.float()
+    index = np.array([f"uid-{int(g)}" for g in group_ids], dtype=object)
+    adv, returns = verl_core.compute_grpo_outcome_advantage(
+        token_level_rewards=token_rewards,
+        response_mask=response_mask,
+        index=index,
+        epsilon=eps,
+        norm_adv_by_std_in_grpo=norm_by_std,
+    )
+    assert torch.equal(adv, returns)
+    return adv
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GRPO
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize("layout", GROUP_LAYOUTS)
+@pytest.mark.parametrize("reward_kind", ["binary", "pm1", "continuous"])
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_matches_verl(verl_core, make_batch, layout, reward_kind, norm_by_std):
+    b = make_batch(seed=len(layout) * 31 + len(reward_kind), group_sizes=layout, reward_kind=reward_kind)
+    ours = grpo_advantages(b.rewards, b.group_ids, eps=1e-6, norm_by_std=norm_by_std)
+    ref = verl_grpo(verl_core, b.rewards, b.group_ids, b.response_mask, 1e-6, norm_by_std)
+    assert ours.shape == (b.rewards.shape[0],) and ours.dtype == torch.float32
+    torch.testing.assert_close(ours[:, None] * b.response_mask, ref, rtol=1e-5, atol=1e-6)
+    out = ADVANTAGE_ESTIMATORS.get("grpo")(b.rewards, b.group_ids, None, None, None, norm_by_std=norm_by_std)
+    torch.testing.assert_close(out.token_level(b.response_mask), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize("eps", [1e-6, 1e-8, 0.1])
+def test_grpo_matches_verl_eps_and_all_equal_groups(verl_core, eps):
+    rewards = torch.tensor([1.0, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0.5, 0.5, 0.25])
+    group_ids = torch.tensor([4, 4, 4, 4, 9, 9, 9, 9, 2, 2, 2, 2, 100, 100, -3])
+    mask = torch.ones(15, 3)
+    ours = grpo_advantages(rewards, group_ids, eps=eps)
+    torch.testing.assert_close(
+        ours[:, None] * mask, verl_grpo(verl_core, rewards, group_ids, mask, eps), rtol=1e-6, atol=1e-7
+    )
+    assert torch.equal(ours[:8], torch.zeros(8)) and torch.equal(ours[12:14], torch.zeros(2))
+    assert ours[14].item() == pytest.approx(0.25 / (1 + eps))  # one-sample group: mean 0, std 1
+
+
+@pytest.mark.parametrize("layout", GROUP_LAYOUTS)
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_matches_loop(make_batch, layout, norm_by_std):
+    b = make_batch(seed=7, group_sizes=layout, reward_kind="continuous")
+    b.rewards = b.rewards.double()
+    ours = grpo_advantages(b.rewards, b.group_ids, norm_by_std=norm_by_std)
+    assert ours.dtype == torch.float64
+    torch.testing.assert_close(
+        ours, loop_grpo(b.rewards, b.group_ids, 1e-6, norm_by_std), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_grpo_permutation_and_relabel_equivariant(make_batch):
+    b = make_batch(seed=3, group_sizes=[1, 2, 3, 8, 5])
+    ours = grpo_advantages(b.rewards, b.group_ids)
+    perm = torch.randperm(b.rewards.numel(), generator=torch.Generator().manual_seed(0))
+    relabelled = b.group_ids * -13 + 5
+    assert torch.equal(grpo_advantages(b.rewards[perm], relabelled[perm]), ours[perm])
+
+
+def test_grpo_integer_rewards_and_empty_batch():
+    out = grpo_advantages(torch.tensor([1, 0, 0, 1]), torch.tensor([0, 0, 0, 0]))
+    assert out.dtype == torch.get_default_dtype()
+    torch.testing.assert_close(
+        out, loop_grpo(torch.tensor([1.0, 0, 0, 1]), torch.zeros(4), 1e-6, True).float()
+    )
+    assert grpo_advantages(torch.zeros(0), torch.zeros(0, dtype=torch.long)).shape == (0,)
+
+
+def test_grpo_input_validation():
+    with pytest.raises(TypeError, match="integer"):
+        grpo_advantages(torch.zeros(3), torch.zeros(3))
+    with pytest.raises(ValueError, match="group_ids must have shape"):
+        grpo_advantages(torch.zeros(3), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="1-D"):
+        grpo_advantages(torch.zeros(3, 2), torch.zeros(3, dtype=torch.long))
+
+
+def test_group_mean_std_and_as_group_ids():
+    rewards = torch.tensor([1.0, 0.0, 3.0, 2.0])
+    group_ids = as_group_ids(np.array(["b", "a", "b", "c"], dtype=object))
+    assert group_ids.tolist() == [1, 0, 1, 2]
+    mean, std, count = group_mean_std(rewards, group_ids)
+    assert mean.tolist() == [2.0, 0.0, 2.0, 0.0]  # one-sample groups: mean 0, std 1 (verl)
+    assert std.tolist() == pytest.approx([math.sqrt(2.0), 1.0, math.sqrt(2.0), 1.0])
+    assert count.tolist() == [2, 1, 2, 1]
+    assert as_group_ids(["x", "y", "x"]).tolist() == [0, 1, 0]
+    assert as_group_ids(torch.tensor([5, 5, 2], dtype=torch.int32)).dtype == torch.long
+    with pytest.raises(TypeError):
+        as_group_ids(torch.tensor([0.0, 1.0]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Confidence scores
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_confidence_scores_sum_mean_and_masking(make_batch):
+    b = make_batch(seed=11, group_sizes=[4, 4, 4], min_len=0)
+    summed = confidence_scores(b.logprobs, b.ref_logprobs, b.response_mask, length_normalize=False)
+    normed = confidence_scores(b.logprobs, b.ref_logprobs, b.response_mask, length_normalize=True)
+    assert torch.isfinite(summed).all() and torch.isfinite(normed).all()
+    for i in range(b.rewards.numel()):
+        n = int(b.lengths[i])
+        expected = float((b.logprobs[i, :n] - b.ref_logprobs[i, :n]).sum()) if n else 0.0
+        assert summed[i].item() == pytest.approx(expected, abs=1e-5)
+        assert normed[i].item() == pytest.approx(expected / n if n else 0.0, abs=1e-6)
+    tok = token_confidence(b.logprobs, b.ref_logprobs, b.response_mask)
+    assert tok.shape == b.logprobs.shape and torch.equal(
+        tok[b.response_mask == 0], torch.zeros_like(tok[b.response_mask == 0])
+    )
+
+
+@pytest.mark.parametrize("chunk_elements", [1, 7, 40, 1 << 17])
+def test_confidence_chunked_pass_equals_whole_tensor(make_batch, chunk_elements):
+    from acerl.algos.advantages import _masked_log_ratio_sums
+
+    b = make_batch(seed=12, group_sizes=[8, 3, 1, 8], min_len=0)  # NaN/-inf garbage in padding
+    sums, counts = _masked_log_ratio_sums(b.logprobs, b.ref_logprobs, b.response_mask, chunk_elements)
+    whole = token_confidence(b.logprobs, b.ref_logprobs, b.response_mask).sum(-1)
+    assert torch.equal(sums, whole) and torch.equal(counts, b.lengths.float())
+    bool_mask = _masked_log_ratio_sums(b.logprobs, b.ref_logprobs, b.response_mask.bool(), chunk_elements)
+    assert torch.equal(bool_mask[0], whole)
+
+
+def test_confidence_fully_masked_and_length_one_rows():
+    logprobs = torch.tensor([[-1.0, float("nan")], [float("nan"), float("nan")], [-0.5, -0.25]])
+    ref = torch.tensor([[-3.0, -float("inf")], [-float("inf"), 0.0], [-1.0, -1.0]])
+    mask = torch.tensor([[1, 0], [0, 0], [1, 1]])
+    assert confidence_scores(logprobs, ref, mask).tolist() == [2.0, 0.0, 0.625]
+    assert confidence_scores(logprobs, ref, mask, length_normalize=False).tolist() == [2.0, 0.0, 1.25]
+
+
+def test_confidence_scores_is_differentiable():
+    lp = torch.randn(3, 4, requires_grad=True)
+    c = confidence_scores(lp, torch.zeros(3, 4), torch.ones(3, 4))
+    c.sum().backward()
+    torch.testing.assert_close(lp.grad, torch.full((3, 4), 0.25))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ACE
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("modulation", ["softplus", "relu"])
+@pytest.mark.parametrize("length_normalize", [True, False])
+@pytest.mark.parametrize("reward_kind", ["binary", "pm1", "continuous"])
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 5.0])
+def test_ace_matches_loop(make_batch, modulation, length_normalize, reward_kind, alpha):
+    b = make_batch(seed=5, group_sizes=[8, 8, 1, 3, 8, 2], reward_kind=reward_kind, min_len=0)
+    ours = ace_advantages(
+        b.rewards,
+        b.group_ids,
+        b.logprobs,
+        b.ref_logprobs,
+        b.response_mask,
+        alpha=alpha,
+        modulation=modulation,
+        length_normalize=length_normalize,
+    )
+    expected = loop_ace(b, alpha, modulation, length_normalize)
+    assert ours.shape == b.rewards.shape and torch.isfinite(ours).all()
+    torch.testing.assert_close(ours.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("modulation", ["softplus", "relu"])
+def test_ace_token_level_matches_loop(make_batch, modulation):
+    b = make_batch(seed=8, group_sizes=[8, 4, 1, 6], reward_kind="binary", min_len=0)
+    out = ace_advantages_with_stats(
+        b.rewards,
+        b.group_ids,
+        b.logprobs,
+        b.ref_logprobs,
+        b.response_mask,
+        alpha=0.7,
+        modulation=modulation,
+        granularity="token",
+    )
+    assert out.advantages.shape == b.logprobs.shape and out.multiplier.shape == b.logprobs.shape
+    assert torch.isfinite(out.advantages).all()
+    torch.testing.assert_close(
+        out.advantages.double(), loop_ace_token(b, 0.7, modulation), rtol=1e-5, atol=1e-6
+    )
+    assert (out.multiplier >= 1).all()
+
+
+@pytest.mark.parametrize("layout", GROUP_LAYOUTS)
+@pytest.mark.parametrize("reward_kind", ["binary", "pm1", "continuous"])
+def test_ace_alpha_zero_is_grpo_exactly(make_batch, layout, reward_kind):
+    b = make_batch(seed=2, group_sizes=layout, reward_kind=reward_kind)
+    b.ref_logprobs[:, 0] = -float("inf")  # c = +inf must not matter when alpha = 0
+    grpo = grpo_advantages(b.rewards, b.group_ids)
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    assert torch.equal(ace_advantages(*args, alpha=0.0), grpo)
+    assert torch.equal(ace_advantages(*args, alpha=0, modulation="relu", length_normalize=False), grpo)
+    token = ace_advantages_with_stats(*args, alpha=0.0, granularity="token").advantages
+    assert torch.equal(token, grpo[:, None] * b.response_mask)
+    assert torch.equal(compute_advantages("ace", *args, alpha=0.0).advantages, grpo)
+
+
+def test_ace_is_grpo_on_nonnegative_advantages_and_amplifies_negatives(make_batch):
+    b = make_batch(seed=21, group_sizes=[8] * 8, reward_kind="continuous", min_len=1)
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    grpo = grpo_advantages(b.rewards, b.group_ids)
+    for modulation in ("softplus", "relu"):
+        out = ace_advantages_with_stats(*args, alpha=1.0, modulation=modulation)
+        assert torch.equal(out.negative, grpo < 0)
+        assert torch.equal(out.advantages[grpo >= 0], grpo[grpo >= 0])
+        assert (out.multiplier >= 1).all()
+        assert torch.equal(out.multiplier[grpo >= 0], torch.ones_like(grpo[grpo >= 0]))
+        assert (out.advantages[grpo < 0] <= grpo[grpo < 0]).all()  # same sign, larger magnitude
+    softplus = ace_advantages_with_stats(*args, alpha=1.0)
+    assert (softplus.multiplier[grpo < 0] > 1).all()  # softplus > 0 everywhere
+    relu = ace_advantages_with_stats(*args, alpha=1.0, modulation="relu")
+    neg_nonpos_c = (grpo < 0) & (relu.confidence <= 0)
+    assert neg_nonpos_c.any() and (relu.multiplier[neg_nonpos_c] == 1).all()
+
+
+def test_ace_paper_worked_numbers():
+    """Sec. 4.2 "Penalty differentiation": c = 2 -> 2.13, c = 0 -> 0.69, c = -3 -> 0.05 (alpha = 1)."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    group_ids = torch.zeros(4, dtype=torch.long)
+    ref = torch.tensor([[-1.0], [-2.5], [-1.0], [-1.0]])
+    logprobs = ref + torch.tensor([[0.0], [2.0], [0.0], [-3.0]])
+    out = ace_advantages_with_stats(rewards, group_ids, logprobs, ref, torch.ones(4, 1), alpha=1.0)
+    assert out.confidence.tolist()[1:] == pytest.approx([2.0, 0.0, -3.0])
+    assert [round(m - 1.0, 2) for m in out.multiplier.tolist()[1:]] == [2.13, 0.69, 0.05]
+    grpo = grpo_advantages(rewards, group_ids)
+    torch.testing.assert_close(out.advantages, grpo * out.multiplier)
+    assert out.multiplier[0].item() == 1.0 and out.advantages[0].item() == grpo[0].item() > 0
+
+
+def test_ace_matches_appendix_c_sketch_on_binary_rewards(make_batch):
+    """App. C's code sketch ((n_prompts, G) layout, std + 1e-8, c / T) agrees on 0/1 rewards."""
+    n_prompts, G = 12, 8
+    gen = torch.Generator().manual_seed(4)
+    rewards = torch.randint(0, 2, (n_prompts, G), generator=gen).float()
+    rewards[0] = 1.0  # all correct
+    rewards[1] = 0.0  # all wrong
+    T = 10
+    lengths = torch.randint(1, T + 1, (n_prompts, G), generator=gen)
+    mask = (torch.arange(T) < lengths[..., None]).float()
+    lp = -torch.rand(n_prompts, G, T, generator=gen) * 2 * mask
+    ref = (lp + torch.randn(n_prompts, G, T, generator=gen)) * mask
+
+    # --- the paper's sketch, verbatim apart from seq_lengths being passed in
+    pass_rate = rewards.mean(dim=-1, keepdim=True)
+    std = rewards.std(dim=-1, keepdim=True) + 1e-8
+    std_advantage = (rewards - pass_rate) / std
+    c = (lp.sum(-1) - ref.sum(-1)) / lengths
+    ace_neg = std_advantage * (1.0 + 1.0 * F.softplus(c))
+    is_correct = (rewards == 1).float()
+    sketch = is_correct * std_advantage + (1 - is_correct) * ace_neg
+
+    # our eps is added to the std exactly like the sketch's 1e-8
+    ours = ace_advantages(
+        rewards.reshape(-1),
+        torch.arange(n_prompts).repeat_interleave(G),
+        lp.reshape(-1, T),
+        ref.reshape(-1, T),
+        mask.reshape(-1, T),
+        alpha=1.0,
+        eps=1e-8,
+    )
+    torch.testing.assert_close(ours, sketch.reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_ace_negatives_for_binary_mixed_groups_are_alg1_incorrect(make_batch):
+    b = make_batch(seed=13, group_sizes=[8] * 10, reward_kind="binary")
+    out = ace_advantages_with_stats(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    mean, std, _ = group_mean_std(b.rewards, b.group_ids)
+    mixed = std > 0
+    assert torch.equal(out.negative, (b.rewards == 0) & mixed)  # Alg. 1 "r_i = 0" within mixed groups
+    assert torch.equal(out.advantages[~mixed], torch.zeros(int((~mixed).sum())))  # all-equal groups: A = 0
+
+
+def test_ace_dapo_plus_minus_one_rewards(make_batch):
+    b = make_batch(seed=17, group_sizes=[8] * 10, reward_kind="pm1")
+    out = ace_advantages_with_stats(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    _, std, _ = group_mean_std(b.rewards, b.group_ids)
+    mixed = std > 0
+    assert mixed.any() and (~mixed).any()
+    assert torch.equal(out.negative, (b.rewards == -1) & mixed)
+    assert (out.multiplier[out.negative] > 1).all() and (out.multiplier[~out.negative] == 1).all()
+
+
+def test_ace_with_overlong_shaped_rewards_uses_advantage_sign():
+    """A correct but overlong answer (1 - 0.3 = 0.7 > mean) keeps its positive advantage; App. C's
+    ``rewards == 1`` test would have amplified it. A correct answer shaped below the mean is amplified."""
+    rewards = torch.tensor([1.0, 0.7, -1.0, -1.0, 1.0 - 2.0])
+    group_ids = torch.zeros(5, dtype=torch.long)
+    lp = torch.full((5, 2), -0.5)
+    ref = torch.full((5, 2), -1.5)
+    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, torch.ones(5, 2))
+    grpo = grpo_advantages(rewards, group_ids)
+    assert grpo[1] > 0 and out.advantages[1] == grpo[1]
+    assert out.negative.tolist() == [False, False, True, True, True]
+
+
+def test_ace_stop_gradient(make_batch):
+    b = make_batch(seed=19, group_sizes=[8, 8], min_len=1)
+    lp = torch.where(b.response_mask.bool(), b.logprobs, 0.0).requires_grad_(True)
+    ref = torch.where(b.response_mask.bool(), b.ref_logprobs, 0.0).requires_grad_(True)
+    for granularity in ("sequence", "token"):
+        out = ace_advantages_with_stats(
+            b.rewards, b.group_ids, lp, ref, b.response_mask, granularity=granularity
+        )
+        assert not out.advantages.requires_grad
+        assert not out.confidence.requires_grad and not out.multiplier.requires_grad
+    # a policy-gradient surrogate sum_i A_i * log pi(y_i): its gradient is A_i, with nothing through c_i
+    adv = ace_advantages(b.rewards, b.group_ids, lp, ref, b.response_mask)
+    surrogate = (adv[:, None] * lp * b.response_mask).sum()
+    (grad,) = torch.autograd.grad(surrogate, lp)
+    torch.testing.assert_close(grad, adv[:, None] * b.response_mask)
+
+
+def test_ace_fully_masked_rows_and_length_one(make_batch):
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    group_ids = torch.tensor([3, 3, 3, 3])
+    lp = torch.tensor([[-1.0, float("nan")], [float("nan")] * 2, [-0.2, float("nan")], [-1.0, -1.0]])
+    ref = torch.tensor([[-1.0, 0.0], [-float("inf")] * 2, [-1.2, float("inf")], [-1.0, -2.0]])
+    mask = torch.tensor([[1, 0], [0, 0], [1, 0], [1, 1]])
+    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, mask, alpha=1.0)
+    assert torch.isfinite(out.advantages).all()
+    assert out.confidence.tolist() == pytest.approx([0.0, 0.0, 1.0, 0.5])
+    assert out.multiplier[1].item() == pytest.approx(1 + math.log(2))  # T_i = 0 -> c_i = 0
+    token = ace_advantages_with_stats(rewards, group_ids, lp, ref, mask, granularity="token")
+    assert torch.isfinite(token.advantages).all() and torch.equal(token.advantages[1], torch.zeros(2))
+
+
+def test_ace_all_equal_groups_unchanged(make_batch):
+    rewards = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, -1.0, -1.0])
+    group_ids = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    lp, ref = torch.zeros(7, 3), torch.full((7, 3), -5.0)
+    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, torch.ones(7, 3), alpha=3.0)
+    assert torch.equal(out.advantages, torch.zeros(7)) and not out.negative.any()
+
+
+def test_ace_metrics(make_batch):
+    b = make_batch(seed=23, group_sizes=[8] * 4)
+    for granularity in ("sequence", "token"):
+        out = ace_advantages_with_stats(
+            b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, granularity=granularity
+        )
+        m = out.metrics()
+        assert set(m) == {
+            "ace/negative_frac",
+            "ace/confidence_mean_neg",
+            "ace/overconfident_frac_neg",
+            "ace/multiplier_mean_neg",
+            "ace/multiplier_max",
+        }
+        assert m["ace/negative_frac"] == pytest.approx(out.negative.float().mean().item())
+        assert 0 <= m["ace/overconfident_frac_neg"] <= 1
+        assert m["ace/multiplier_max"] >= m["ace/multiplier_mean_neg"] >= 1
+    zeros = torch.zeros(2, 1)
+    empty = ace_advantages_with_stats(
+        torch.ones(2), torch.zeros(2, dtype=torch.long), zeros, zeros, zeros + 1
+    )
+    assert empty.metrics()["ace/negative_frac"] == 0
+    assert math.isnan(empty.metrics()["ace/multiplier_mean_neg"])
+
+
+def test_ace_input_validation(make_batch):
+    b = make_batch(seed=1, group_sizes=[4])
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    with pytest.raises(ValueError, match="alpha"):
+        ace_advantages(*args, alpha=-0.1)
+    with pytest.raises(ValueError, match="unknown ACE modulation 'tanh'; valid names: relu, softplus"):
+        ace_advantages(*args, modulation="tanh")
+    with pytest.raises(ValueError, match="granularity"):
+        ace_advantages_with_stats(*args, granularity="step")
+    with pytest.raises(ValueError, match="share shape"):
+        ace_advantages(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs[:, :-1], b.response_mask)
+    with pytest.raises(ValueError, match="rows"):
+        ace_advantages(b.rewards[:-1], b.group_ids[:-1], b.logprobs, b.ref_logprobs, b.response_mask)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Estimator registry
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_registry_selects_by_config(make_batch):
+    b = make_batch(seed=29, group_sizes=[8, 8, 8])
+    cfg = {"estimator": "ace", "alpha": 0.5, "modulation": "relu"}
+    params = {k: v for k, v in cfg.items() if k != "estimator"}
+    out = compute_advantages(
+        cfg["estimator"], b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, **params
+    )
+    expected = ace_advantages(
+        b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, alpha=0.5, modulation="relu"
+    )
+    assert torch.equal(out.advantages, expected)
+    assert set(out.stats) == {"confidence", "multiplier", "negative"} and "ace/negative_frac" in out.metrics
+    torch.testing.assert_close(out.token_level(b.response_mask), expected[:, None] * b.response_mask)
+    grpo = compute_advantages("grpo", b.rewards, b.group_ids)
+    assert torch.equal(grpo.advantages, grpo_advantages(b.rewards, b.group_ids)) and not grpo.metrics
+    token = compute_advantages(
+        "ace", b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, granularity="token"
+    )
+    assert torch.equal(token.token_level(b.response_mask), token.advantages)
+
+
+def test_registry_errors(make_batch):
+    b = make_batch(seed=31, group_sizes=[4])
+    with pytest.raises(ValueError, match="unknown advantage estimator 'gae'; valid names: ace, grpo"):
+        compute_advantages("gae", b.rewards, b.group_ids)
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['alpah'\]"):
+        compute_advantages(
+            "ace", b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, alpah=1
+        )
+    with pytest.raises(ValueError, match="needs logprobs"):
+        compute_advantages("ace", b.rewards, b.group_ids)

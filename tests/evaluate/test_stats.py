@@ -1,0 +1,146 @@
+"""Confidence intervals and significance tests against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from acerl.evaluate.passk import pass_at_k_array
+from acerl.evaluate.stats import (
+    bootstrap_ci,
+    compare_seeds,
+    mean_ci,
+    paired_test,
+    t_half_width,
+    welch_from_summary,
+    welch_test,
+)
+
+T_975_DF4 = 2.7764451051977987  # Student t quantile, 0.975, 4 degrees of freedom (tables: 2.776)
+
+
+def test_mean_ci_known_values():
+    m = mean_ci([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert m.mean == 3.0
+    assert m.n == 5
+    assert m.std == pytest.approx(math.sqrt(2.5))
+    assert m.half_width == pytest.approx(T_975_DF4 * math.sqrt(2.5) / math.sqrt(5))
+    assert m.half_width == pytest.approx(1.963243, abs=1e-6)
+    assert (m.low, m.high) == pytest.approx((3.0 - 1.963243, 3.0 + 1.963243), abs=1e-6)
+
+
+def test_mean_ci_other_levels_and_two_values():
+    m = mean_ci([0.0, 1.0], level=0.9)  # t_{0.95, 1} = 6.313751514675041
+    assert m.half_width == pytest.approx(6.313751514675041 * math.sqrt(0.5) / math.sqrt(2))
+
+
+def test_one_seed_has_no_interval():
+    m = mean_ci([0.7])
+    assert m.mean == 0.7 and m.n == 1
+    assert math.isnan(m.half_width) and math.isnan(m.std)
+    assert math.isnan(t_half_width(0.1, 1))
+
+
+def test_mean_ci_rejects_bad_input():
+    with pytest.raises(ValueError, match="no values"):
+        mean_ci([])
+    with pytest.raises(ValueError, match="finite"):
+        mean_ci([1.0, float("nan")])
+    with pytest.raises(ValueError, match="level"):
+        mean_ci([1.0, 2.0], level=1.5)
+
+
+def test_bootstrap_is_seeded_and_brackets_the_mean():
+    rng = np.random.default_rng(1)
+    values = rng.random(200)
+    a = bootstrap_ci(values, n_boot=2000, seed=3)
+    b = bootstrap_ci(values, n_boot=2000, seed=3)
+    c = bootstrap_ci(values, n_boot=2000, seed=4)
+    assert a == b
+    assert a != c
+    assert a[0] < values.mean() < a[1]
+
+
+def test_bootstrap_width_matches_the_normal_approximation():
+    values = np.array([0.0, 1.0] * 200)  # P = 400 problems, mean 0.5, se = sqrt(0.25 / 400) = 0.025
+    lo, hi = bootstrap_ci(values, n_boot=20_000, seed=0)
+    assert (hi - lo) / 2 == pytest.approx(1.959964 * 0.025, rel=0.06)
+    assert (lo + hi) / 2 == pytest.approx(0.5, abs=0.005)
+
+
+def test_bootstrap_of_a_constant_and_of_one_problem():
+    assert bootstrap_ci([0.3] * 10, n_boot=100) == pytest.approx((0.3, 0.3))
+    assert bootstrap_ci([0.8], n_boot=50) == pytest.approx((0.8, 0.8))
+
+
+def test_bootstrap_chunking_does_not_change_the_result():
+    values = np.linspace(0, 1, 37)
+    assert bootstrap_ci(values, n_boot=999, seed=5, chunk=1000) == bootstrap_ci(
+        values, n_boot=999, seed=5, chunk=10**6
+    )
+
+
+def test_bootstrap_of_per_problem_pass_at_k():
+    c = np.array([0, 3, 8, 8, 1, 0, 5, 2])
+    per_problem = pass_at_k_array(8, c, 4)
+    lo, hi = bootstrap_ci(per_problem, n_boot=500, seed=0)
+    assert 0.0 <= lo <= per_problem.mean() <= hi <= 1.0
+
+
+def test_welch_matches_hand_computation():
+    a, b = [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0, 8.0, 10.0]
+    va, vb = 2.5 / 5, 10.0 / 5
+    t = (3.0 - 6.0) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 4)
+    res = welch_test(a, b)
+    assert res.statistic == pytest.approx(t)
+    assert res.df == pytest.approx(df)
+    assert res.df == pytest.approx(5.882353, abs=1e-6)
+    assert res.pvalue == pytest.approx(2 * sps.t.sf(abs(t), df))
+
+
+def test_paired_matches_hand_computation():
+    a, b = [3.0, 5.0, 7.0], [2.0, 3.0, 4.0]  # differences 1, 2, 3: mean 2, sd 1
+    t = 2.0 / (1.0 / math.sqrt(3))
+    res = paired_test(a, b)
+    assert res.statistic == pytest.approx(t)
+    assert res.df == 2
+    assert res.pvalue == pytest.approx(2 * sps.t.sf(t, 2))
+    assert res.pvalue == pytest.approx(0.074180, abs=1e-6)
+
+
+def test_tests_undefined_cases_give_nan():
+    assert math.isnan(welch_test([1.0], [1.0, 2.0]).pvalue)
+    assert math.isnan(welch_test([1.0, 1.0], [2.0, 2.0]).pvalue)
+    assert math.isnan(paired_test([1.0, 2.0], [0.0, 1.0]).pvalue)  # constant difference
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_test([1.0, 2.0], [1.0])
+
+
+def test_compare_seeds_pairs_by_seed_only_when_matched():
+    a = {0: 0.75, 1: 0.70, 2: 0.74}
+    b = {2: 0.70, 0: 0.72, 1: 0.69}  # insertion order must not matter
+    cmp = compare_seeds(a, b)
+    assert cmp.p_paired == pytest.approx(paired_test([0.75, 0.70, 0.74], [0.72, 0.69, 0.70]).pvalue)
+    assert cmp.p_welch == pytest.approx(welch_test(list(a.values()), list(b.values())).pvalue)
+    assert cmp.delta == pytest.approx(np.mean([0.75, 0.70, 0.74]) - np.mean([0.72, 0.69, 0.70]))
+    assert cmp.n_a == cmp.n_b == 3
+    unmatched = compare_seeds(a, {0: 0.72, 1: 0.69, 5: 0.70})
+    assert unmatched.p_paired is None
+    with pytest.raises(ValueError, match="both methods"):
+        compare_seeds(a, {})
+
+
+def test_welch_from_summary_inverts_mean_ci():
+    a = [0.74, 0.75, 0.73, 0.76, 0.742]
+    b = [0.73, 0.735, 0.728, 0.74, 0.731]
+    ma, mb = mean_ci(a), mean_ci(b)
+    res = welch_from_summary(ma.mean, ma.half_width, 5, mb.mean, mb.half_width, 5)
+    want = welch_test(a, b)
+    assert res.pvalue == pytest.approx(want.pvalue, rel=1e-9)
+    assert res.df == pytest.approx(want.df, rel=1e-9)
+    assert math.isnan(welch_from_summary(0.7, float("nan"), 5, 0.6, 0.01, 5).pvalue)
+    assert math.isnan(welch_from_summary(0.7, 0.01, 1, 0.6, 0.01, 5).pvalue)

@@ -1,0 +1,226 @@
+"""The training step and a whole run: weights change, every metric is logged, ACE differs from GRPO only
+through the advantages, dynamic sampling, gradient accumulation, EMA reference, re-invocation no-op."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DigitVerifier, Verdict, make_config, read_jsonl_records
+from safetensors.torch import load_file
+
+from acerl import paths
+from acerl.config import Run
+from acerl.train import train_run
+from acerl.train.loop import (
+    ACE_KEYS,
+    ACTOR_KEYS,
+    batch_logprobs,
+    collect_rollouts,
+    init_state,
+    resolve_setup,
+    update_policy,
+    Timer,
+)
+
+TRAIN_KEYS = (
+    "train/reward_mean",
+    "train/pass_rate",
+    "train/overlong_penalty_mean",
+    "train/response_length_mean",
+    "train/response_length_max",
+    "train/response_clip_frac",
+    "train/kept_groups_frac",
+    "train/mixed_groups_frac",
+    "train/gen_batches",
+    "train/groups",
+    "train/lr",
+    "train/epoch",
+    "actor/kl_coef",
+)
+TIMING_KEYS = tuple(f"timing/{k}" for k in ("rollout", "reward", "logprobs", "advantage", "update", "step"))
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _no_timing(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in records]
+
+
+def test_one_step_changes_weights_and_logs_every_metric(tiny_root: Path, verifier: DigitVerifier):
+    cfg = make_config("models.tiny.train.total_steps=1")
+    run = Run("tiny", "ace_grpo", 0)
+    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    assert final == paths.policy_dir(tiny_root, run)
+    before, after = _weights(paths.base_model_dir(tiny_root, "tiny")), _weights(final)
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    (record,) = read_jsonl_records(paths.train_metrics_file(tiny_root, run))
+    assert record["step"] == 1
+    for key in (*TRAIN_KEYS, *ACTOR_KEYS, *ACE_KEYS, *TIMING_KEYS):
+        assert key in record, key
+        assert record[key] is not None and math.isfinite(record[key]), key
+    assert record["ace/confidence_mean_neg"] == 0.0  # step 1 samples from pi_ref itself: c_i = 0 exactly
+    assert record["ace/multiplier_mean_neg"] == pytest.approx(1 + math.log(2))  # 1 + softplus(0)
+    assert record["train/groups"] == 4 and record["train/lr"] == pytest.approx(1e-3)
+    # diagnostics (tiny/ace_grpo/seed0 is a diagnostic run): step 0 = the base model, and the last step
+    assert _weights(paths.diag_step_dir(tiny_root, run, 0)).keys() == before.keys()
+    assert torch.equal(_weights(paths.diag_step_dir(tiny_root, run, 0))["model.norm.weight"], before["model.norm.weight"])
+    assert (paths.diag_step_dir(tiny_root, run, 1) / "model.safetensors").is_file()
+    # dvclive view of the same metrics, with no dvc.yaml and no repository side effects
+    live = paths.run_dir(tiny_root, run) / "dvclive"
+    assert (live / "plots" / "metrics" / "train" / "pass_rate.tsv").is_file()
+    assert json.loads((live / "metrics.json").read_text())["train"]["pass_rate"] == record["train/pass_rate"]
+    assert not list(tiny_root.rglob("dvc.yaml")) and not (tiny_root / ".dvc").exists()
+    assert json.loads((paths.run_dir(tiny_root, run) / "run_spec.json").read_text())["method"] == "ace_grpo"
+
+
+def test_ace_alpha_zero_is_grpo_bitwise(tmp_path: Path, tiny_root_template: Path):
+    import shutil
+
+    records, weights = {}, {}
+    for method, extra in (("grpo", []), ("ace_grpo", ["methods.ace_grpo.estimator.alpha=0.0"])):
+        root = tmp_path / method
+        shutil.copytree(tiny_root_template, root)
+        cfg = make_config("models.tiny.train.total_steps=2", *extra)
+        final = train_run(cfg, Run("tiny", method, 0), root, verifier=DigitVerifier(), progress=False)
+        weights[method] = _weights(final)
+        records[method] = _no_timing(read_jsonl_records(paths.train_metrics_file(root, Run("tiny", method, 0))))
+    assert all(torch.equal(weights["grpo"][k], weights["ace_grpo"][k]) for k in weights["grpo"])
+    for a, b in zip(records["grpo"], records["ace_grpo"], strict=True):
+        assert a.keys() == b.keys()
+        assert a == b
+
+
+def test_ace_differs_from_grpo_only_through_advantages(tiny_root: Path):
+    """Same seed, same policy: identical prompts, rollouts, rewards and log-probs; only advantages differ."""
+    cfg = make_config()
+    got = {}
+    for method in ("grpo", "ace_grpo"):
+        run = Run("tiny", method, 0)
+        setup = resolve_setup(cfg, run)
+        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+        ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+        old, _ = batch_logprobs(state.model, ro.batch, 1.0, 4)
+        ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 4)
+        from acerl.algos.advantages import compute_advantages
+
+        out = compute_advantages(setup.estimator.name, ro.scores, ro.group_ids, old, ref, ro.batch.response_mask,
+                                 **setup.estimator.kwargs())  # fmt: skip
+        got[method] = (ro, out.advantages)
+    (ro_g, adv_g), (ro_a, adv_a) = got["grpo"], got["ace_grpo"]
+    assert torch.equal(ro_g.batch.input_ids, ro_a.batch.input_ids)
+    assert torch.equal(ro_g.scores, ro_a.scores) and ro_g.sampled == ro_a.sampled
+    neg = adv_g < 0
+    assert neg.any()
+    assert torch.equal(adv_a[~neg], adv_g[~neg])  # positive / zero advantages untouched
+    torch.testing.assert_close(adv_a[neg], adv_g[neg] * (1 + math.log(2)))  # c_i = 0 at step 0
+
+
+def test_dynamic_sampling_keeps_only_mixed_groups(tiny_root: Path):
+    cfg = make_config("families.dapo.dynamic_sampling.max_batches=4")
+    run = Run("tiny", "dapo", 0)
+    setup = resolve_setup(cfg, run)
+    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    verifier = DigitVerifier()
+    ro = collect_rollouts(state, setup, data, verifier, Timer())
+    g = setup.hyper.group_size
+    assert ro.batch is not None and len(ro.batch) == len(ro.scores) == len(ro.group_ids)
+    assert 1 <= ro.sampled["train/gen_batches"] <= 4 and verifier.calls == ro.sampled["train/gen_batches"]
+    assert ro.sampled["train/groups"] == len(ro.batch) // g
+    assert ro.sampled["train/kept_groups_frac"] < 1.0  # some groups were filtered out
+    correct = ro.scores > -0.5  # signed rewards: +1 (+ overlong penalty >= -1) vs -1 (+ penalty)
+    for k in range(len(ro.batch) // g):
+        group = correct[k * g : (k + 1) * g]
+        assert group.any() and not group.all(), f"group {k} is not mixed"
+    if ro.sampled["train/gen_batches"] < 4:
+        assert ro.sampled["train/groups"] == setup.hyper.prompts_per_step
+
+
+class NeverCorrect:
+    def grade_many(self, items, *, progress=None):
+        return [Verdict(False) for _ in items]
+
+
+def test_dynamic_sampling_gives_up_after_max_batches(tiny_root: Path):
+    cfg = make_config("models.tiny.train.total_steps=1", "families.dapo.dynamic_sampling.max_batches=2")
+    run = Run("tiny", "dapo", 0)
+    final = train_run(cfg, run, tiny_root, verifier=NeverCorrect(), progress=False)
+    before, after = _weights(paths.base_model_dir(tiny_root, "tiny")), _weights(final)
+    assert all(torch.equal(before[k], after[k]) for k in before)  # nothing to learn from: no update
+    (record,) = read_jsonl_records(paths.train_metrics_file(tiny_root, run))
+    assert record["train/gen_batches"] == 2 and record["train/groups"] == 0
+    assert record["train/kept_groups_frac"] == 0.0 and record["actor/pg_loss"] is None
+
+
+def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_root: Path):
+    """Gradient accumulation over micro-batches == one forward over the mini-batch (verl global batch info)."""
+    grads = {}
+    for micro, mode in ((16, "token-mean"), (3, "token-mean"), (16, "seq-mean-token-mean"), (5, "seq-mean-token-mean")):
+        cfg = make_config(
+            f"models.tiny.train.micro_batch_size_per_gpu={micro}",
+            "models.tiny.train.mini_batch_size=4",
+            f"families.grpo.loss_agg_mode={mode}",
+            "models.tiny.train.lr=1.0e-8",
+        )
+        run = Run("tiny", "grpo", 0)
+        setup = resolve_setup(cfg, run)
+        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+        ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+        old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)
+        ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 16)
+        from acerl.algos.advantages import compute_advantages
+
+        adv = compute_advantages("grpo", ro.scores, ro.group_ids).token_level(ro.batch.response_mask)
+        captured = []
+        state.optimizer.step = lambda: captured.append([p.grad.clone() for p in state.model.parameters()])
+        metrics = update_policy(state, setup, ro.batch, old, ref, adv)
+        grads[(micro, mode)] = (captured[0], metrics["actor/pg_loss"])
+    for mode, (big, small) in (("token-mean", (16, 3)), ("seq-mean-token-mean", (16, 5))):
+        (ga, la), (gb, lb) = grads[(big, mode)], grads[(small, mode)]
+        assert la == pytest.approx(lb, abs=1e-6)
+        for a, b in zip(ga, gb, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_ema_reference_moves_and_is_checkpointed(tiny_root: Path, verifier: DigitVerifier):
+    from acerl.train.checkpoint import find_latest
+
+    cfg = make_config("models.tiny.train.total_steps=2")
+    run = Run("tiny", "grpo", 0)
+    train_run(cfg, run, tiny_root, verifier=verifier, progress=False, reference="ema", ref_ema_decay=0.5)
+    ckpt = find_latest(paths.checkpoints_dir(tiny_root, run))
+    ref, policy = load_file(str(ckpt / "ref.safetensors")), load_file(str(ckpt / "model.safetensors"))
+    base = _weights(paths.base_model_dir(tiny_root, "tiny"))
+    k = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.equal(ref[k], base[k]) and not torch.equal(ref[k], policy[k])
+    with pytest.raises(Exception, match="reference must be"):
+        resolve_setup(cfg, run, reference="bogus")  # type: ignore[arg-type]
+
+
+def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier):
+    cfg = make_config("models.tiny.train.total_steps=1")
+    run = Run("tiny", "grpo", 1)
+    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    stamp = {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")}
+    calls = verifier.calls
+    assert train_run(cfg, run, tiny_root, verifier=verifier, progress=False) == final
+    assert verifier.calls == calls
+    assert {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")} == stamp
+
+
+def test_bad_settings_fail_early(tiny_root: Path):
+    from acerl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="overlong.buffer"):
+        resolve_setup(make_config("families.dapo.overlong.buffer=64"), Run("tiny", "dapo", 0))
+    with pytest.raises(ValueError, match="base model"):
+        resolve_setup(make_config(), Run("tiny", "base", 0))
+    cfg = make_config("models.tiny.train.max_prompt_length=8", "models.tiny.train.total_steps=1")
+    with pytest.raises(ValueError, match="max_prompt_length"):
+        train_run(cfg, Run("tiny", "grpo", 0), tiny_root, verifier=DigitVerifier(), progress=False)

@@ -1,0 +1,168 @@
+"""Checkpoints: SIGKILL + resume == uninterrupted, SIGTERM / SIGUSR1 preemption, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DigitVerifier, make_config, read_jsonl_records
+from safetensors.torch import load_file
+
+from acerl import paths
+from acerl.config import Run
+from acerl.train import PREEMPTED_EXIT_CODE, train_run
+from acerl.train.checkpoint import LATEST_FILE, atomic_dir, find_latest, list_checkpoints
+
+WORKER = Path(__file__).resolve().parent / "train_worker.py"
+STEPS, SAVE_EVERY = 5, 2
+
+
+def _start(root: Path, method: str, delay: float = 0.3) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, str(WORKER), str(root), method, str(STEPS), str(SAVE_EVERY), str(delay)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"worker exited early ({proc.returncode}):\n{proc.stderr.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting for the worker")
+        time.sleep(0.05)
+
+
+def _records(root: Path, run: Run) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in
+            read_jsonl_records(paths.train_metrics_file(root, run))]  # fmt: skip
+
+
+def _uninterrupted(tmp_path: Path, template: Path, method: str) -> tuple[dict, list[dict]]:
+    root = tmp_path / "reference"
+    shutil.copytree(template, root)
+    cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
+    final = train_run(cfg, Run("tiny", method, 0), root, verifier=DigitVerifier(), progress=False)
+    return load_file(str(final / "model.safetensors")), _records(root, Run("tiny", method, 0))
+
+
+def _resume_in_process(root: Path, method: str) -> tuple[dict, list[dict]]:
+    cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
+    final = train_run(cfg, Run("tiny", method, 0), root, verifier=DigitVerifier(), progress=False)
+    return load_file(str(final / "model.safetensors")), _records(root, Run("tiny", method, 0))
+
+
+def _assert_same(a: tuple[dict, list[dict]], b: tuple[dict, list[dict]]) -> None:
+    (wa, ra), (wb, rb) = a, b
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    assert [r["step"] for r in rb] == list(range(1, STEPS + 1))
+    assert ra == rb
+
+
+def test_sigkill_then_resume_equals_uninterrupted(tiny_root: Path, tiny_root_template: Path, tmp_path: Path):
+    method = "ace_dapo"  # reference log-probs, ACE, dynamic sampling and overlong shaping all on
+    run = Run("tiny", method, 0)
+    proc = _start(tiny_root, method)
+    ckpt_dir = paths.checkpoints_dir(tiny_root, run)
+    _wait_for(lambda: (ckpt_dir / LATEST_FILE).is_file(), proc)
+    # let it get into the next step (metrics written past the checkpoint) before killing it
+    metrics = paths.train_metrics_file(tiny_root, run)
+    _wait_for(lambda: len(metrics.read_text().splitlines()) > SAVE_EVERY, proc)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert not paths.policy_dir(tiny_root, run).exists()
+    steps_logged = len(read_jsonl_records(metrics))
+    last_ckpt = list_checkpoints(ckpt_dir)[-1][0]
+    assert steps_logged > last_ckpt  # the resumed run must cut metrics.jsonl back
+    resumed = _resume_in_process(tiny_root, method)
+    _assert_same(_uninterrupted(tmp_path, tiny_root_template, method), resumed)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_preemption_signal_checkpoints_and_exits_75(sig, tiny_root: Path, tiny_root_template: Path, tmp_path: Path):
+    method = "grpo"
+    run = Run("tiny", method, 0)
+    proc = _start(tiny_root, method)
+    metrics = paths.train_metrics_file(tiny_root, run)
+    _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1, proc)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=120)
+    assert code == PREEMPTED_EXIT_CODE, proc.stderr.read()[-3000:]
+    n = len(read_jsonl_records(metrics))
+    assert 1 <= n < STEPS
+    ckpt = find_latest(paths.checkpoints_dir(tiny_root, run))
+    assert ckpt is not None and ckpt.name == f"step_{n:06d}"  # checkpoint at the step boundary it stopped at
+    assert not paths.policy_dir(tiny_root, run).exists()
+    if sig == signal.SIGTERM:
+        _assert_same(_uninterrupted(tmp_path, tiny_root_template, method), _resume_in_process(tiny_root, method))
+
+
+def test_leftover_temp_dirs_are_ignored_and_removed(tiny_root: Path, verifier: DigitVerifier):
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
+    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    shutil.rmtree(paths.policy_dir(tiny_root, run))  # pretend the job died before the final folder
+    ckpt_dir = paths.checkpoints_dir(tiny_root, run)
+    junk = ckpt_dir / ".tmp-step_000003.abc"
+    junk.mkdir()
+    (junk / "model.safetensors").write_bytes(b"truncated")
+    stale_final = paths.run_dir(tiny_root, run) / ".tmp-final.xyz"
+    stale_final.mkdir()
+    assert find_latest(ckpt_dir).name == "step_000002"
+    (ckpt_dir / LATEST_FILE).write_text("step_000009\n")  # a stale pointer falls back to a folder scan
+    assert find_latest(ckpt_dir).name == "step_000002"
+    calls = verifier.calls
+    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    assert verifier.calls == calls  # resumed at step 2 of 2: only the final folder was written
+    assert (final / "model.safetensors").is_file()
+    assert not junk.exists() and not stale_final.exists()
+    assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]
+    assert [s for s, _ in list_checkpoints(ckpt_dir)] == [1, 2]
+
+
+def test_keep_checkpoints_rotation(tiny_root: Path, verifier: DigitVerifier):
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=3", "models.tiny.train.save_every=1",
+                      "models.tiny.train.keep_checkpoints=2")  # fmt: skip
+    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    ckpt_dir = paths.checkpoints_dir(tiny_root, run)
+    assert [s for s, _ in list_checkpoints(ckpt_dir)] == [2, 3]
+    assert (ckpt_dir / LATEST_FILE).read_text().strip() == "step_000003"
+    state = torch.load(ckpt_dir / "step_000003" / "trainer_state.pt", weights_only=True)
+    assert state["step"] == 3 and set(state) >= {"scheduler", "data", "rng", "spec"}
+
+
+def test_atomic_dir_leaves_nothing_on_error(tmp_path: Path):
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), atomic_dir(final) as tmp:
+        (tmp / "new.txt").write_text("new")
+        raise RuntimeError("killed")
+    assert (final / "old.txt").read_text() == "old" and list(tmp_path.iterdir()) == [final]
+    with atomic_dir(final) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in final.iterdir()] == ["new.txt"] and list(tmp_path.iterdir()) == [final]
+
+
+def test_changed_settings_refuse_to_resume(tiny_root: Path, verifier: DigitVerifier):
+    from acerl.config import ConfigError
+
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
+    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    shutil.rmtree(paths.policy_dir(tiny_root, run))
+    (paths.checkpoints_dir(tiny_root, run) / LATEST_FILE).write_text("step_000001\n")
+    changed = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1", "models.tiny.train.lr=0.5")
+    with pytest.raises(ConfigError, match="different settings"):
+        train_run(changed, run, tiny_root, verifier=verifier, progress=False)

@@ -1,0 +1,38 @@
+"""Subprocess entry for the kill / signal tests: ``python train_worker.py ROOT METHOD STEPS SAVE_EVERY DELAY``.
+
+Trains the tiny run with :class:`conftest.DigitVerifier`, sleeping ``DELAY`` seconds per grading call so a
+test can interrupt it between checkpoints.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import DigitVerifier, make_config  # noqa: E402
+
+from acerl.config import Run  # noqa: E402
+from acerl.train import train_run  # noqa: E402
+
+
+class SlowVerifier(DigitVerifier):
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def grade_many(self, items, *, progress=None):
+        time.sleep(self.delay)
+        return super().grade_many(items, progress=progress)
+
+
+def main() -> None:
+    root, method, steps, save_every, delay = sys.argv[1:6]
+    cfg = make_config(f"models.tiny.train.total_steps={steps}", f"models.tiny.train.save_every={save_every}")
+    train_run(cfg, Run("tiny", method, 0), Path(root), verifier=SlowVerifier(float(delay)), progress=False)
+
+
+if __name__ == "__main__":
+    main()
