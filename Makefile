@@ -47,3 +47,14 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# A local one-node SLURM cluster (root; Debian packages) and the SLURM tests (docs/cluster.md).
+.PHONY: slurm-up slurm-down test-slurm
+slurm-up:
+	scripts/slurm_local.sh start
+
+slurm-down:
+	scripts/slurm_local.sh stop
+
+test-slurm: setup
+	PYTHON=$(BIN)/python scripts/ci_slurm.sh

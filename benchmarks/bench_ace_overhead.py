@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import platform
 import shlex
 import statistics
@@ -55,15 +56,21 @@ def make_inputs(batch: int, length: int, group_size: int, seed: int = 0) -> Inpu
     return Inputs(rewards, group_ids, logprobs, ref_logprobs, mask)
 
 
-def time_fn(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:
-    """Wall-clock seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
-    for _ in range(warmup):
+def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Wall-clock seconds of ``repeats`` calls of each function, after one untimed warm-up call each.
+
+    The functions are timed round-robin (one call of each per round), so on a shared machine a burst of
+    load from other jobs hits all of them alike instead of one.
+    """
+    for fn in fns.values():
         fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+    times: dict[str, list[float]] = {label: [] for label in fns}
+    for round_ in range(repeats):
+        logger.info("round %d/%d", round_ + 1, repeats)
+        for label, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
     return times
 
 
@@ -103,26 +110,24 @@ def candidates(x: Inputs, with_verl: bool) -> dict[str, Callable[[], object]]:
 def run(batch: int, length: int, group_size: int, repeats: int, with_verl: bool) -> dict[str, list[float]]:
     """Time every candidate; returns label -> list of seconds."""
     x = make_inputs(batch, length, group_size)
-    results = {}
-    for label, fn in candidates(x, with_verl).items():
-        logger.info("timing %s", label)
-        results[label] = time_fn(fn, repeats)
-    return results
+    return time_interleaved(candidates(x, with_verl), repeats)
 
 
 def to_markdown(results: dict[str, list[float]], args: argparse.Namespace, command: str) -> str:
     """The results page: setup, command, and a table of median / min times and ratio to GRPO."""
     base = statistics.median(results["grpo_advantages (B,)"])
     ace = statistics.median(results["ace_advantages (B,)"])
+    base_min, ace_min = min(results["grpo_advantages (B,)"]), min(results["ace_advantages (B,)"])
     lines = [
         "# ACE advantage overhead (micro-benchmark)",
         "",
         f"Batch B = {args.batch} rollouts (G = {args.group_size}), T = {args.length} response tokens "
         f"(lengths uniform in [1, T]), float32, CPU, torch.set_num_threads({args.threads}); "
-        f"median of {args.repeats} runs after one warm-up, one process.",
+        f"median of {args.repeats} runs after one warm-up, timed round-robin, one process.",
         "",
         f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
-        f"torch {torch.__version__} (shared machine: other jobs were running).",
+        f"torch {torch.__version__}; {os.cpu_count()} CPUs shared with other jobs (1-min load average "
+        f"{os.getloadavg()[0]:.1f} at the end), so treat the times as rough.",
         "",
         "Command:",
         "",
@@ -138,7 +143,9 @@ def to_markdown(results: dict[str, list[float]], args: argparse.Namespace, comma
         lines.append(f"| {label} | {med * 1e3:.2f} | {min(times) * 1e3:.2f} | {med / base:.1f} |")
     lines += [
         "",
-        f"ACE adds {(ace - base) * 1e3:.1f} ms per batch over GRPO here. Almost all of it is one masked pass "
+        f"ACE adds {(ace - base) * 1e3:.0f} ms per batch over GRPO here (median; "
+        f"{(ace_min - base_min) * 1e3:.0f} ms comparing the fastest runs, which other jobs disturb least). "
+        "Almost all of it is one masked pass "
         "over the (B, T) log-prob tensors to form c_i (paper Def. 1), which GRPO never reads; the "
         "per-rollout softplus is negligible. The (B, T) rows are for scale: broadcasting any advantage to "
         "verl's per-token layout already costs one (B, T) pass. This is the advantage step alone; the "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install profiles/slurm-template/ as the user's Snakemake `slurm` profile, so that
-#   snakemake --profile slurm --configfile config/paper.yaml all
+#   snakemake --profile slurm --configfile=config/paper.yaml all
 # submits every job to SLURM. See docs/cluster.md.
 #
 # Usage: scripts/install_slurm_profile.sh --partition P (--account A | --no-account) [options]
@@ -150,7 +150,7 @@ chmod 644 "$tmp"
 mv -f "$tmp" "$target"
 trap - EXIT
 echo "installed $target (partition=$partition, account=${account:-<none>}, status command=$status_command)"
-echo "run from the repository root:  snakemake --profile slurm --configfile config/paper.yaml all"
+echo "run from the repository root:  snakemake --profile slurm --configfile=config/paper.yaml all"
 if [[ "$dest" != "${XDG_CONFIG_HOME:-$HOME/.config}/snakemake/slurm" ]]; then
   echo "note: $dest is not where 'snakemake --profile slurm' looks; use: snakemake --profile $dest ..."
 fi

@@ -13,6 +13,8 @@
 #   ACERL_SLURM_DIR         scratch directory holding all state (default /tmp/acerl-slurm)
 #   ACERL_SLURM_ACCOUNTING  1: real accounting (slurmdbd + MariaDB; `sacct` works, profile uses the sacct status
 #                           command, like a production cluster); 0 (default): no accounting, squeue status command
+#   ACERL_SLURM_PROCTRACK   linuxproc (default) or cgroup (cgroup v1 freezer, as most production clusters)
+#   Unset, both keep the values of the last `start` in ACERL_SLURM_DIR.
 #
 # Then:  XDG_CONFIG_HOME=$ACERL_SLURM_DIR/xdg snakemake --profile slurm ...
 #   (or: snakemake --profile $ACERL_SLURM_DIR/xdg/snakemake/slurm ...)
@@ -22,7 +24,10 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DIR="${ACERL_SLURM_DIR:-/tmp/acerl-slurm}"
-ACCOUNTING="${ACERL_SLURM_ACCOUNTING:-0}"
+saved_setting() { sed -n "s/.*\b$1=\([a-z0-9]*\).*/\1/p" "$DIR/settings" 2>/dev/null || true; }
+# Unset variables keep the settings of the last `start` (so `start` is idempotent); defaults on a fresh start.
+ACCOUNTING="${ACERL_SLURM_ACCOUNTING:-$(saved_setting accounting)}"
+ACCOUNTING="${ACCOUNTING:-0}"
 ETC_CONF=/etc/slurm/slurm.conf
 MARKER=".acerl-slurm-local"
 HOST="$(hostname -s)"
@@ -30,6 +35,13 @@ PARTITION=debug
 CLUSTER=acerl
 DB_PORT="${ACERL_SLURM_DB_PORT:-3307}"
 START_TIMEOUT=90  # seconds for the node to become idle
+# How slurmd tracks job processes. linuxproc (default): by parentage; a signal reaches every process of a job
+# step (the trainer under `python -m snakemake` and bash too). cgroup: cgroup v1 freezer, as most production
+# clusters do; SLURM then signals only a step's task process (with Snakemake's executor, the inner
+# `python -m snakemake`) and SIGKILLs the rest when the step ends (see docs/cluster.md, "Preemption").
+PROCTRACK="${ACERL_SLURM_PROCTRACK:-$(saved_setting proctrack)}"
+PROCTRACK="${PROCTRACK:-linuxproc}"
+SETTINGS="accounting=$ACCOUNTING proctrack=$PROCTRACK"
 
 log() { echo "slurm_local: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -146,11 +158,25 @@ write_slurm_conf() {
     acct="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePass=$DIR/munge/munge.socket
-JobAcctGatherType=jobacct_gather/linux"
+JobAcctGatherType=jobacct_gather/linux
+AccountingStoreFlags=job_comment"
   else
     acct="AccountingStorageType=accounting_storage/none"
   fi
   mkdir -p "$DIR/etc"
+  if [[ "$PROCTRACK" == cgroup ]]; then
+    # cgroup v1 freezer: every process of a job step is tracked (and killed when the step ends), as on a
+    # production cluster; no resource constraints.
+    cat >"$DIR/etc/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+CgroupAutomount=no
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainSwapSpace=no
+ConstrainDevices=no
+EOF
+  fi
   cat >"$DIR/etc/slurm.conf.tmp" <<EOF
 # Written by scripts/slurm_local.sh: a one-node cluster on localhost for tests (state under $DIR).
 ClusterName=$CLUSTER
@@ -166,7 +192,7 @@ SlurmctldPidFile=$(pidfile slurmctld)
 SlurmdPidFile=$(pidfile slurmd)
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd.log
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/$PROCTRACK
 TaskPlugin=task/none
 MpiDefault=none
 ReturnToService=2
@@ -214,6 +240,11 @@ link_etc_conf() {
   else
     ln -s "$DIR/etc/slurm.conf" "$ETC_CONF"
   fi
+  if [[ "$PROCTRACK" == cgroup ]]; then
+    [[ ! -e /etc/slurm/cgroup.conf || -L /etc/slurm/cgroup.conf ]] \
+      || die "/etc/slurm/cgroup.conf exists and is not our symlink"
+    ln -sfn "$DIR/etc/cgroup.conf" /etc/slurm/cgroup.conf
+  fi
   if [[ "$ACCOUNTING" == 1 ]]; then
     # slurmdbd reads slurmdbd.conf next to slurm.conf
     [[ ! -e /etc/slurm/slurmdbd.conf || -L /etc/slurm/slurmdbd.conf ]] \
@@ -224,7 +255,7 @@ link_etc_conf() {
 
 unlink_etc_conf() {
   local f
-  for f in "$ETC_CONF" /etc/slurm/slurmdbd.conf; do
+  for f in "$ETC_CONF" /etc/slurm/slurmdbd.conf /etc/slurm/cgroup.conf; do
     if [[ -L "$f" && "$(readlink "$f")" == "$DIR"/etc/* ]]; then rm -f "$f"; fi
   done
 }
@@ -307,9 +338,9 @@ write_profile() {
   local status_command=squeue
   [[ "$ACCOUNTING" != 1 ]] || status_command=sacct
   # The site template with what one node on localhost needs: its partition, no account, fast status checks
-  # (the first one 2 s after submission), two jobs at a time (two cores), short filesystem latency, kept logs.
+  # (the first one 2 s after submission), a short filesystem latency (local disk), kept logs for the tests.
   "$here/install_slurm_profile.sh" --partition "$PARTITION" --no-account --status-command "$status_command" \
-    --init-seconds 2 --jobs 2 --latency-wait 5 --keep-logs --force \
+    --init-seconds 2 --latency-wait 5 --keep-logs --force \
     --dest "$DIR/xdg/snakemake/slurm" >/dev/null
 }
 
@@ -319,9 +350,15 @@ cluster_up() { node_state | grep -qE '^(idle|mix|alloc|comp)'; }
 cmd_start() {
   need_root
   check_dir
-  if [[ -e "$DIR/accounting" && "$(cat "$DIR/accounting")" != "$ACCOUNTING" ]]; then
-    log "running with ACERL_SLURM_ACCOUNTING=$(cat "$DIR/accounting"); restarting with $ACCOUNTING"
-    ACCOUNTING="$(cat "$DIR/accounting")" cmd_stop
+  case "$PROCTRACK" in
+    linuxproc) ;;
+    cgroup) [[ -d /sys/fs/cgroup/freezer ]] || die "ACERL_SLURM_PROCTRACK=cgroup needs the cgroup v1 freezer (/sys/fs/cgroup/freezer)" ;;
+    *) die "ACERL_SLURM_PROCTRACK must be linuxproc or cgroup, got '$PROCTRACK'" ;;
+  esac
+  [[ "$ACCOUNTING" == 0 || "$ACCOUNTING" == 1 ]] || die "ACERL_SLURM_ACCOUNTING must be 0 or 1, got '$ACCOUNTING'"
+  if [[ -e "$DIR/settings" && "$(cat "$DIR/settings")" != "$SETTINGS" ]]; then
+    log "running with $(cat "$DIR/settings"); restarting with $SETTINGS"
+    cmd_stop
   fi
   local all_up=1 d
   for d in $(daemons); do [[ -n "$(daemon_pid "${d%%:*}" "${d##*:}")" ]] || all_up=0; done
@@ -338,7 +375,7 @@ cmd_start() {
   if [[ -d "$DIR" ]]; then rm -rf "${DIR:?}"; fi
   mkdir -p "$DIR"/{run,log,state/ctld,state/d,etc}
   touch "$DIR/$MARKER"
-  echo "$ACCOUNTING" >"$DIR/accounting"
+  echo "$SETTINGS" >"$DIR/settings"
   write_munge_key
   write_slurm_conf
   link_etc_conf
@@ -347,7 +384,7 @@ cmd_start() {
   start_slurm
   wait_idle || die "the node did not become idle: see $DIR/log/slurmd.log and $DIR/log/slurmctld.log"
   write_profile
-  log "cluster up: partition '$PARTITION', node $HOST ($(nproc) CPUs), accounting=$ACCOUNTING, state in $DIR"
+  log "cluster up: partition '$PARTITION', node $HOST ($(nproc) CPUs), $SETTINGS, state in $DIR"
   print_usage
 }
 
@@ -381,10 +418,15 @@ cmd_stop() {
 
 cmd_status() {
   local d pid rc=0
+  [[ ! -f "$DIR/settings" ]] || echo "settings   $(cat "$DIR/settings")"
   for d in $(daemons); do
     pid="$(daemon_pid "${d%%:*}" "${d##*:}")"
-    printf '%-10s %s\n' "${d%%:*}" "${pid:+running (pid $pid)}${pid:-not running}"
-    [[ -n "$pid" ]] || rc=3
+    if [[ -n "$pid" ]]; then
+      printf '%-10s running (pid %s)\n' "${d%%:*}" "$pid"
+    else
+      printf '%-10s not running\n' "${d%%:*}"
+      rc=3
+    fi
   done
   printf '%-10s %s\n' "conf" "$(readlink "$ETC_CONF" 2>/dev/null || echo "no $ETC_CONF symlink")"
   if command -v sinfo >/dev/null && cluster_up; then

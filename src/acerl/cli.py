@@ -67,11 +67,9 @@ def _threads(cfg: Config) -> int:
 
 
 def _device(cfg: Config) -> str:
-    if cfg.compute.device != "auto":
-        return cfg.compute.device
-    import torch
+    from acerl.generate import resolve_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return resolve_device(cfg.compute.device)
 
 
 # -------------------------------------------------------------------------------------------- commands

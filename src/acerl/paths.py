@@ -92,3 +92,8 @@ def tables_dir(root: Path | str) -> Path:
 
 def figures_dir(root: Path | str) -> Path:
     return results_dir(root) / "figures"
+
+
+def report_file(root: Path | str) -> Path:
+    """A one-page Markdown view of every table and figure."""
+    return results_dir(root) / "report.md"

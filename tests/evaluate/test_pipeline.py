@@ -229,7 +229,9 @@ def test_grade_and_passk_on_known_answers(cfg, tmp_path):
     assert record["pass_at_k"]["2"] == pytest.approx((5 / 6 + 1 / 2) / 2)
 
 
-def test_passk_needs_the_scored_file(cfg, tmp_path):
+def test_steps_name_the_missing_input(cfg, tmp_path):
+    with pytest.raises(FileNotFoundError, match="run the sample step first"):
+        grade_run(cfg, BASE, BENCH, tmp_path)
     with pytest.raises(FileNotFoundError, match="run the grade step first"):
         passk_run(cfg, BASE, BENCH, tmp_path)
 
@@ -246,11 +248,16 @@ def test_base_checkpoint_has_zero_confidence(cfg, root):
         step2 = diagnose_checkpoint(
             2, paths.diag_step_dir(root, TRAINED, 2), base, problems, settings, grader, _hf
         )
+        again = diagnose_checkpoint(
+            7, paths.diag_step_dir(root, TRAINED, 0), base, problems, settings, grader, _hf
+        )
     assert step0.confidence.shape == (12,) and step0.lengths.shape == (12,)
     assert (step0.confidence == 0.0).all()  # same weights as the reference: c_i is exactly 0
     rec0 = step0.record()
     assert rec0["n_total"] == 12 and rec0["overconf_magnitude"] is None
     assert rec0["oef"] == (0.0 if rec0["n_incorrect"] else None)
+    # the seed does not depend on the step: equal weights give equal rollouts (common random numbers)
+    assert again.record() == {**step0.record(), "step": 7}
     assert (step2.confidence != 0.0).all()  # perturbed weights: every rollout's confidence moved
     assert 3.0 < rec0["entropy"] < 4.7  # random init: near-uniform over ~100 characters (log 100 = 4.6)
 

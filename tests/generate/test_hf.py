@@ -50,7 +50,12 @@ def _sample(model, tokenizer, seed=0, **kw) -> RolloutBatch:
     args.update(kw)
     g = torch.Generator().manual_seed(seed)
     return sample_batch(
-        model, _ids(tokenizer), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, generator=g, **args
+        model,
+        _ids(tokenizer),
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        generator=g,
+        **args,
     )
 
 
@@ -69,7 +74,9 @@ def test_layout_and_eos(model, tokenizer):
     p = batch.prompt_length
     assert p == max(len(x) for x in _ids(tokenizer))
     lengths = batch.response_lengths.tolist()
-    assert batch.stopped.any() and (~batch.stopped).any(), "fixture should give both stopped and truncated rows"
+    assert batch.stopped.any() and (~batch.stopped).any(), (
+        "fixture should give both stopped and truncated rows"
+    )
     for r in range(len(batch)):
         prompt = _ids(tokenizer)[r // 8]
         assert batch.prompt_ids(r) == prompt  # rows are prompt-major
@@ -116,7 +123,9 @@ def test_padding_does_not_change_results(model, tokenizer):
 def test_greedy_matches_transformers_generate(model, tokenizer):
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     prompt = _ids(tokenizer)[1]
-    ours = sample_batch(model, [prompt], temperature=0.0, max_new_tokens=10, eos_id=eos, pad_id=pad).response(0)
+    ours = sample_batch(model, [prompt], temperature=0.0, max_new_tokens=10, eos_id=eos, pad_id=pad).response(
+        0
+    )
     ref = model.generate(
         torch.tensor([prompt]), do_sample=False, max_new_tokens=10, eos_token_id=eos, pad_token_id=pad
     )[0, len(prompt) :].tolist()

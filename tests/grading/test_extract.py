@@ -12,7 +12,8 @@ from acerl.grading.extract import answer_line, last_boxed_answer
     ("response", "expected"),
     [
         ("so $x = \\boxed{\\frac{3}{4}}$.", "\\frac{3}{4}"),
-        ("first \\boxed{1}. Much later, after a long argument, the final answer is \\boxed{2}", "2"),
+        ("first \\boxed{1}. Much later, after a long argument that checks every case once more by hand, we get \\boxed{2}", "2"),
+        ("\\boxed{1}, then, since it must be odd, \\boxed{2}", "1,2"),
         ("nested braces \\boxed{\\frac{\\sqrt{2}}{2}} done", "\\frac{\\sqrt{2}}{2}"),
         ("\\fbox{7}", "7"),
         ("\\boxed {12}", "12"),

@@ -89,6 +89,10 @@ def test_escaping_keeps_math():
     assert LATEX.escape(r"KL coefficient $\beta$ & 5% of x_1") == r"KL coefficient $\beta$ \& 5\% of x\_1"
     assert LATEX.escape(r"$a_b$ c_d") == r"$a_b$ c\_d"
     assert MARKDOWN.escape(r"mean $\pm$ CI, $\alpha$ | $x^2$") == r"mean ± CI, α \| $x^2$"
+    assert MARKDOWN.escape(r"bold = $p < 0.05$; $\Delta$@1; $1 \times 10^{-5}$; $\alphax$") == (
+        r"bold = p < 0.05; Δ@1; $1 \times 10^{-5}$; $\alphax$"
+    )
+    assert LATEX.escape("a < b > c ~ d #1") == r"a \textless{} b \textgreater{} c \textasciitilde{} d \#1"
 
 
 def test_one_structure_two_renderers():
@@ -115,6 +119,15 @@ def test_one_structure_two_renderers():
     assert md[0] == "**Pass@k (%)**"
     assert md[2:5] == ["| Model | @1 | @2 |", "|:---|---:|---:|", "| A | 1.0 | **2.0** |"]
     assert md[5] == "| B | 3.0 ± 0.1 | – |" and md[6] == "| **C** | 1.0 | 0.5 |" and md[-1] == "a note"
+    aligned = to_markdown(
+        Table("t", "c", "l", ("M", "Name", "@1"), ((Row("A", (Cell(raw="x"), Cell())),),), align="llc")
+    )
+    assert "|:---|:---|---:|" in aligned
+    assert r"\begin{tabular}{ll}" in to_latex(
+        Table("t", "c", "l", ("M", "N"), ((Row("A", (Cell(),)),),), align="ll")
+    )
+    with pytest.raises(ValueError, match="align"):
+        Table("t", "c", "l", ("M", "@1"), (), align="lcc")
     with pytest.raises(ValueError, match="row 'X' has 1 cells, expected 2"):
         Table("t", "c", "l", ("M", "@1", "@2"), ((Row("X", (Cell(),)),),))
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DigitVerifier, Verdict, make_config, read_jsonl_records
 from safetensors.torch import load_file
+from trainer_fixtures import DigitVerifier, Verdict, make_config, read_jsonl_records
 
 from acerl import paths
 from acerl.config import Run
@@ -18,12 +18,12 @@ from acerl.train import train_run
 from acerl.train.loop import (
     ACE_KEYS,
     ACTOR_KEYS,
+    Timer,
     batch_logprobs,
     collect_rollouts,
     init_state,
     resolve_setup,
     update_policy,
-    Timer,
 )
 
 TRAIN_KEYS = (
@@ -70,7 +70,9 @@ def test_one_step_changes_weights_and_logs_every_metric(tiny_root: Path, verifie
     assert record["train/groups"] == 4 and record["train/lr"] == pytest.approx(1e-3)
     # diagnostics (tiny/ace_grpo/seed0 is a diagnostic run): step 0 = the base model, and the last step
     assert _weights(paths.diag_step_dir(tiny_root, run, 0)).keys() == before.keys()
-    assert torch.equal(_weights(paths.diag_step_dir(tiny_root, run, 0))["model.norm.weight"], before["model.norm.weight"])
+    assert torch.equal(
+        _weights(paths.diag_step_dir(tiny_root, run, 0))["model.norm.weight"], before["model.norm.weight"]
+    )
     assert (paths.diag_step_dir(tiny_root, run, 1) / "model.safetensors").is_file()
     # dvclive view of the same metrics, with no dvc.yaml and no repository side effects
     live = paths.run_dir(tiny_root, run) / "dvclive"
@@ -90,7 +92,9 @@ def test_ace_alpha_zero_is_grpo_bitwise(tmp_path: Path, tiny_root_template: Path
         cfg = make_config("models.tiny.train.total_steps=2", *extra)
         final = train_run(cfg, Run("tiny", method, 0), root, verifier=DigitVerifier(), progress=False)
         weights[method] = _weights(final)
-        records[method] = _no_timing(read_jsonl_records(paths.train_metrics_file(root, Run("tiny", method, 0))))
+        records[method] = _no_timing(
+            read_jsonl_records(paths.train_metrics_file(root, Run("tiny", method, 0)))
+        )
     assert all(torch.equal(weights["grpo"][k], weights["ace_grpo"][k]) for k in weights["grpo"])
     for a, b in zip(records["grpo"], records["ace_grpo"], strict=True):
         assert a.keys() == b.keys()
@@ -161,7 +165,12 @@ def test_dynamic_sampling_gives_up_after_max_batches(tiny_root: Path):
 def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_root: Path):
     """Gradient accumulation over micro-batches == one forward over the mini-batch (verl global batch info)."""
     grads = {}
-    for micro, mode in ((16, "token-mean"), (3, "token-mean"), (16, "seq-mean-token-mean"), (5, "seq-mean-token-mean")):
+    for micro, mode in (
+        (16, "token-mean"),
+        (3, "token-mean"),
+        (16, "seq-mean-token-mean"),
+        (5, "seq-mean-token-mean"),
+    ):
         cfg = make_config(
             f"models.tiny.train.micro_batch_size_per_gpu={micro}",
             "models.tiny.train.mini_batch_size=4",
@@ -177,8 +186,12 @@ def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_root: Path):
         from acerl.algos.advantages import compute_advantages
 
         adv = compute_advantages("grpo", ro.scores, ro.group_ids).token_level(ro.batch.response_mask)
-        captured = []
-        state.optimizer.step = lambda: captured.append([p.grad.clone() for p in state.model.parameters()])
+        captured: list[list[torch.Tensor]] = []
+
+        def capture(captured=captured, model=state.model) -> None:  # record the gradient, skip the update
+            captured.append([p.grad.clone() for p in model.parameters()])
+
+        state.optimizer.step = capture
         metrics = update_policy(state, setup, ro.batch, old, ref, adv)
         grads[(micro, mode)] = (captured[0], metrics["actor/pg_loss"])
     for mode, (big, small) in (("token-mean", (16, 3)), ("seq-mean-token-mean", (16, 5))):

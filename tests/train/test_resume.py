@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import signal
@@ -12,33 +13,40 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DigitVerifier, make_config, read_jsonl_records
 from safetensors.torch import load_file
+from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 
 from acerl import paths
 from acerl.config import Run
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
 from acerl.train.checkpoint import LATEST_FILE, atomic_dir, find_latest, list_checkpoints
 
-WORKER = Path(__file__).resolve().parent / "train_worker.py"
-STEPS, SAVE_EVERY = 5, 2
+STEPS, SAVE_EVERY = 4, 2
 
 
-def _start(root: Path, method: str, delay: float = 0.3) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, str(WORKER), str(root), method, str(STEPS), str(SAVE_EVERY), str(delay)]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _train_in_child(root: Path, method: str, delay: float) -> None:
+    from train_worker import SlowVerifier
+
+    cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
+    train_run(cfg, Run("tiny", method, 0), root, verifier=SlowVerifier(delay), progress=False)
 
 
-def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+def _start(root: Path, method: str, delay: float = 0.05) -> multiprocessing.Process:
+    """A real child process (forked: no re-import cost) training the run; signals go to its pid."""
+    proc = multiprocessing.get_context("fork").Process(target=_train_in_child, args=(root, method, delay))
+    proc.start()
+    return proc
+
+
+def _wait_for(predicate, proc: multiprocessing.Process, timeout: float = 240.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"worker exited early ({proc.returncode}):\n{proc.stderr.read()[-3000:]}")
+        if not proc.is_alive():
+            raise AssertionError(f"worker exited early with code {proc.exitcode}")
         if time.monotonic() > deadline:
             proc.kill()
             raise AssertionError("timed out waiting for the worker")
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def _records(root: Path, run: Run) -> list[dict]:
@@ -78,8 +86,9 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_root: Path, tiny_root_tem
     # let it get into the next step (metrics written past the checkpoint) before killing it
     metrics = paths.train_metrics_file(tiny_root, run)
     _wait_for(lambda: len(metrics.read_text().splitlines()) > SAVE_EVERY, proc)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=60) == -signal.SIGKILL
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(timeout=60)
+    assert proc.exitcode == -signal.SIGKILL
     assert not paths.policy_dir(tiny_root, run).exists()
     steps_logged = len(read_jsonl_records(metrics))
     last_ckpt = list_checkpoints(ckpt_dir)[-1][0]
@@ -89,22 +98,26 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_root: Path, tiny_root_tem
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
-def test_preemption_signal_checkpoints_and_exits_75(sig, tiny_root: Path, tiny_root_template: Path, tmp_path: Path):
+def test_preemption_signal_checkpoints_and_exits_75(
+    sig, tiny_root: Path, tiny_root_template: Path, tmp_path: Path
+):
     method = "grpo"
     run = Run("tiny", method, 0)
     proc = _start(tiny_root, method)
     metrics = paths.train_metrics_file(tiny_root, run)
     _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1, proc)
-    proc.send_signal(sig)
-    code = proc.wait(timeout=120)
-    assert code == PREEMPTED_EXIT_CODE, proc.stderr.read()[-3000:]
+    os.kill(proc.pid, sig)
+    proc.join(timeout=120)
+    assert proc.exitcode == PREEMPTED_EXIT_CODE
     n = len(read_jsonl_records(metrics))
     assert 1 <= n < STEPS
     ckpt = find_latest(paths.checkpoints_dir(tiny_root, run))
     assert ckpt is not None and ckpt.name == f"step_{n:06d}"  # checkpoint at the step boundary it stopped at
     assert not paths.policy_dir(tiny_root, run).exists()
     if sig == signal.SIGTERM:
-        _assert_same(_uninterrupted(tmp_path, tiny_root_template, method), _resume_in_process(tiny_root, method))
+        _assert_same(
+            _uninterrupted(tmp_path, tiny_root_template, method), _resume_in_process(tiny_root, method)
+        )
 
 
 def test_leftover_temp_dirs_are_ignored_and_removed(tiny_root: Path, verifier: DigitVerifier):
@@ -163,6 +176,45 @@ def test_changed_settings_refuse_to_resume(tiny_root: Path, verifier: DigitVerif
     train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
     shutil.rmtree(paths.policy_dir(tiny_root, run))
     (paths.checkpoints_dir(tiny_root, run) / LATEST_FILE).write_text("step_000001\n")
-    changed = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1", "models.tiny.train.lr=0.5")
+    changed = make_config(
+        "models.tiny.train.total_steps=2", "models.tiny.train.save_every=1", "models.tiny.train.lr=0.5"
+    )
     with pytest.raises(ConfigError, match="different settings"):
         train_run(changed, run, tiny_root, verifier=verifier, progress=False)
+
+
+@pytest.mark.slow
+def test_cli_sigterm_exit_code(tiny_root: Path):
+    """``python -m acerl.train`` (real grader) exits with PREEMPTED_EXIT_CODE on SIGTERM, then resumes."""
+    from trainer_fixtures import REPO, TRAIN_OVERRIDES
+
+    args = [
+        sys.executable,
+        "-m",
+        "acerl.train",
+        "--config",
+        str(REPO / "config" / "config.yaml"),
+        "--model",
+        "tiny",
+        "--method",
+        "grpo",
+        "--seed",
+        "0",
+        "--root",
+        str(tiny_root),
+        "--no-progress",
+    ]
+    for item in [*TRAIN_OVERRIDES, "models.tiny.train.total_steps=40", "grading.workers=0"]:
+        args += ["--set", item]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = paths.train_metrics_file(tiny_root, Run("tiny", "grpo", 0))
+    deadline = time.monotonic() + 240
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == PREEMPTED_EXIT_CODE, err[-3000:]
+    n = len(read_jsonl_records(metrics))
+    assert find_latest(paths.checkpoints_dir(tiny_root, Run("tiny", "grpo", 0))).name == f"step_{n:06d}"

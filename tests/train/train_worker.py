@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import DigitVerifier, make_config  # noqa: E402
+from trainer_fixtures import DigitVerifier, make_config  # noqa: E402
 
 from acerl.config import Run  # noqa: E402
 from acerl.train import train_run  # noqa: E402

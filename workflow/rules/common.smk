@@ -1,10 +1,10 @@
 # Config loading and validation, and the input functions of all the rules. No pipeline logic lives here;
 # the config schema, the run grid and every path live in the acerl package.
-import shlex
 from pathlib import Path
 
 from acerl import paths as P
 from acerl.config import Run, load_config, spec_json, validate
+from acerl.stages import stage_command
 
 # The config files Snakemake merged (the workflow default first, then --configfile ones, which win), passed
 # verbatim to every `acerl` call so rules and CLI see one config.
@@ -17,7 +17,6 @@ if load_config(CONFIG_FILES).model_dump() != CFG.model_dump():
         "snakemake --config key=value overrides are not passed to the jobs; put them in a file and use "
         "--configfile FILE instead"
     )
-CONFIG_ARGS = " ".join(f"--config {shlex.quote(str(f))}" for f in CONFIG_FILES)
 ROOT = "."
 
 WILDCARD_RUN = Run("{model}", "{method}", "{seed}")

@@ -15,8 +15,7 @@ rule prepare_data:
         mem_mb=res("prepare_data", "mem_mb"),
         runtime=res("prepare_data", "runtime"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=stage_command("prepare_data", CONFIG_FILES, ROOT),
         data=spec_json(CFG.data.model_dump(mode="json")),
     shell:
-        "acerl prepare-data {params.config} --root {params.root} > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"

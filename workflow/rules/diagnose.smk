@@ -20,13 +20,11 @@ rule diagnose:
         runtime=res("diagnose", "runtime"),
         gpus=res("diagnose", "gpus"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=lambda w: stage_command("diagnose", CONFIG_FILES, ROOT, run=run_of(w)),
         diagnostics=(
             spec_json(CFG.study.diagnostics.model_dump(mode="json"))
             if CFG.study.diagnostics
             else ""
         ),
     shell:
-        "acerl diagnose {params.config} --root {params.root} --model {wildcards.model} --method {wildcards.method}"
-        " --seed {wildcards.seed} --no-progress > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"

@@ -19,12 +19,12 @@ rule sample:
         runtime=res("sample", "runtime"),
         gpus=res("sample", "gpus"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=lambda w: stage_command(
+            "sample", CONFIG_FILES, ROOT, run=run_of(w), benchmark=w.benchmark
+        ),
         evaluation=spec_json(CFG.evaluation.model_dump(mode="json", exclude={"ks"})),
     shell:
-        "acerl sample {params.config} --root {params.root} --benchmark {wildcards.benchmark} --model {wildcards.model}"
-        " --method {wildcards.method} --seed {wildcards.seed} --no-progress > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"
 
 
 rule grade:
@@ -43,12 +43,12 @@ rule grade:
         mem_mb=res("grade", "mem_mb"),
         runtime=res("grade", "runtime"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=lambda w: stage_command(
+            "grade", CONFIG_FILES, ROOT, run=run_of(w), benchmark=w.benchmark
+        ),
         grading=spec_json(CFG.grading.model_dump(mode="json")),
     shell:
-        "acerl grade {params.config} --root {params.root} --benchmark {wildcards.benchmark} --model {wildcards.model}"
-        " --method {wildcards.method} --seed {wildcards.seed} > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"
 
 
 rule passk:
@@ -67,9 +67,9 @@ rule passk:
         mem_mb=res("passk", "mem_mb"),
         runtime=res("passk", "runtime"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=lambda w: stage_command(
+            "passk", CONFIG_FILES, ROOT, run=run_of(w), benchmark=w.benchmark
+        ),
         ks=CFG.evaluation.ks,
     shell:
-        "acerl passk {params.config} --root {params.root} --benchmark {wildcards.benchmark} --model {wildcards.model}"
-        " --method {wildcards.method} --seed {wildcards.seed} > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"

@@ -18,10 +18,9 @@ rule prepare_base:
         runtime=res("prepare_base", "runtime"),
         gpus=res("prepare_base", "gpus"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=lambda w: stage_command("prepare_base", CONFIG_FILES, ROOT, model=w.model),
         base=lambda w: spec_json(
             CFG.models[w.model].model_dump(mode="json", exclude={"train", "display"})
         ),
     shell:
-        "acerl prepare-base {params.config} --root {params.root} --model {wildcards.model} > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"

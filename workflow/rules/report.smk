@@ -8,6 +8,7 @@ rule report:
     output:
         tables=directory(str(P.tables_dir(ROOT))),
         figures=directory(str(P.figures_dir(ROOT))),
+        summary=str(P.report_file(ROOT)),
     log:
         log_path("report", "report"),
     benchmark:
@@ -19,8 +20,7 @@ rule report:
         mem_mb=res("report", "mem_mb"),
         runtime=res("report", "runtime"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=stage_command("report", CONFIG_FILES, ROOT),
         report=spec_json(CFG.report.model_dump(mode="json")),
     shell:
-        "acerl report {params.config} --root {params.root} > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"

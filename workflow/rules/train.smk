@@ -21,9 +21,7 @@ rule train_policy:
         gpus=res("train_policy", "gpus"),
         nodes=res("train_policy", "nodes"),
     params:
-        config=CONFIG_ARGS,
-        root=ROOT,
+        cmd=lambda w: stage_command("train_policy", CONFIG_FILES, ROOT, run=run_of(w)),
         spec=run_spec,
     shell:
-        "acerl train {params.config} --root {params.root} --model {wildcards.model} --method {wildcards.method}"
-        " --seed {wildcards.seed} --no-progress > {log} 2>&1"
+        "{params.cmd} > {log} 2>&1"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -237,7 +237,7 @@ def confidence_scores(
     return c
 
 
-MODULATIONS: Registry[Any] = Registry("ACE modulation")
+MODULATIONS: Registry[Callable[[Tensor], Tensor]] = Registry("ACE modulation")
 
 
 @MODULATIONS.register("softplus")
@@ -248,7 +248,7 @@ def softplus_modulation(c: Tensor) -> Tensor:
 
 @MODULATIONS.register("relu")
 def relu_modulation(c: Tensor) -> Tensor:
-    """``phi(c) = max(0, c)`` (paper Sec. 6 ablation "ACE-ReLU", Table ``tab:ablation_modulation``)."""
+    """``phi(c) = max(0, c)`` (paper ablation "ACE-ReLU", Table ``tab:ablation_modulation``)."""
     return torch.relu(c)
 
 

@@ -5,7 +5,9 @@ For every diagnostic checkpoint ``paths.diag_step_dir(root, run, step)``, ``step
 
 1. samples ``K = study.diagnostics.rollouts_per_prompt`` rollouts for each of the first
    ``study.diagnostics.num_prompts`` held-out prompts (``paths.data_file(root, "heldout")``) at the diagnostics
-   temperature, top-p 1, seed :func:`~acerl.generate.shards.derive_seed` ``(1, evaluation.seed, run.seed, step)``;
+   temperature, top-p 1, seed :func:`~acerl.generate.shards.derive_seed` ``(1, evaluation.seed, run.seed)``, the
+   same at every checkpoint (common random numbers: checkpoints with equal weights get equal rollouts, so the
+   curves over steps carry less sampling noise);
 2. grades them with the pipeline's grader (one :class:`acerl.grading.Grader` for the whole run);
 3. scores the sampled token sequences (EOS included) with teacher forcing under the checkpoint policy and under
    the reference (the base model, ``paths.base_model_dir``), both with ``Sampler.score`` at the diagnostics
@@ -190,7 +192,7 @@ def diagnose_checkpoint(
         temperature=settings.temperature,
         top_p=1.0,
         max_new_tokens=settings.max_new_tokens,
-        seed=derive_seed(DIAG_SEED_STREAM, settings.seed, settings.run_seed, step),
+        seed=derive_seed(DIAG_SEED_STREAM, settings.seed, settings.run_seed),
     )
     temperature = settings.temperature
     entropies: list[float] | None = None

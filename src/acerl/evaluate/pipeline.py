@@ -280,6 +280,8 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     from acerl.grading import Grader
 
     gen_file = paths.generations_file(root, benchmark, run)
+    if not gen_file.is_file():
+        raise FileNotFoundError(f"generations file not found: {gen_file} (run the sample step first)")
     rows = read_jsonl(gen_file, required=("id", "answer", "completions"))
     items = [(str(c["text"]), str(row["answer"])) for row in rows for c in row["completions"]]
     with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:

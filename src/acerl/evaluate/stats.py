@@ -25,7 +25,7 @@ from scipy import stats as sps
 
 __all__ = [
     "MeanCI",
-    "TestResult",
+    "TTestResult",
     "Comparison",
     "mean_ci",
     "t_half_width",
@@ -57,7 +57,7 @@ class MeanCI:
 
 
 @dataclass(frozen=True)
-class TestResult:
+class TTestResult:
     """A two-sided t-test: statistic, p-value and degrees of freedom (``nan`` when undefined)."""
 
     statistic: float
@@ -82,7 +82,7 @@ class Comparison:
         return self.mean_a - self.mean_b
 
 
-_NAN_TEST = TestResult(math.nan, math.nan, math.nan)
+_NAN_TEST = TTestResult(math.nan, math.nan, math.nan)
 
 
 def _as_1d(values: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
@@ -163,7 +163,7 @@ def bootstrap_ci(
     return float(low), float(high)
 
 
-def welch_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> TestResult:
+def welch_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> TTestResult:
     """Two-sided Welch t-test (unequal variances) of mean(a) vs mean(b).
 
     ``a: (S_a,)``, ``b: (S_b,)`` per-seed values. Returns ``nan`` fields when either side has fewer than two
@@ -177,10 +177,10 @@ def welch_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray)
         return _NAN_TEST
     res = sps.ttest_ind(x, y, equal_var=False)
     df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
-    return TestResult(float(res.statistic), float(res.pvalue), float(df))
+    return TTestResult(float(res.statistic), float(res.pvalue), float(df))
 
 
-def paired_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> TestResult:
+def paired_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> TTestResult:
     """Two-sided paired t-test on ``a[i] - b[i]`` (``a, b: (S,)``, element ``i`` of both from seed ``i``).
 
     Returns ``nan`` fields when ``S < 2`` or all differences are equal (zero variance).
@@ -192,7 +192,7 @@ def paired_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray
     if d.size < 2 or np.all(d == d[0]):
         return _NAN_TEST
     res = sps.ttest_rel(x, y)
-    return TestResult(float(res.statistic), float(res.pvalue), float(d.size - 1))
+    return TTestResult(float(res.statistic), float(res.pvalue), float(d.size - 1))
 
 
 def compare_seeds(a: Mapping[int, float], b: Mapping[int, float]) -> Comparison:
@@ -223,7 +223,7 @@ def welch_from_summary(
     half_width_b: float,
     n_b: int,
     level: float = 0.95,
-) -> TestResult:
+) -> TTestResult:
     """Welch's test from summary statistics: each CI half-width is turned back into a sample std
     (``s = hw * sqrt(n) / t_{(1+level)/2, n-1}``, the inverse of :func:`mean_ci`). ``nan`` if undefined."""
     _check_level(level)
@@ -238,4 +238,4 @@ def welch_from_summary(
         return _NAN_TEST
     res = sps.ttest_ind_from_stats(mean_a, sa, n_a, mean_b, sb, n_b, equal_var=False)
     df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
-    return TestResult(float(res.statistic), float(res.pvalue), float(df))
+    return TTestResult(float(res.statistic), float(res.pvalue), float(df))

@@ -13,7 +13,7 @@ Conventions shared by every backend and by the trainer:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class Completion:
 @runtime_checkable
 class Sampler(Protocol):
     """A text-in, completions-out sampler. Backends: ``acerl.generate.hf``, ``acerl.generate.vllm_backend``."""
+
+    tokenizer: Any  # the model's Hugging Face tokenizer (prompt templates and token counts use it)
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         """Return ``params.n`` completions for each prompt, in prompt order."""

@@ -11,8 +11,9 @@ Policy (see docs/grading.md):
    the text as its content). Only the last 64 complete boxes are looked at (a degenerate response with
    thousands of boxes would otherwise cost quadratic time); a chain that long is wrong either way.
 2. **Answer line.** Otherwise the last ``Answer: X`` (case-insensitive, the pattern of DAPO's own reward,
-   verl ``math_dapo``): ``X`` is the rest of that line, minus markdown bold, a trailing full stop and ``$``,
-   ``\\(..\\)`` or ``\\[..\\]`` delimiters (of a ``$..$`` pair inside prose, the last one).
+   verl ``math_dapo``): ``X`` is the rest of that line, minus markdown bold, a trailing full stop and
+   ``\\(..\\)``/``\\[..\\]`` delimiters; if it holds ``$..$`` math, the last math segment (with the ones
+   before it that only ``,``/``and``/``or`` separate: a set). Prose is not searched for a number.
 3. **No answer.** Otherwise ``None``: the grader reports ``no_answer``. math-verify's own fallback (the last
    number or formula anywhere in the text) is deliberately not used: it rewards responses that never
    state an answer, e.g. one cut off by the length limit whose last intermediate number happens to match.
@@ -28,8 +29,9 @@ import re
 _BRACE_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|\{|\}")
 # The pattern of verl's math_dapo (DAPO's own reward): the text after the last "Answer:" up to the line end.
 _ANSWER_LINE = re.compile(r"(?i)answer\s*:\s*([^\n]+)")
-_DOLLAR_SEGMENT = re.compile(r"\$([^$]+)\$")
-_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_DOLLAR = re.compile(r"(?<!\\)\$")  # an unescaped dollar (``\$`` is a literal dollar sign)
+_DOLLAR_SEGMENT = re.compile(r"(?<!\\)\$\$?((?:[^$]|(?<=\\)\$)+?)(?<!\\)\$\$?")
+_SEPARATOR = re.compile(r"\s*(?:,|;|,?\s*\b(?:and|or)\b)?\s*")
 MAX_CHAINED_BOXES = 64
 
 
@@ -59,21 +61,32 @@ def last_boxed_answer(response: str) -> str | None:
 
 
 def answer_line(response: str) -> str | None:
-    """The cleaned text after the last ``Answer:`` (DAPO's answer format), or ``None``."""
+    """The cleaned text after the last ``Answer:`` (DAPO's answer format), or ``None``.
+
+    Markdown bold, a trailing full stop and ``\\(..\\)``/``\\[..\\]`` delimiters are removed; if the line
+    holds ``$..$`` math, its last math segment is the answer, joined with the segments before it that
+    only ``,``/``;``/``and``/``or`` separate (several answers are a set, as with boxes).
+    """
     matches = _ANSWER_LINE.findall(response)
     if not matches:
         return None
-    text = matches[-1].strip().strip("*").strip()
-    if text.endswith("."):
-        text = text[:-1].rstrip()
-    for left, right in _DELIMITERS:
-        if len(text) > len(left) + len(right) and text.startswith(left) and text.endswith(right):
-            text = text[len(left) : -len(right)].strip()
-            break
-    if "$" in text:
-        segments = _DOLLAR_SEGMENT.findall(text)
-        text = segments[-1].strip() if segments else text.replace("$", "").strip()
-    return text.rstrip(".").strip() or None
+    text = matches[-1].strip().strip("*").strip().removesuffix(".").rstrip()
+    if _DOLLAR.search(text):
+        segments = list(_DOLLAR_SEGMENT.finditer(text))
+        if not segments:
+            return _DOLLAR.sub("", text).strip() or None
+        chain = [segments[-1]]
+        for before in reversed(segments[:-1]):
+            if not _SEPARATOR.fullmatch(text[before.end() : chain[-1].start()]):
+                break
+            chain.append(before)
+        text = ",".join(m.group(1).strip() for m in reversed(chain))
+    else:
+        for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
+            if text.startswith(left) and text.endswith(right):
+                text = text[len(left) : -len(right)]
+                break
+    return text.strip().rstrip(".").strip() or None
 
 
 def _complete_boxes(text: str) -> tuple[list[int], int | None]:

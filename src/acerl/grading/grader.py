@@ -22,7 +22,7 @@ from types import TracebackType
 from acerl.grading.backend import Outcome, Status, grade_answer
 from acerl.grading.extract import extract_answer
 from acerl.grading.fastpath import fast_verdict
-from acerl.grading.pool import Pair, WorkerPool
+from acerl.grading.pool import POOL_ERROR, Pair, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,8 @@ class Grader:
         mv_timeout_s: math-verify's own timeouts (parse, and each verify comparison), whole seconds;
             default ``max(1, int(timeout_s) // 2)``. They end most slow items without a kill.
         cache_size: verdicts kept (LRU) keyed by ``(extracted, gold)``.
-        mp_context: ``"spawn"`` (default) or ``"forkserver"``.
+        mp_context: ``"forkserver"`` (default: workers fork from a server that has math-verify loaded,
+            so a replacement is ready at once) or ``"spawn"`` (each worker imports sympy itself).
         progress: show a tqdm bar in :meth:`grade_many` by default.
     """
 
@@ -82,7 +83,7 @@ class Grader:
         *,
         mv_timeout_s: int | None = None,
         cache_size: int = 1 << 17,
-        mp_context: str = "spawn",
+        mp_context: str = "forkserver",
         progress: bool = False,
     ) -> None:
         if timeout_s <= 0:
@@ -200,8 +201,8 @@ class Grader:
             return outcome
 
     def _cache_put(self, pair: Pair, outcome: Outcome) -> None:
-        if outcome[1] == "error" and outcome[2] and "worker process died" in outcome[2]:
-            return  # not a property of the pair
+        if outcome[1] == "error" and (outcome[2] or "").startswith(POOL_ERROR):
+            return  # a dead worker or a closed grader: not a property of the pair
         with self._lock:
             self._cache[pair] = outcome
             if len(self._cache) > self._cache_size:

@@ -1,6 +1,6 @@
 """A pool of grader worker processes with a hard per-item wall-clock limit.
 
-Each worker is a ``multiprocessing`` process (spawn or forkserver context, never fork) connected by a pipe;
+Each worker is a ``multiprocessing`` process (forkserver or spawn context, never fork) connected by a pipe;
 it runs math-verify in its main thread, one ``(extracted, gold)`` pair at a time. One dispatcher thread in
 the parent owns all workers: it hands pairs to idle workers, waits on their pipes with
 ``multiprocessing.connection.wait`` and, when a worker passes its item's deadline (``timeout_s`` after the
@@ -12,6 +12,11 @@ worker without breaking the whole pool.
 Callers (any thread) :meth:`WorkerPool.submit` a batch of distinct pairs and wait on the returned
 :class:`Job`; pairs already queued or running for another job are shared, not graded twice. Pending pairs
 are grouped by gold and a worker keeps to the gold it graded last, so each worker parses a gold once.
+
+With the default ``forkserver`` context the fork server preloads math-verify (sympy), so a worker,
+including the replacement of a killed one, is ready in a fraction of a second instead of the 1-4 s an
+interpreter needs to import sympy. The fork server is one helper process per parent process, shared by
+all pools, which exits with the parent.
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ Pair = tuple[str, str]
 """``(extracted answer, gold)``."""
 
 MAX_START_FAILURES = 3
+PRELOAD = ["math_verify", "acerl.grading.backend"]
+"""Modules the fork server imports once, so that forked workers start with them loaded."""
+POOL_ERROR = "grader pool: "
+"""Prefix of the error of an item the pool could not grade for reasons of its own (not cached)."""
+MAX_ATTEMPTS = 2
+"""A pair whose worker dies under it is retried once on a new worker (the death may have another cause)."""
 
 
 def worker_main(conn: Connection, mv_timeout_s: int) -> None:
@@ -92,6 +103,7 @@ class _Task:
     task_id: int
     pair: Pair
     jobs: list[Job]
+    attempts: int = 0
 
 
 @dataclass
@@ -113,7 +125,7 @@ class WorkerPool:
         n_workers: int,
         timeout_s: float,
         mv_timeout_s: int,
-        mp_context: str = "spawn",
+        mp_context: str = "forkserver",
         start_timeout_s: float = 300.0,
     ) -> None:
         if n_workers < 1:
@@ -197,7 +209,7 @@ class WorkerPool:
             logger.error("grader dispatcher crashed:\n%s", self._failure)
         finally:
             self._shutdown_workers()
-            reason = self._failure or "grader closed before this item was graded"
+            reason = POOL_ERROR + (self._failure or "closed before this item was graded")
             with self._lock:
                 self._stopped = True
                 self._take_submissions()
@@ -228,6 +240,9 @@ class WorkerPool:
                 self._start_worker()
 
     def _start_worker(self) -> None:
+        if self._ctx.get_start_method() == "forkserver":
+            # Takes effect if the fork server is not running yet (it starts with the first worker).
+            self._ctx.set_forkserver_preload(PRELOAD)
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
             target=worker_main, args=(child_conn, self.mv_timeout_s), name="acerl-grader", daemon=True
@@ -239,17 +254,18 @@ class WorkerPool:
     def _dispatch(self) -> None:
         for worker in list(self._workers):
             if worker.ready and worker.task is None and self._pending:
-                task = self._next_task_for(worker)
-                try:
-                    worker.conn.send((task.task_id, *task.pair))
-                except OSError:  # the worker died since its last message: requeue, replace
-                    self._pending.setdefault(task.pair[1], deque()).appendleft(task)
-                    self._pending.move_to_end(task.pair[1], last=False)
+                if not worker.process.is_alive():
                     self._on_worker_death(worker)
                     continue
+                task = self._next_task_for(worker)
                 worker.task = task
                 worker.deadline = time.monotonic() + self.timeout_s
                 worker.last_gold = task.pair[1]
+                task.attempts += 1
+                try:
+                    worker.conn.send((task.task_id, *task.pair))
+                except OSError:  # died since its last message; the task is retried
+                    self._on_worker_death(worker)
 
     def _next_task_for(self, worker: _Worker) -> _Task:
         """A pending task, preferring this worker's last gold, then a gold no other worker is on."""
@@ -305,7 +321,11 @@ class WorkerPool:
         task = worker.task
         if task is not None:
             logger.warning("grader worker %s died (exit code %s) on %r", worker.process.pid, code, task.pair)
-            self._finish(task, (False, "error", f"grader worker process died (exit code {code})"))
+            if task.attempts < MAX_ATTEMPTS:
+                self._requeue(task)
+            else:
+                message = f"{POOL_ERROR}worker process died (exit code {code}), {task.attempts} times on this item"
+                self._finish(task, (False, "error", message))
         elif not worker.ready:
             self._start_failures += 1
             if self._start_failures >= MAX_START_FAILURES:
@@ -333,6 +353,10 @@ class WorkerPool:
         if self._tasks:
             self.n_restarted += 1
             self._start_worker()
+
+    def _requeue(self, task: _Task) -> None:
+        self._pending.setdefault(task.pair[1], deque()).appendleft(task)
+        self._pending.move_to_end(task.pair[1], last=False)
 
     def _finish(self, task: _Task, outcome: Outcome) -> None:
         self._tasks.pop(task.pair, None)

@@ -52,6 +52,16 @@ def get_grader(workers: int = 2, timeout_s: float = 10.0) -> Grader:
         return _grader
 
 
+def close_grader() -> None:
+    """Close this process's shared grader, if any (the next :func:`compute_score` starts a new one)."""
+    global _grader
+    with _grader_lock:
+        if _grader is not None:
+            _grader.close()
+            atexit.unregister(_grader.close)
+            _grader = None
+
+
 def compute_score(
     data_source: str,
     solution_str: str,

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,23 @@ def teacher_forced_eval(
 
 
 # -------------------------------------------------------------------------------------------- training
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int, pool: int = 16) -> Iterator[list[int]]:
+    """Endless batches of example indices: every example once per epoch, similar lengths batched together.
+
+    Each epoch is a seeded permutation cut into pools of ``pool * batch_size`` examples; a pool is sorted by
+    length, cut into batches, and its batches are yielded in a seeded random order (less padding per batch).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    n = len(lengths)
+    while True:
+        perm = torch.randperm(n, generator=generator).tolist()
+        for start in range(0, n, pool * batch_size):
+            chunk = sorted(perm[start : start + pool * batch_size], key=lambda i: lengths[i])
+            cut = [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+            for j in torch.randperm(len(cut), generator=generator).tolist():
+                yield cut[j]
+
+
 def lr_at(step: int, cfg: SFTConfig) -> float:
     """Learning rate at optimizer step ``step`` (0-based): linear warm-up, then cosine to ``lr*min_lr_ratio``."""
     if step < cfg.warmup_steps:
@@ -160,24 +177,21 @@ def train_sft(
 ) -> list[tuple[int, float]]:
     """Fine-tune ``model`` in place on ``rows`` (``problem`` + ``solution``); returns the loss curve.
 
-    Batches are drawn without replacement from seeded per-epoch permutations. The loss is the token mean of
+    Batches come from :func:`length_grouped_batches` (seeded; every row once per epoch). The loss is the token mean of
     the response NLL (Hugging Face's causal-LM loss with prompt labels ``-100``). The curve holds
     ``(step, mean loss over the last log_every steps)``.
     """
     if not rows:
         raise ValueError("no SFT rows")
     examples = [encode_example(tokenizer, r["problem"], r["solution"], cfg.template) for r in rows]
-    generator = torch.Generator().manual_seed(seed)
+    batches = length_grouped_batches([len(ids) for ids, _ in examples], cfg.batch_size, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     model.train()
-    order: list[int] = []
     curve: list[tuple[int, float]] = []
     window: list[float] = []
     bar = tqdm(range(cfg.steps), desc="sft", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        if len(order) < cfg.batch_size:
-            order += torch.randperm(len(examples), generator=generator).tolist()
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        idx = next(batches)
         batch = collate([examples[i] for i in idx], tokenizer.pad_token_id)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
@@ -186,7 +200,7 @@ def train_sft(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
-        window.append(float(loss))
+        window.append(loss.item())
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
             mean = sum(window) / len(window)
             curve.append((step + 1, mean))

@@ -7,6 +7,10 @@ Modules (import from them; this file imports nothing so that reading a schema do
 - :mod:`acerl.report.tables` — Tables 1-5 (+ significance, ours vs paper) in LaTeX and Markdown;
 - :mod:`acerl.report.figures` / :mod:`acerl.report.style` — Figures 1-4;
 - :mod:`acerl.report.paper` — the paper's published numbers (``results/paper/``);
+- :mod:`acerl.report.spec` — display names and table layout (:class:`~acerl.report.spec.ReportSpec`);
 - :mod:`acerl.report.render` — :func:`~acerl.report.render.render_all` writes everything;
-- :mod:`acerl.report.cli` — ``python -m acerl.report``.
+- :mod:`acerl.report.study` — ``acerl report``: a configured study's files -> report;
+- ``python -m acerl.report`` — the paper's tables from ``results/paper/``.
+
+See docs/reports.md.
 """

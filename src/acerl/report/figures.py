@@ -68,20 +68,18 @@ def _metadata(fmt: str) -> dict[str, str | None]:
 def penalty_multiplier(c: np.ndarray, alpha: float, modulation: str) -> np.ndarray:
     """``1 + alpha * phi(c)`` (paper Eq. 4, the factor on the negative advantage), ``c: (N,)``.
 
-    ``modulation``: ``"none"`` (GRPO: ``phi = 0``), ``"relu"`` or ``"softplus"`` (via ``torch.nn.functional``).
+    ``modulation``: ``"none"`` (GRPO: ``phi = 0``) or a name of :data:`acerl.algos.advantages.MODULATIONS`
+    (``"softplus"``, ``"relu"``): the very functions the ACE advantage uses.
     """
     import torch  # lazy: only this figure needs torch
-    import torch.nn.functional as F  # noqa: N812
 
+    from acerl.algos.advantages import MODULATIONS
+
+    valid = ("none", *MODULATIONS.names())
+    if modulation not in valid:
+        raise ValueError(f"unknown modulation {modulation!r}; valid: {', '.join(valid)}")
     t = torch.as_tensor(np.asarray(c, dtype=np.float64))
-    if modulation == "none":
-        phi = torch.zeros_like(t)
-    elif modulation == "relu":
-        phi = F.relu(t)
-    elif modulation == "softplus":
-        phi = F.softplus(t)
-    else:
-        raise ValueError(f"unknown modulation {modulation!r}; valid: none, relu, softplus")
+    phi = torch.zeros_like(t) if modulation == "none" else MODULATIONS.get(modulation)(t)
     return (1.0 + alpha * phi).numpy()
 
 

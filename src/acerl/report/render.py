@@ -191,7 +191,13 @@ def render_all(
         if paper is not None:
             w.table(
                 "ours vs paper",
-                lambda: tables.ours_vs_paper_table(ours_vs_paper(agg, paper), names=names, models=models),
+                lambda: tables.ours_vs_paper_table(
+                    ours_vs_paper(agg, paper),
+                    names=names,
+                    models=models,
+                    methods=spec.main_methods,
+                    benchmarks=benchmarks,
+                ),
             )
         w.figure(
             "Pass@k curves",
@@ -269,10 +275,13 @@ def render_from_files(
         diagnostics=diag,
         hyperparameters=hyperparameters,
         title=title,
+        formats=formats,
     )
 
 
-def render_paper(out_dir: str | Path, directory: str | Path | None = None) -> list[Path]:
+def render_paper(
+    out_dir: str | Path, directory: str | Path | None = None, formats: Sequence[str] = ("pdf", "png")
+) -> list[Path]:
     """Regenerate the paper's Tables 1-5 (and the Pass@k curves and Fig. 1 analogue) from ``results/paper/``."""
     agg = load_paper_results(directory)
     return render_all(
@@ -281,4 +290,5 @@ def render_paper(out_dir: str | Path, directory: str | Path | None = None) -> li
         agg=agg,
         hyperparameters=load_paper_hyperparameters(directory),
         title="The paper's published numbers (results/paper)",
+        formats=formats,
     )

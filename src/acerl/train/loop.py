@@ -23,6 +23,7 @@ import copy
 import json
 import logging
 import math
+import re
 import time
 import warnings
 from collections import defaultdict
@@ -604,7 +605,7 @@ def train_step(
             int(metrics["train/gen_batches"]),
         )
     with warnings.catch_warnings():  # a step without an update still advances the LR schedule
-        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+        warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
         state.scheduler.step()
     if setup.reference == "ema" and state.ref_model is not None:
         ema_update(state.ref_model, state.model, setup.ref_ema_decay)

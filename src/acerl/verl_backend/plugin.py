@@ -107,7 +107,9 @@ class AceConfig(BaseConfig):
                 f"algorithm.ace.modulation: unknown {self.modulation!r}; valid: {', '.join(MODULATIONS.names())}"
             )
         if self.granularity not in ("sequence", "token"):
-            raise ValueError(f"algorithm.ace.granularity must be 'sequence' or 'token', got {self.granularity!r}")
+            raise ValueError(
+                f"algorithm.ace.granularity must be 'sequence' or 'token', got {self.granularity!r}"
+            )
         if not (isinstance(self.eps, int | float) and self.eps > 0):
             raise ValueError(f"algorithm.ace.eps must be > 0, got {self.eps!r}")
 
@@ -314,10 +316,13 @@ def _register_estimator() -> None:
     registered = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME)
     if registered is None:
         core_algos.register_adv_est(ESTIMATOR_NAME)(compute_ace_outcome_advantage)
-    elif getattr(registered, "__qualname__", None) != compute_ace_outcome_advantage.__qualname__ or getattr(
-        registered, "__module__", None
-    ) != __name__:
-        raise RuntimeError(f"verl advantage estimator {ESTIMATOR_NAME!r} is already registered to {registered!r}")
+    elif (
+        getattr(registered, "__qualname__", None) != compute_ace_outcome_advantage.__qualname__
+        or getattr(registered, "__module__", None) != __name__
+    ):
+        raise RuntimeError(
+            f"verl advantage estimator {ESTIMATOR_NAME!r} is already registered to {registered!r}"
+        )
 
 
 def install() -> None:

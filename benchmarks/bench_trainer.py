@@ -1,0 +1,275 @@
+"""Benchmark the local trainer: steps/second against TRL's GRPOTrainer, and ACE-GRPO's overhead over GRPO.
+
+Same everything on both sides: the embedded default's tiny Llama (``TinyModelConfig()``, random init, seed 0),
+the synthetic training prompts with the ``plain`` template, 16 prompts x G=8 rollouts per step, up to 64 new
+tokens at temperature 1.0, token-mean clipped surrogate (TRL ``loss_type="dapo"``) with a beta=0.001 KL term to
+a frozen reference, AdamW, one optimizer step per training step, the project's grader (in-process) as
+reward, CPU, one torch thread.
+
+The local trainer's GRPO and ACE-GRPO steps are interleaved (one step of each in turn, same seed: identical
+rollouts at step 1), before and after the TRL block, so load from other processes hits both alike. Step times
+are medians over the measured steps (warm-up steps excluded).
+
+    .venv/bin/python benchmarks/bench_trainer.py --steps 12 --warmup 2 --out benchmarks/results/trainer.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS_PER_STEP, GROUP, MAX_NEW, LR, BETA = 16, 8, 64, 1e-4, 0.001
+OVERRIDES = [
+    "models.tiny.train.total_steps=100000",
+    f"models.tiny.train.prompts_per_step={PROMPTS_PER_STEP}",
+    f"models.tiny.train.group_size={GROUP}",
+    f"models.tiny.train.mini_batch_size={PROMPTS_PER_STEP}",
+    f"models.tiny.train.micro_batch_size_per_gpu={PROMPTS_PER_STEP * GROUP}",
+    f"models.tiny.train.max_response_length={MAX_NEW}",
+    f"models.tiny.train.lr={LR}",
+    f"models.tiny.train.kl_coef={BETA}",
+    "families.grpo.loss_agg_mode=token-mean",
+]
+
+
+def make_root(root: Path, train_size: int = 2048) -> int:
+    """Synthetic training set and a random-init tiny base model under ``root``; returns the parameter count."""
+    from acerl import paths
+    from acerl.data.synthetic import write_splits
+    from acerl.models.tiny import TinyModelConfig, build_tiny_model, count_parameters
+    from acerl.models.tokenizer import build_char_tokenizer
+
+    sizes = {"synth_easy": 0, "synth_hard": 0, "heldout": 0, "sft": 0, "train": train_size}
+    write_splits(root / "data", seed=0, sizes=sizes)
+    tok = build_char_tokenizer()
+    model = build_tiny_model(TinyModelConfig(), tok, seed=0)
+    model.save_pretrained(paths.base_model_dir(root, "tiny"))
+    tok.save_pretrained(paths.base_model_dir(root, "tiny"))
+    return count_parameters(model)
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def bench_local(root: Path, steps: int, warmup: int) -> dict[str, list[dict[str, float]]]:
+    """Per-step metrics of interleaved GRPO / ACE-GRPO local-trainer steps."""
+    from acerl.config import Run, load_config
+    from acerl.grading import Grader
+    from acerl.train.loop import init_state, resolve_setup, train_step
+
+    cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
+    runs = {m: Run("tiny", m, 0) for m in ("grpo", "ace_grpo")}
+    setups = {m: resolve_setup(cfg, r) for m, r in runs.items()}
+    states = {m: init_state(root, r, setups[m], torch.device("cpu")) for m, r in runs.items()}
+    out: dict[str, list[dict[str, float]]] = {m: [] for m in runs}
+    with Grader(workers=0) as grader:
+        for i in range(warmup + steps):
+            for m in runs:
+                state, data = states[m]
+                start, cpu = time.perf_counter(), time.process_time()
+                metrics = train_step(state, setups[m], data, grader)
+                metrics["wall"] = time.perf_counter() - start
+                metrics["cpu"] = time.process_time() - cpu
+                metrics["load"] = load()
+                if i >= warmup:
+                    out[m].append(metrics)
+    return out
+
+
+def bench_trl(root: Path, steps: int, warmup: int) -> list[dict[str, float]]:
+    """Per-step wall time of TRL's GRPOTrainer on the same model, prompts and settings."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from acerl import paths
+    from acerl.data.io import read_jsonl
+    from acerl.grading import Grader
+    from acerl.prompts import build_prompt
+
+    rows = read_jsonl(paths.data_file(root, "train"))
+    dataset = Dataset.from_list(
+        [{"prompt": build_prompt(r["problem"], "plain"), "answer": r["answer"]} for r in rows]
+    )
+    base = paths.base_model_dir(root, "tiny")
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    grader = Grader(workers=0)
+
+    def reward(completions: list[str], answer: list[str], **_: Any) -> list[float]:
+        return [float(v.correct) for v in grader.grade_many(list(zip(completions, answer, strict=True)))]
+
+    times: list[dict[str, float]] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
+            self.start, self.cpu = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            wall, cpu = time.perf_counter() - self.start, time.process_time() - self.cpu
+            times.append({"wall": wall, "cpu": cpu, "load": load()})
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        args = GRPOConfig(
+            output_dir=out_dir,
+            use_cpu=True,
+            bf16=False,
+            per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
+            gradient_accumulation_steps=1,
+            num_generations=GROUP,
+            max_completion_length=MAX_NEW,
+            temperature=1.0,
+            top_p=1.0,
+            beta=BETA,
+            epsilon=0.2,
+            loss_type="dapo",
+            num_iterations=1,
+            learning_rate=LR,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            lr_scheduler_type="constant",
+            max_steps=warmup + steps,
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            seed=0,
+            dataloader_num_workers=0,
+            disable_dropout=True,
+        )
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tok,
+            callbacks=[StepTimer()],
+        )  # fmt: skip
+        trainer.train()
+        lengths = [
+            h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h
+        ]
+    grader.close()
+    for t, n in zip(times, lengths, strict=False):
+        t["response_length_mean"] = n
+    return times[warmup:]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def report(
+    local: dict[str, list[dict[str, float]]],
+    trl: list[dict[str, float]],
+    cmd: str,
+    args: argparse.Namespace,
+    n_params: int,
+) -> str:
+    g, a = local["grpo"], local["ace_grpo"]
+    rows = (("acerl local, GRPO", g), ("acerl local, ACE-GRPO", a), ("TRL 1.16 GRPOTrainer", trl))
+    med = {name: {k: median([m[k] for m in ms]) for k in ("wall", "cpu")} for name, ms in rows}
+    lengths = {
+        "acerl local, GRPO": median([m["train/response_length_mean"] for m in g]),
+        "acerl local, ACE-GRPO": median([m["train/response_length_mean"] for m in a]),
+        "TRL 1.16 GRPOTrainer": median([m.get("response_length_mean", float("nan")) for m in trl]),
+    }
+    speedup = {k: med["TRL 1.16 GRPOTrainer"][k] / med["acerl local, GRPO"][k] for k in ("wall", "cpu")}
+    paired = {k: median([(y[k] - x[k]) / x[k] for x, y in zip(g, a, strict=True)]) for k in ("wall", "cpu")}
+    adv_extra = median(
+        [(y["timing/advantage"] - x["timing/advantage"]) / x["wall"] for x, y in zip(g, a, strict=True)]
+    )
+    adv_share = median([y["timing/advantage"] / y["wall"] for y in a])
+    parts = ("rollout", "reward", "logprobs", "advantage", "update")
+    loads = [m["load"] for m in g + a + trl]
+    lines = [
+        "# Local trainer benchmark",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Setup: the embedded default's tiny Llama ({n_params / 1e6:.2f}M parameters, random init), "
+        f"{PROMPTS_PER_STEP} prompts x G={GROUP} rollouts per step, <= {MAX_NEW} new tokens at T=1.0, token-mean "
+        f"clipped surrogate + {BETA} x low_var_kl to a frozen reference, AdamW lr {LR}, one optimizer step per "
+        "training step, the project's grader in-process as reward, CPU, one torch thread. "
+        f"{args.steps} measured steps per trainer after {args.warmup} warm-up steps; medians.",
+        "",
+        f"The 2-core machine was shared with other jobs (1-minute load average {min(loads):.1f}-{max(loads):.1f} "
+        "during the runs), so wall-clock times are inflated and noisy; CPU time of the process (`process_time`, "
+        "one thread) is the fairer measure of work. GRPO and ACE-GRPO steps are interleaved; the TRL block runs "
+        "between two local blocks.",
+        "",
+        "| trainer | median wall s/step | median CPU s/step | steps/s (wall) | mean response length |",
+        "|---|---|---|---|---|",
+    ]
+    for name, _ in rows:
+        lines.append(
+            f"| {name} | {med[name]['wall']:.3f} | {med[name]['cpu']:.3f} | {1 / med[name]['wall']:.3f} "
+            f"| {lengths[name]:.1f} |"
+        )
+    lines += [
+        "",
+        f"Speed-up of the local trainer over TRL (GRPO): **{speedup['cpu']:.2f}x** in CPU time, "
+        f"{speedup['wall']:.2f}x in wall time.",
+        "",
+        "ACE overhead (ACE-GRPO vs GRPO, same seed, paired steps):",
+        f"- step time difference, median of paired steps: {100 * paired['cpu']:+.2f}% CPU, "
+        f"{100 * paired['wall']:+.2f}% wall (rollout lengths diverge after step 1, so this is mostly noise);",
+        f"- time in the advantage computation (the only code ACE changes): {100 * adv_share:.3f}% of an "
+        f"ACE-GRPO step; extra over GRPO's advantage computation: {100 * adv_extra:+.3f}% of a step.",
+        "",
+        "Wall-time split of a local GRPO step (medians, seconds):",
+        "",
+        "| " + " | ".join(parts) + " |",
+        "|" + "---|" * len(parts),
+        "| " + " | ".join(f"{median([m[f'timing/{p}'] for m in g]):.3f}" for p in parts) + " |",
+        "",
+        "Raw per-step CPU seconds: "
+        + json.dumps(
+            {
+                "grpo": [round(m["cpu"], 3) for m in g],
+                "ace_grpo": [round(m["cpu"], 3) for m in a],
+                "trl": [round(m["cpu"], 3) for m in trl],
+            }
+        ),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--steps", type=int, default=12, help="measured steps per trainer (and per local block x2)"
+    )
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="markdown report to write")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        n_params = make_root(root)
+        half = max(1, args.steps // 2)
+        first = bench_local(root, half, args.warmup)
+        trl = bench_trl(root, args.steps, args.warmup)
+        second = bench_local(root, args.steps - half, args.warmup)
+    local = {m: first[m] + second[m] for m in first}
+    cmd = "python benchmarks/bench_trainer.py " + " ".join(
+        f"--{k} {v}" for k, v in (("steps", args.steps), ("warmup", args.warmup)) if v is not None
+    )
+    text = report(local, trl, cmd, args, n_params)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Start a Ray cluster over the current SLURM allocation, run one command on the head node, stop the cluster.
+#
+# Usage (inside an sbatch job / salloc with N nodes, one task per node):
+#   scripts/ray_on_slurm.sh [--] COMMAND [ARG...]
+# acerl's verl launcher (acerl.verl_backend.launcher.train_run_verl) calls it for multi-node training with
+# COMMAND = `python -m verl.trainer.main_ppo ...`; ray.init() in that command finds the running cluster.
+#
+# Steps: node list from `scontrol show hostnames "$SLURM_JOB_NODELIST"` (one host per array element); the
+# first node is the head: `ray start --head` there, then `ray start --address=<head>:<port>` on every other
+# node (`srun --nodes=1 --ntasks=1 -w <node>`, in the background, `--block`); wait until all nodes are alive;
+# run COMMAND on the head (`srun --overlap`) with RAY_ADDRESS set; on exit stop the background steps.
+#
+# Environment:
+#   RAY_PORT             head port (default 6379)
+#   RAY_NUM_CPUS         CPUs Ray may use per node (default $SLURM_CPUS_PER_TASK, else $SLURM_CPUS_ON_NODE)
+#   RAY_NUM_GPUS         GPUs per node (default $SLURM_GPUS_ON_NODE, else the count of $CUDA_VISIBLE_DEVICES)
+#   ACERL_EXPECT_NODES   nodes to wait for (default: all nodes of the allocation)
+#   ACERL_RAY_WAIT       seconds to wait for the nodes (default 600)
+#   ACERL_DRY_RUN=1      print every command (prefixed "+ ") instead of running it; no waiting
+# Environment variables of this shell reach COMMAND on the head; the verl launcher also forwards
+# VERL_USE_EXTERNAL_MODULES to every Ray worker through +ray_kwargs.ray_init.runtime_env.env_vars.
+set -euo pipefail
+
+if [[ "${1:-}" == "--" ]]; then shift; fi
+if [[ $# -eq 0 ]]; then
+  echo "usage: $0 [--] COMMAND [ARG...]" >&2
+  exit 2
+fi
+: "${SLURM_JOB_NODELIST:?not inside a SLURM allocation (SLURM_JOB_NODELIST is unset)}"
+
+DRY_RUN="${ACERL_DRY_RUN:-0}"
+PORT="${RAY_PORT:-6379}"
+NUM_CPUS="${RAY_NUM_CPUS:-${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-}}}"
+if [[ -n "${RAY_NUM_GPUS:-}" ]]; then
+  NUM_GPUS="$RAY_NUM_GPUS"
+elif [[ -n "${SLURM_GPUS_ON_NODE:-}" ]]; then
+  NUM_GPUS="$SLURM_GPUS_ON_NODE"
+elif [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
+  IFS=',' read -r -a _gpus <<<"$CUDA_VISIBLE_DEVICES"
+  NUM_GPUS="${#_gpus[@]}"
+else
+  NUM_GPUS=""
+fi
+WAIT_S="${ACERL_RAY_WAIT:-600}"
+
+# run CMD...: execute, or print it in dry-run mode
+run() {
+  if [[ "$DRY_RUN" == "1" ]]; then
+    printf '+'; printf ' %q' "$@"; printf '\n'
+  else
+    "$@"
+  fi
+}
+
+# A real bash array, one host per element (`nodes_array=("$nodes")` would hold one element with all hosts).
+mapfile -t nodes_array < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+if [[ ${#nodes_array[@]} -eq 0 ]]; then
+  echo "scontrol listed no hosts for SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST" >&2
+  exit 1
+fi
+EXPECT="${ACERL_EXPECT_NODES:-${#nodes_array[@]}}"
+if (( EXPECT > ${#nodes_array[@]} )); then
+  echo "need $EXPECT nodes but the allocation has ${#nodes_array[@]}: ${nodes_array[*]}" >&2
+  exit 1
+fi
+head_node="${nodes_array[0]}"
+
+if [[ "$DRY_RUN" == "1" ]]; then
+  head_ip="$head_node"
+else
+  # first IPv4 address of the head node (hostname --ip-address may list several, IPv6 included)
+  head_ip="$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | tr ' ' '\n' | grep -m1 -E '^[0-9.]+$' || true)"
+  [[ -n "$head_ip" ]] || head_ip="$head_node"
+fi
+address="$head_ip:$PORT"
+echo "ray_on_slurm: ${#nodes_array[@]} node(s): ${nodes_array[*]}; head $head_node ($address)" >&2
+
+resources=()
+[[ -n "$NUM_CPUS" ]] && resources+=("--num-cpus=$NUM_CPUS")
+[[ -n "$NUM_GPUS" ]] && resources+=("--num-gpus=$NUM_GPUS")
+
+pids=()
+# shellcheck disable=SC2317  # invoked through the EXIT trap
+cleanup() {
+  for pid in "${pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+start_bg() {
+  if [[ "$DRY_RUN" == "1" ]]; then
+    run "$@"
+  else
+    "$@" &
+    pids+=("$!")
+  fi
+}
+
+start_bg srun --nodes=1 --ntasks=1 --overlap -w "$head_node" \
+  ray start --head --node-ip-address="$head_ip" --port="$PORT" "${resources[@]}" --block
+[[ "$DRY_RUN" == "1" ]] || sleep 10
+
+for ((i = 1; i < ${#nodes_array[@]}; i++)); do
+  node="${nodes_array[$i]}"
+  start_bg srun --nodes=1 --ntasks=1 --overlap -w "$node" \
+    ray start --address="$address" "${resources[@]}" --block
+done
+
+export RAY_ADDRESS="$address"
+if [[ "$DRY_RUN" != "1" ]]; then
+  deadline=$((SECONDS + WAIT_S))
+  while :; do
+    alive="$(python -c 'import ray; ray.init(address="auto", logging_level="ERROR"); print(sum(n["Alive"] for n in ray.nodes()))' 2>/dev/null || echo 0)"
+    (( alive >= EXPECT )) && break
+    if (( SECONDS >= deadline )); then
+      echo "ray_on_slurm: only $alive of $EXPECT nodes joined within ${WAIT_S}s" >&2
+      exit 1
+    fi
+    sleep 5
+  done
+  echo "ray_on_slurm: $alive node(s) alive" >&2
+fi
+
+status=0
+run srun --nodes=1 --ntasks=1 --overlap -w "$head_node" --export=ALL "$@" || status=$?
+exit "$status"

@@ -1,0 +1,221 @@
+"""verl checkpoints -> the project's Hugging Face folders: save schedule, diagnostic snapshots, export.
+
+verl (0.9.1, FSDP) saves ``<default_local_dir>/global_step_<N>/actor/`` (model / optimizer / extra-state shards
+per rank, ``fsdp_config.json``, ``huggingface/`` with config and tokenizer) every ``trainer.save_freq`` steps
+and at the last step, keeps the newest ``trainer.max_actor_ckpt_to_keep``, and records the newest complete one
+in ``latest_checkpointed_iteration.txt`` (``trainer.resume_mode=auto`` resumes from it).
+
+Diagnostic checkpoints (paper Sec. 6: every 25 steps, plus the early window) must survive that rotation:
+
+- the save schedule :func:`save_frequency` is the gcd of ``save_every`` and every diagnostic step, so verl
+  saves at each diagnostic step;
+- :class:`DiagnosticSnapshots` (``trainer.checkpoint_callback_class``) runs on the driver after each save and,
+  at a diagnostic step, hard-links the actor's model shards and ``huggingface/`` folder (not the optimizer
+  state) into ``<run>/diag_raw/step_<N>/actor`` (:func:`snapshot_dir`), which rotation does not touch; hard
+  links cost no space or time (a copy is made across file systems);
+- after training, :func:`export_checkpoint` merges each snapshot with verl's model merger
+  (``python -m verl.model_merger merge --backend fsdp --local_dir .../actor --target_dir OUT``) into
+  ``paths.diag_step_dir(root, run, N)``, and the final checkpoint into ``paths.policy_dir(root, run)``,
+  both written atomically.
+
+This module does not import verl (the callback is loaded by verl by its dotted name).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from acerl import paths
+from acerl.config import Run
+from acerl.train.checkpoint import atomic_dir
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CALLBACK_CLASS",
+    "DiagnosticSnapshots",
+    "export_checkpoint",
+    "latest_step",
+    "link_folder",
+    "merge_command",
+    "save_frequency",
+    "snapshot_actor",
+    "snapshot_dir",
+    "snapshot_step_dir",
+    "step_dir",
+]
+
+CALLBACK_CLASS = "acerl.verl_backend.checkpoints.DiagnosticSnapshots"
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+_OPTIMIZER_FILE = re.compile(r"^optim_world_size_\d+_rank_\d+\.pt$")
+
+
+def save_frequency(save_every: int, diagnostic_steps: Iterable[int]) -> int:
+    """``trainer.save_freq``: the gcd of ``save_every`` and every positive diagnostic step.
+
+    verl saves at multiples of ``save_freq`` (and the last step), so every diagnostic step gets a checkpoint.
+    E.g. ``save_every=10`` with steps ``{5, 10, ..., 25, 50, 75, 90}`` gives 5.
+    """
+    freq = int(save_every)
+    for step in diagnostic_steps:
+        if step > 0:
+            freq = math.gcd(freq, int(step))
+    return freq
+
+
+def step_dir(checkpoints: Path | str, step: int) -> Path:
+    """verl's ``global_step_<N>`` folder under ``trainer.default_local_dir``."""
+    return Path(checkpoints) / f"global_step_{step}"
+
+
+def latest_step(checkpoints: Path | str) -> int | None:
+    """The step in verl's ``latest_checkpointed_iteration.txt`` (None if there is no checkpoint yet)."""
+    tracker = Path(checkpoints) / LATEST_FILE
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"{tracker}: expected a step number, got {text!r}")
+    return int(text)
+
+
+def snapshot_dir(root: Path | str, run: Run) -> Path:
+    """``<run>/diag_raw/``: raw (sharded) actor snapshots at diagnostic steps, until exported."""
+    return paths.run_dir(root, run) / "diag_raw"
+
+
+def snapshot_step_dir(snapshots: Path | str, step: int) -> Path:
+    return Path(snapshots) / f"step_{step:06d}"
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def snapshot_actor(actor_dir: Path | str, target: Path | str) -> Path:
+    """Hard-link (or copy) a verl actor checkpoint without its optimizer shards to ``target/actor``, atomically.
+
+    Returns ``target``. An existing complete snapshot is kept (a resumed run re-saving the same step).
+    """
+    actor_dir, target = Path(actor_dir), Path(target)
+    if (target / "actor" / "fsdp_config.json").is_file():
+        return target
+    if not (actor_dir / "fsdp_config.json").is_file():
+        raise FileNotFoundError(f"{actor_dir}: not a verl FSDP actor checkpoint (no fsdp_config.json)")
+    with atomic_dir(target) as tmp:
+        for src in sorted(actor_dir.rglob("*")):
+            rel = src.relative_to(actor_dir)
+            dst = tmp / "actor" / rel
+            if src.is_dir():
+                dst.mkdir(parents=True, exist_ok=True)
+            elif not _OPTIMIZER_FILE.match(src.name):
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                _link_or_copy(src, dst)
+    return target
+
+
+class DiagnosticSnapshots:
+    """verl checkpoint callback (``trainer.checkpoint_callback_class``): snapshot diagnostic steps.
+
+    Reads ``trainer.acerl.snapshot_steps`` (list of steps) and ``trainer.acerl.snapshot_dir`` from the verl
+    config; after verl saves ``global_step_<N>`` with ``N`` in the list, calls :func:`snapshot_actor`.
+    Duck-types ``verl.trainer.ppo.checkpoint_callback.CheckpointCallback`` (verl does not check the base).
+    """
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+        section = config.trainer.get("acerl", None) if config is not None else None
+        if section is None:
+            raise ValueError(
+                f"{CALLBACK_CLASS} needs trainer.acerl.snapshot_steps and trainer.acerl.snapshot_dir in the config"
+            )
+        self.steps = frozenset(int(s) for s in section.get("snapshot_steps", []))
+        self.directory = Path(str(section.get("snapshot_dir")))
+
+    def on_save(
+        self,
+        trainer: Any = None,
+        global_step: int = 0,
+        checkpoint_dir: str = "",
+        async_save: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if int(global_step) not in self.steps:
+            return
+        if async_save:
+            raise RuntimeError(
+                "diagnostic snapshots need synchronous checkpoints (actor.checkpoint.async_save=False)"
+            )
+        target = snapshot_actor(
+            Path(checkpoint_dir) / "actor", snapshot_step_dir(self.directory, int(global_step))
+        )
+        logger.info("acerl: diagnostic snapshot of step %d at %s", global_step, target)
+
+
+def merge_command(actor_dir: Path | str, target_dir: Path | str, python: str | None = None) -> list[str]:
+    """verl's model merger: FSDP actor shards -> a Hugging Face folder (bf16 safetensors + tokenizer)."""
+    return [
+        python or sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor_dir),
+        "--target_dir",
+        str(target_dir),
+    ]
+
+
+def export_checkpoint(
+    actor_dir: Path | str, target: Path | str, *, env: dict[str, str] | None = None, run: Any = subprocess.run
+) -> Path:
+    """Merge a verl actor checkpoint into the HF folder ``target`` (atomically; an existing one is replaced).
+
+    Args:
+        actor_dir: ``.../global_step_<N>/actor`` or a snapshot's ``actor`` folder.
+        target: the HF folder to write (e.g. ``paths.policy_dir(root, run)``).
+        env: environment for the merger process.
+        run: ``subprocess.run``-compatible callable (tests pass a recorder).
+    """
+    actor_dir, target = Path(actor_dir), Path(target)
+    if not (actor_dir / "fsdp_config.json").is_file():
+        raise FileNotFoundError(f"{actor_dir}: not a verl FSDP actor checkpoint (no fsdp_config.json)")
+    with atomic_dir(target) as tmp:
+        cmd = merge_command(actor_dir, tmp)
+        logger.info("export %s -> %s: %s", actor_dir, target, " ".join(cmd))
+        run(cmd, check=True, env=env)
+        if not (tmp / "config.json").is_file():
+            raise RuntimeError(f"verl model merger wrote no config.json into {tmp} (from {actor_dir})")
+    return target
+
+
+def link_folder(src: Path | str, target: Path | str, skip: Sequence[str] = ()) -> Path:
+    """Hard-link (or copy) every file of the HF folder ``src`` into ``target``, atomically."""
+    src, target = Path(src), Path(target)
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src}: not a Hugging Face model folder (no config.json)")
+    with atomic_dir(target) as tmp:
+        for f in sorted(src.rglob("*")):
+            rel = f.relative_to(src)
+            if rel.parts[0] in skip:
+                continue
+            if f.is_dir():
+                (tmp / rel).mkdir(parents=True, exist_ok=True)
+            else:
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                _link_or_copy(f, tmp / rel)
+    return target

@@ -1,0 +1,511 @@
+"""A run of the study -> a verl 0.9.1 training job (``python -m verl.trainer.main_ppo`` + Hydra overrides).
+
+:func:`verl_overrides` maps the run's resolved config (the model's Table 5 hyperparameters, the family's
+clipping / loss aggregation / KL / dynamic sampling / overlong shaping, the estimator) to verl config keys;
+docs/verl.md lists the full mapping per method. :func:`build_verl_command` is the command line;
+:func:`train_run_verl` runs it (one node: directly; several nodes: inside the SLURM allocation through
+``scripts/ray_on_slurm.sh``, which starts a Ray cluster first), then exports the final and diagnostic
+checkpoints to Hugging Face folders (:mod:`acerl.verl_backend.checkpoints`) and collects verl's per-step
+metrics into ``paths.train_metrics_file``.
+
+ACE runs inside verl through the plugin :mod:`acerl.verl_backend.plugin`, loaded in every verl process with
+``VERL_USE_EXTERNAL_MODULES`` (set for the driver and forwarded to every Ray worker through
+``ray_kwargs.ray_init.runtime_env.env_vars``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from acerl import paths
+from acerl.config import Config, Run
+from acerl.data.real import (
+    IDENTITY_CHAT_TEMPLATE,
+    prepare_verl_data,
+    prompt_messages,
+    verl_train_file,
+    verl_val_file,
+)
+from acerl.verl_backend import PLUGIN_MODULE
+from acerl.verl_backend.checkpoints import (
+    CALLBACK_CLASS,
+    export_checkpoint,
+    latest_step,
+    link_folder,
+    save_frequency,
+    snapshot_dir,
+    snapshot_step_dir,
+    step_dir,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ENTRY_MODULE",
+    "PLUGIN_ENV",
+    "REWARD_FUNCTION",
+    "build_verl_command",
+    "collect_metrics",
+    "export_run",
+    "format_value",
+    "ray_on_slurm_script",
+    "train_run_verl",
+    "verl_env",
+    "verl_logs_dir",
+    "verl_overrides",
+]
+
+ENTRY_MODULE = "verl.trainer.main_ppo"
+PLUGIN_ENV = "VERL_USE_EXTERNAL_MODULES"
+FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
+REWARD_FUNCTION = "pkg://acerl.grading.reward"
+ROLLOUT_ENGINE = "vllm"
+FILTER_METRIC = "acc"  # reward_extra_info key written by acerl.grading.reward.compute_score
+COMMAND_FILE = "verl_command.json"
+
+
+# ------------------------------------------------------------------------------------------ formatting
+_BARE = re.compile(r"^[A-Za-z0-9_./:\-]+$")
+
+
+def format_value(value: Any) -> str:
+    """A Python value as a Hydra override value (``True``, ``null``, ``1e-06``, ``[a,b]``, quoted strings)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot pass non-finite {value!r} to verl")
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    text = str(value)
+    if _BARE.match(text) and text not in ("null", "true", "false", "True", "False"):
+        return text
+    # Hydra quoted strings: a quote is escaped with a backslash; backslashes are literal except before a quote
+    # or at the end, where they are doubled.
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return "'" + text + "'"
+
+
+def _kv(key: str, value: Any) -> str:
+    return f"{key}={format_value(value)}"
+
+
+# ----------------------------------------------------------------------------------------------- paths
+def verl_logs_dir(root: Path | str, run: Run) -> Path:
+    """``<run>/verl_logs/``: verl's console output and its per-step metrics (``metrics.jsonl``, rotated per
+    attempt because verl's file logger truncates on start)."""
+    return paths.run_dir(root, run) / "verl_logs"
+
+
+def ray_on_slurm_script() -> Path:
+    """``scripts/ray_on_slurm.sh`` of this checkout (``$ACERL_RAY_ON_SLURM`` overrides)."""
+    override = os.environ.get("ACERL_RAY_ON_SLURM")
+    script = (
+        Path(override) if override else Path(__file__).resolve().parents[3] / "scripts" / "ray_on_slurm.sh"
+    )
+    if not script.is_file():
+        raise FileNotFoundError(
+            f"multi-node launcher not found: {script} (set ACERL_RAY_ON_SLURM to its path)"
+        )
+    return script
+
+
+# ------------------------------------------------------------------------------------------- overrides
+def _diagnostic_steps(cfg: Config, run: Run) -> list[int]:
+    return [int(s) for s in cfg.run_spec(run).get("diagnostic_steps", [])]
+
+
+def _needs_reference(cfg: Config, run: Run) -> bool:
+    return cfg.method(run.method).estimator.name == "ace"
+
+
+def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
+    model = cfg.models[run.model]
+    tr = model.train
+    chat = prompt_messages("", model.template)
+    out = [
+        _kv("data.train_files", str(verl_train_file(root, run.model))),
+        _kv("data.val_files", str(verl_val_file(root, run.model))),
+        _kv("data.prompt_key", "prompt"),
+        _kv("data.max_prompt_length", tr.max_prompt_length),
+        _kv("data.max_response_length", tr.max_response_length),
+        _kv("data.train_batch_size", tr.prompts_per_step),
+        _kv("data.filter_overlong_prompts", True),
+        _kv("data.truncation", "error"),
+        _kv("data.shuffle", True),
+        _kv("data.seed", run.seed),
+    ]
+    out += [
+        _kv(f"+data.apply_chat_template_kwargs.{k}", v) for k, v in sorted(chat.chat_template_kwargs.items())
+    ]
+    return out
+
+
+def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
+    model = cfg.models[run.model]
+    tr = model.train
+    fam = cfg.family(run.method)
+    use_kl = fam.use_kl_loss or _needs_reference(cfg, run)
+    kl_coef = (fam.kl_coef if fam.kl_coef is not None else tr.kl_coef) if fam.use_kl_loss else 0.0
+    a = "actor_rollout_ref.actor"
+    out = [_kv("actor_rollout_ref.model.path", str(paths.base_model_dir(root, run.model)))]
+    if prompt_messages("", model.template).raw:
+        out.append(_kv("actor_rollout_ref.model.custom_chat_template", IDENTITY_CHAT_TEMPLATE))
+    out += [
+        _kv(f"{a}.optim.lr", tr.lr),
+        _kv(f"{a}.optim.weight_decay", tr.weight_decay),
+        _kv(f"{a}.optim.betas", list(tr.betas)),
+        _kv(f"{a}.optim.clip_grad", tr.grad_clip),
+        _kv(f"{a}.optim.lr_warmup_steps", tr.warmup_steps),
+        _kv(f"{a}.optim.lr_scheduler_type", tr.lr_schedule),
+        _kv(f"{a}.grad_clip", tr.grad_clip),
+        _kv(f"{a}.ppo_mini_batch_size", tr.mini_batch_size),
+        _kv(f"{a}.ppo_micro_batch_size_per_gpu", tr.micro_batch_size_per_gpu),
+        _kv(f"{a}.use_dynamic_bsz", False),
+        _kv(f"{a}.ppo_epochs", tr.ppo_epochs),
+        _kv(f"{a}.data_loader_seed", run.seed),
+        _kv(f"{a}.clip_ratio_low", fam.clip_ratio_low),
+        _kv(f"{a}.clip_ratio_high", fam.clip_ratio_high),
+        _kv(f"{a}.clip_ratio_c", fam.clip_ratio_c),
+        _kv(f"{a}.loss_agg_mode", fam.loss_agg_mode),
+        _kv(f"{a}.policy_loss.loss_mode", "vanilla"),
+        _kv(f"{a}.use_kl_loss", use_kl),
+        _kv(f"{a}.kl_loss_coef", kl_coef),
+        _kv(f"{a}.kl_loss_type", fam.kl_type),
+        _kv(f"{a}.entropy_coeff", 0.0),
+        _kv(f"{a}.calculate_entropy", True),
+        _kv("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", tr.micro_batch_size_per_gpu),
+    ]
+    return out
+
+
+def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
+    tr = cfg.models[run.model].train
+    ev = cfg.evaluation
+    r = "actor_rollout_ref.rollout"
+    return [
+        _kv(f"{r}.name", ROLLOUT_ENGINE),
+        _kv(f"{r}.n", tr.group_size),
+        _kv(f"{r}.temperature", tr.temperature),
+        _kv(f"{r}.top_p", tr.top_p),
+        _kv(f"{r}.gpu_memory_utilization", tr.gpu_memory_utilization),
+        _kv(f"{r}.log_prob_micro_batch_size_per_gpu", tr.micro_batch_size_per_gpu),
+        _kv(f"{r}.seed", run.seed),
+        _kv(f"{r}.val_kwargs.n", tr.val_samples),
+        _kv(f"{r}.val_kwargs.do_sample", True),
+        _kv(f"{r}.val_kwargs.temperature", ev.temperature),
+        _kv(f"{r}.val_kwargs.top_p", ev.top_p),
+    ]
+
+
+def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
+    est = cfg.method(run.method).estimator
+    fam = cfg.family(run.method)
+    ds = fam.dynamic_sampling
+    out = [
+        _kv("algorithm.adv_estimator", est.name),
+        _kv("algorithm.norm_adv_by_std_in_grpo", est.norm_by_std),
+        _kv("algorithm.use_kl_in_reward", False),
+        _kv("algorithm.filter_groups.enable", ds.enable),
+    ]
+    if ds.enable:
+        out += [
+            _kv("algorithm.filter_groups.metric", FILTER_METRIC),
+            _kv("algorithm.filter_groups.max_num_gen_batches", ds.max_batches),
+        ]
+    if est.name == "grpo":
+        if est.eps != 1e-6 or est.granularity != "sequence":
+            raise ValueError(
+                f"method {run.method}: verl's built-in GRPO uses eps=1e-6 at sequence level; "
+                f"got eps={est.eps}, granularity={est.granularity!r}"
+            )
+    elif est.name == "ace":
+        out += [
+            _kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"),
+            _kv("+algorithm.ace.alpha", float(est.alpha)),
+            _kv("+algorithm.ace.modulation", est.modulation),
+            _kv("+algorithm.ace.length_normalize", est.length_normalize),
+            _kv("+algorithm.ace.granularity", est.granularity),
+            _kv("+algorithm.ace.eps", float(est.eps)),
+        ]
+    else:  # pragma: no cover - EstimatorConfig.name is a Literal
+        raise ValueError(f"method {run.method}: no verl mapping for estimator {est.name!r}")
+    out.append(_kv("critic.enable", False))
+    return out
+
+
+def _reward_overrides(cfg: Config, run: Run) -> list[str]:
+    fam = cfg.family(run.method)
+    tr = cfg.models[run.model].train
+    rf = "reward.custom_reward_function"
+    out = [
+        _kv(f"{rf}.path", REWARD_FUNCTION),
+        _kv(f"{rf}.name", "compute_score"),
+        _kv(f"+{rf}.reward_kwargs.correct_score", 1.0),
+        _kv(f"+{rf}.reward_kwargs.incorrect_score", -1.0 if fam.reward == "signed" else 0.0),
+        _kv(f"+{rf}.reward_kwargs.grader_workers", cfg.grading.workers),
+        _kv(f"+{rf}.reward_kwargs.grader_timeout_s", float(cfg.grading.timeout_s)),
+    ]
+    ov = fam.overlong
+    if ov.enable:
+        if ov.buffer > tr.max_response_length:
+            raise ValueError(
+                f"method {run.method} on {run.model}: overlong buffer {ov.buffer} exceeds max_response_length "
+                f"{tr.max_response_length} (families.{cfg.method(run.method).family}.overlong.buffer)"
+            )
+        out += [
+            _kv("reward.reward_manager.name", "dapo"),
+            _kv("+reward.reward_kwargs.overlong_buffer_cfg.enable", True),
+            _kv("+reward.reward_kwargs.overlong_buffer_cfg.len", ov.buffer),
+            _kv("+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor", float(ov.penalty_factor)),
+            _kv("+reward.reward_kwargs.overlong_buffer_cfg.log", False),
+            _kv("+reward.reward_kwargs.max_resp_len", tr.max_response_length),
+        ]
+    else:
+        out.append(_kv("reward.reward_manager.name", "naive"))
+    return out
+
+
+def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
+    tr = cfg.models[run.model].train
+    res = cfg.resources("train_policy", run.model)
+    if res.gpus < 1:
+        raise ValueError(
+            f"the verl backend needs GPUs: set compute.resources.train_policy.gpus (or "
+            f"compute.model_resources.{run.model}.train_policy.gpus) to the GPUs per node"
+        )
+    diag = [s for s in _diagnostic_steps(cfg, run) if s > 0]
+    out = [
+        _kv("trainer.project_name", cfg.name),
+        _kv("trainer.experiment_name", f"{run.model}-{run.method}-seed{run.seed}"),
+        _kv("trainer.logger", ["console", "file"]),
+        _kv("trainer.nnodes", res.nodes),
+        _kv("trainer.n_gpus_per_node", res.gpus),
+        _kv("trainer.total_epochs", tr.total_epochs),
+        _kv("trainer.total_training_steps", tr.total_steps),
+        _kv("trainer.save_freq", save_frequency(tr.save_every, diag)),
+        _kv("trainer.max_actor_ckpt_to_keep", tr.keep_checkpoints),
+        _kv("trainer.resume_mode", "auto"),
+        _kv("trainer.default_local_dir", str(paths.checkpoints_dir(root, run))),
+        _kv("trainer.test_freq", tr.save_every),
+        _kv("trainer.val_before_train", False),
+    ]
+    if diag:
+        out += [
+            _kv("trainer.checkpoint_callback_class", CALLBACK_CLASS),
+            _kv("+trainer.acerl.snapshot_steps", diag),
+            _kv("+trainer.acerl.snapshot_dir", str(snapshot_dir(root, run))),
+        ]
+    return out
+
+
+def verl_env(cfg: Config, run: Run, root: Path | str) -> dict[str, str]:
+    """Environment variables every verl process needs: the ACE plugin and the per-step metrics file."""
+    return {
+        PLUGIN_ENV: PLUGIN_MODULE,
+        FILE_LOGGER_ENV: str(verl_logs_dir(Path(root).resolve(), run) / "metrics.jsonl"),
+    }
+
+
+def _ray_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
+    res = cfg.resources("train_policy", run.model)
+    # One node: main_ppo starts Ray itself; on SLURM it must not claim more CPUs than the job holds ("Unable
+    # to register worker with raylet"). Several nodes: ray_on_slurm.sh starts each node with --num-cpus, and
+    # ray.init() connecting to an existing cluster rejects num_cpus.
+    out = [_kv("ray_kwargs.ray_init.num_cpus", res.threads if res.nodes == 1 else None)]
+    for key, value in verl_env(cfg, run, root).items():
+        out.append(_kv(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}", value))
+    return out
+
+
+def verl_overrides(cfg: Config, run: Run, root: Path | str) -> list[str]:
+    """Every Hydra override of ``verl/trainer/config/ppo_trainer.yaml`` for ``run`` (see docs/verl.md)."""
+    if run.is_base:
+        raise ValueError(f"{run.id}: the base model is not trained")
+    root = Path(root).resolve()
+    return [
+        *_data_overrides(cfg, run, root),
+        *_actor_overrides(cfg, run, root),
+        *_rollout_overrides(cfg, run),
+        *_algorithm_overrides(cfg, run),
+        *_reward_overrides(cfg, run),
+        *_trainer_overrides(cfg, run, root),
+        *_ray_overrides(cfg, run, root),
+    ]
+
+
+def build_verl_command(cfg: Config, run: Run, root: Path | str) -> list[str]:
+    """``[python, -m, verl.trainer.main_ppo, *overrides]`` for ``run`` (run it with :func:`verl_env` set)."""
+    return [sys.executable, "-m", ENTRY_MODULE, *verl_overrides(cfg, run, root)]
+
+
+# ------------------------------------------------------------------------------------------- metrics
+def collect_metrics(logs: Path | str, target: Path | str) -> Path:
+    """Merge verl's file-logger records (``{"step", "data"}``, one file per attempt) into the project's flat
+    ``metrics.jsonl`` (``{"step": s, **metrics}``); a step logged by several attempts keeps the last one."""
+    from acerl.train.checkpoint import write_text_atomic
+
+    by_step: dict[int, dict[str, Any]] = {}
+    for f in sorted(Path(logs).glob("metrics*.jsonl"), key=_attempt_order):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line of a killed attempt
+            if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict):
+                by_step[int(rec["step"])] = {"step": int(rec["step"]), **rec["data"]}
+    text = "".join(json.dumps(by_step[s], sort_keys=True) + "\n" for s in sorted(by_step))
+    write_text_atomic(Path(target), text)
+    return Path(target)
+
+
+def _attempt_order(path: Path) -> tuple[int, str]:
+    # metrics.jsonl is the newest attempt; rotated ones are metrics.attempt-<UTC time>.jsonl
+    return (1, "") if path.name == "metrics.jsonl" else (0, path.name)
+
+
+def _rotate_metrics(logs: Path) -> None:
+    current = logs / "metrics.jsonl"
+    if current.is_file():
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(current.stat().st_mtime))
+        os.replace(current, logs / f"metrics.attempt-{stamp}.jsonl")
+
+
+# ---------------------------------------------------------------------------------------------- export
+def export_run(cfg: Config, run: Run, root: Path | str, *, env: Mapping[str, str] | None = None) -> Path:
+    """Export diagnostic snapshots and the final checkpoint of a finished verl run to HF folders.
+
+    Step 0 (the base model) is linked from ``paths.base_model_dir``; each other diagnostic step from its
+    snapshot (then the snapshot is deleted); the final policy from verl's latest checkpoint, which must be
+    step ``train.total_steps``.
+    """
+    root = Path(root).resolve()
+    total = cfg.models[run.model].train.total_steps
+    ckpts = paths.checkpoints_dir(root, run)
+    last = latest_step(ckpts)
+    if last != total:
+        raise RuntimeError(
+            f"{run.id}: verl's latest checkpoint is step {last} in {ckpts}, expected train.total_steps={total} "
+            "(fewer steps per epoch than planned? see docs/verl.md, 'Steps')"
+        )
+    menv = {**os.environ, **(env or {})}
+    snaps = snapshot_dir(root, run)
+    for step in _diagnostic_steps(cfg, run):
+        target = paths.diag_step_dir(root, run, step)
+        if (target / "config.json").is_file():
+            continue
+        if step == 0:
+            link_folder(paths.base_model_dir(root, run.model), target)
+            continue
+        snap = snapshot_step_dir(snaps, step) / "actor"
+        if not snap.is_dir() and step == total:
+            snap = step_dir(ckpts, step) / "actor"
+        export_checkpoint(snap, target, env=menv)
+    final = paths.policy_dir(root, run)
+    if not (final / "config.json").is_file():
+        export_checkpoint(step_dir(ckpts, total) / "actor", final, env=menv)
+    if snaps.is_dir():
+        import shutil
+
+        shutil.rmtree(snaps)
+    return final
+
+
+# ------------------------------------------------------------------------------------------ the run
+def _check_steps(cfg: Config, run: Run, root: Path) -> None:
+    import pyarrow.parquet as pq
+
+    tr = cfg.models[run.model].train
+    n_train = pq.ParquetFile(verl_train_file(root, run.model)).metadata.num_rows
+    per_epoch = n_train // tr.prompts_per_step  # verl's train dataloader drops the last partial batch
+    available = per_epoch * tr.total_epochs
+    if available < tr.total_steps:
+        raise ValueError(
+            f"{run.id}: {n_train} training prompts give {per_epoch} steps per epoch at {tr.prompts_per_step} "
+            f"prompts per step, {available} steps in {tr.total_epochs} epochs; models.{run.model}.train.total_steps "
+            f"is {tr.total_steps}: set it to {available} (or raise total_epochs)"
+        )
+    if available > tr.total_steps:
+        logger.warning(
+            "%s: verl stops at train.total_steps=%d, before the %d steps of %d epochs",
+            run.id,
+            tr.total_steps,
+            available,
+            tr.total_epochs,
+        )
+
+
+def train_run_verl(
+    cfg: Config, run: Run, root: Path | str, *, dry_run: bool = False, extra_overrides: Sequence[str] = ()
+) -> Path:
+    """Train ``run`` with verl (resuming from its latest checkpoint) and export it; returns the final policy.
+
+    One node: runs :func:`build_verl_command` directly. Several nodes (``compute.resources`` /
+    ``model_resources`` ``train_policy.nodes``): runs it through ``scripts/ray_on_slurm.sh`` inside the SLURM
+    allocation. ``extra_overrides`` are appended (site-specific knobs such as the rollout tensor-parallel
+    size). With ``dry_run`` the command is logged and returned nothing is run or written.
+    """
+    root = Path(root).resolve()
+    final = paths.policy_dir(root, run)
+    if (final / "config.json").is_file():
+        logger.info("%s: final policy %s exists; nothing to do", run.id, final)
+        return final
+    if not verl_train_file(root, run.model).is_file() and not dry_run:
+        if not paths.data_file(root, "train").is_file():
+            raise FileNotFoundError(f"{paths.data_file(root, 'train')} is missing: run prepare_data first")
+        prepare_verl_data(cfg, root, [run.model])
+    cmd = [*build_verl_command(cfg, run, root), *extra_overrides]
+    env = verl_env(cfg, run, root)
+    res = cfg.resources("train_policy", run.model)
+    if res.nodes > 1:
+        env.update(
+            {
+                "RAY_NUM_CPUS": str(res.threads),
+                "RAY_NUM_GPUS": str(res.gpus),
+                "ACERL_EXPECT_NODES": str(res.nodes),
+            }
+        )
+        launch = ["bash", str(ray_on_slurm_script()), "--", *cmd]
+    else:
+        launch = cmd
+    logger.info(
+        "%s: %s", run.id, " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(launch)
+    )
+    if dry_run:
+        return final
+    if res.nodes > 1 and "SLURM_JOB_NODELIST" not in os.environ:
+        raise RuntimeError(
+            f"{run.id}: {res.nodes}-node training must run inside a SLURM allocation of {res.nodes} nodes "
+            "(SLURM_JOB_NODELIST is not set)"
+        )
+    _check_steps(cfg, run, root)
+    from acerl.train.checkpoint import write_text_atomic
+    from acerl.train.loop import SPEC_FILE
+
+    run_dir, logs = paths.run_dir(root, run), verl_logs_dir(root, run)
+    logs.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run_dir / SPEC_FILE, json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n")
+    write_text_atomic(run_dir / COMMAND_FILE, json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
+    _rotate_metrics(logs)
+    proc = subprocess.run(launch, env={**os.environ, **env}, check=False)
+    collect_metrics(logs, paths.train_metrics_file(root, run))
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, launch)
+    return export_run(cfg, run, root, env=env)

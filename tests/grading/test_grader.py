@@ -1,0 +1,128 @@
+"""Grader verdicts (acerl.grading.Grader) in-process: equivalent forms, wrong answers, no answer, caching."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from acerl.grading import Grader, Verdict
+
+
+@pytest.fixture(scope="module")
+def grader():
+    with Grader(timeout_s=20, workers=0) as g:
+        yield g
+
+
+EQUIVALENT = [
+    ("\\boxed{0.5}", "\\frac{1}{2}"),
+    ("$\\boxed{\\frac{1}{2}}$", "0.5"),
+    ("\\boxed{\\frac{\\sqrt 2}{2}}", "\\sqrt{2}/2"),
+    ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}"),
+    ("\\boxed{5\\sqrt{2}}", "\\sqrt{50}"),
+    ("\\boxed{\\pi/2}", "\\frac{\\pi}{2}"),
+    ("\\boxed{0.75}", "\\dfrac{3}{4}"),
+    ("\\boxed{(1, 2]}", "(1,2]"),
+    ("\\boxed{(-\\infty, 0) \\cup (1, \\infty)}", "(-\\infty,0)\\cup(1,\\infty)"),
+    ("\\boxed{x = 3}", "3"),
+    ("\\boxed{3}", "x=3"),
+    ("\\boxed{2x + 3}", "y=2x+3"),
+    ("\\boxed{2x+1}", "1+2x"),
+    ("\\boxed{90^\\circ}", "90"),
+    ("\\boxed{\\$18.90}", "18.90"),
+    ("\\boxed{1,000}", "1000"),
+    ("\\boxed{\\{1,2\\}}", "2, 1"),
+    ("$\\boxed{1}$ and $\\boxed{2}$", "1,2"),
+    ("\\boxed{(3, \\frac{\\pi}{2})}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ("\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("\\boxed{\\text{Monday}}", "\\text{Monday}"),
+    ("\\boxed{C}", "\\text{(C)}"),
+    # AIME: integers with leading zeros, boxed and in DAPO's Answer: format
+    ("\\boxed{034}", "34"),
+    ("Reasoning...\nAnswer: 070", "70"),
+    # DAPO's Answer: line with LaTeX
+    ("**Answer:** $\\frac{3}{4}$", "0.75"),
+    ("Answer: \\boxed{34}", "34"),
+]
+
+WRONG = [
+    ("\\boxed{\\frac{1}{3}}", "0.5"),
+    ("\\boxed{0.333}", "\\frac{1}{3}"),
+    ("\\boxed{(1,2)}", "[1,2]"),
+    ("\\boxed{x=4}", "3"),
+    ("\\boxed{-7}", "7"),
+    ("\\boxed{\\sqrt{3}}", "\\sqrt{2}"),
+    ("\\boxed{2} or \\boxed{3}", "3"),  # several nearby boxes are a set: no hedging
+    ("Answer: 35", "34"),
+]
+
+
+@pytest.mark.parametrize(("response", "gold"), EQUIVALENT)
+def test_equivalent_forms_are_correct(grader, response, gold):
+    verdict = grader.grade(response, gold)
+    assert verdict == Verdict(True, "ok", verdict.extracted)
+
+
+@pytest.mark.parametrize(("response", "gold"), WRONG)
+def test_wrong_answers(grader, response, gold):
+    verdict = grader.grade(response, gold)
+    assert (verdict.correct, verdict.status) == (False, "ok")
+
+
+@pytest.mark.parametrize("response", ["The answer is 34.", "34", "we get \\boxed{34", ""])
+def test_no_anchor_is_no_answer(grader, response):
+    assert grader.grade(response, "34") == Verdict(False, "no_answer", None)
+
+
+def test_grade_many_keeps_order_and_uses_caches():
+    items = [("\\boxed{x+1}", "1+x"), ("\\boxed{3}", "3"), ("no answer", "3"), ("\\boxed{x+1}", "1+x"), ("\\boxed{4}", "3")]
+    with Grader(workers=0) as g:
+        first = g.grade_many(items)
+        assert [v.correct for v in first] == [True, True, False, True, False]
+        assert [v.status for v in first] == ["ok", "ok", "no_answer", "ok", "ok"]
+        assert (g.stats.math_verify, g.stats.fast_path, g.stats.no_answer) == (1, 2, 1)
+        assert g.grade_many(items) == first
+        assert g.stats.cache_hits == 2  # the math-verify pair, twice; the fast path needs no cache
+
+
+def test_gold_that_does_not_parse_is_an_error(grader):
+    verdict = grader.grade("\\boxed{3}", " ")
+    assert not verdict.correct and verdict.status == "error" and "gold" in verdict.error
+
+
+def test_in_process_grading_refuses_other_threads():
+    errors = []
+
+    def run():
+        try:
+            Grader(workers=0).grade("\\boxed{x+1}", "1+x")
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert errors and "main thread" in errors[0]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="mv_timeout_s"):
+        Grader(timeout_s=2, mv_timeout_s=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="workers"):
+        Grader(workers=-1)
+    with pytest.raises(TypeError, match="item 0"):
+        Grader(workers=0).grade_many([("\\boxed{3}", 3)])  # type: ignore[list-item]
+
+
+def test_math500_gold_solutions_agree_with_answers(shared_data, grader):
+    """Every MATH-500 reference solution, graded against its own answer: measured 500/500 on 2026-11."""
+    import json
+
+    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text(encoding="utf-8").splitlines()]
+    verdicts = grader.grade_many([(row["solution"], row["answer"]) for row in rows])
+    wrong = [(row["id"], row["answer"], v) for row, v in zip(rows, verdicts, strict=True) if not v.correct]
+    rate = 1 - len(wrong) / len(rows)
+    print(f"MATH-500 solution/answer agreement: {rate:.4f} ({len(rows) - len(wrong)}/{len(rows)}); {wrong}")
+    assert len(rows) == 500
+    assert rate >= 0.998, wrong

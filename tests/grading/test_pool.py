@@ -1,0 +1,136 @@
+"""The worker pool: hard per-item time limit, killed and dead workers replaced, threads, clean shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from acerl.grading import Grader
+
+# Inputs from grading.md that take math-verify seconds (or, on some versions, forever).
+HANGING_DFRAC = "\\boxed{\\dfrac{5^{\\left(5^{\\left(5^{\\left(5^5\\right)}\\right)} - 4\\right)} - 5}{16}}"
+SLOW = [HANGING_DFRAC, "\\boxed{9^{9^{9^9}}}", "\\boxed{2^{2^{30}}}"]
+MORE_SLOW = [
+    "\\boxed{10^{10^{10}}}",
+    "\\boxed{1000000!}",
+    "\\boxed{" + "(" * 3000 + "1" + ")" * 3000 + "}",
+    "\\boxed{\\int_0^1 \\frac{\\ln(1+x^{7})\\sin(x^3)}{\\sqrt{1+x^{11}}}\\,dx}",
+]
+# Cheap items that still go through math-verify (not the fast path), with their expected verdicts.
+NORMAL = [
+    ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt 2}", True),
+    ("\\boxed{x+1}", "1+x", True),
+    ("\\boxed{0.5}", "\\frac{1}{2}", True),
+    ("\\boxed{(1, 2]}", "(1,2]", True),
+    ("\\boxed{[1, 2]}", "(1,2]", False),
+]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# Small limits, with headroom for a shared 2-core machine under heavy load.
+@pytest.fixture(scope="module")
+def pool():
+    """Two workers, 4 s hard limit, math-verify's own timeouts 2 s."""
+    with Grader(timeout_s=4, workers=2, mv_timeout_s=2) as g:
+        yield g
+
+
+@pytest.fixture(scope="module")
+def one_worker():
+    """One worker, 3 s hard limit, math-verify's own timeouts longer than it: slow items need a kill."""
+    with Grader(timeout_s=3, workers=1, mv_timeout_s=30) as g:
+        yield g
+
+
+def _check_adversarial(grader: Grader, slow: list[str]) -> None:
+    many_distinct = " ".join(f"\\boxed{{{i}}}" for i in range(5000))
+    many_same = " ".join(["\\boxed{3}"] * 5000)
+    items = [(s, "3") for s in slow] + [(many_distinct, "3"), (many_same, "3")] + [(r, g) for r, g, _ in NORMAL]
+    verdicts = grader.grade_many(items)
+    print(verdicts)
+    assert [v.status for v in verdicts[: len(slow)]] == ["timeout"] * len(slow)
+    assert not any(v.correct for v in verdicts[: len(slow)])
+    assert (verdicts[len(slow)].correct, verdicts[len(slow)].status) == (False, "ok")  # a 64-element set
+    assert (verdicts[len(slow) + 1].correct, verdicts[len(slow) + 1].status) == (True, "ok")  # duplicates collapse
+    tail = verdicts[len(slow) + 2 :]
+    assert [(v.correct, v.status) for v in tail] == [(ok, "ok") for _, _, ok in NORMAL]
+
+
+def test_adversarial_inputs_time_out_and_later_items_are_graded(pool):
+    _check_adversarial(pool, SLOW)
+
+
+@pytest.mark.slow
+def test_more_adversarial_inputs(pool):
+    _check_adversarial(pool, MORE_SLOW)
+
+
+def test_threads_share_the_pool(pool):
+    items = [(r, g) for r, g, _ in NORMAL] * 8 + [("\\boxed{7}", "7"), ("nothing", "7")]
+    expected = [ok for _, _, ok in NORMAL] * 8 + [True, False]
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        verdicts = list(executor.map(lambda item: pool.grade(*item), items))
+    assert [v.correct for v in verdicts] == expected
+
+
+def test_stuck_worker_is_killed_and_replaced(one_worker):
+    assert one_worker.grade("\\boxed{x+2}", "2+x").correct
+    (first_pid,) = one_worker.worker_pids()
+    items = [("\\boxed{9^{9^{9^9}}}", "3")] + [(r, g) for r, g, _ in NORMAL]
+    verdicts = one_worker.grade_many(items)
+    print(verdicts)
+    assert verdicts[0].status == "timeout" and "killed" in verdicts[0].error
+    assert [(v.correct, v.status) for v in verdicts[1:]] == [(ok, "ok") for _, _, ok in NORMAL]
+    (second_pid,) = one_worker.worker_pids()
+    assert second_pid != first_pid and _gone(first_pid)  # killed and reaped: no zombie
+    # the timeout is cached: the same pair again costs nothing and gives the same verdict
+    assert one_worker.grade("\\boxed{9^{9^{9^9}}}", "3") == verdicts[0]
+    assert one_worker.worker_pids() == [second_pid]
+
+
+def test_worker_that_dies_is_replaced(one_worker):
+    assert one_worker.grade("\\boxed{x+3}", "3+x").correct
+    (idle_pid,) = one_worker.worker_pids()
+    os.kill(idle_pid, signal.SIGKILL)  # dies while idle
+    assert one_worker.grade("\\boxed{x+4}", "4+x").correct
+    (busy_pid,) = one_worker.worker_pids()
+    assert busy_pid != idle_pid and _gone(idle_pid)
+
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(v=one_worker.grade("\\boxed{10^{10^{10}}}", "7")))
+    thread.start()
+    time.sleep(0.5)
+    os.kill(busy_pid, signal.SIGKILL)  # dies while grading: the item is retried on a new worker ...
+    thread.join()
+    assert result["v"].status == "timeout" and "killed" in result["v"].error  # ... which the hard limit kills
+    assert one_worker.grade("\\boxed{x+5}", "5+x").correct
+    assert _gone(busy_pid) and busy_pid not in one_worker.worker_pids()
+
+
+def test_close_leaves_no_processes():
+    with Grader(timeout_s=5, workers=2) as g:
+        assert g.worker_pids() == []  # workers start lazily
+        assert g.grade("\\boxed{7}", "7").correct  # fast path: still no workers
+        assert g.worker_pids() == []
+        assert g.grade("\\boxed{x+1}", "1+x").correct
+        pids = g.worker_pids()
+        assert 1 <= len(pids) <= 2
+    assert g.worker_pids() == []
+    deadline = time.monotonic() + 10
+    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in pids)
+    with pytest.raises(RuntimeError, match="closed"):
+        g.grade("\\boxed{x+1}", "2+x")

@@ -1,0 +1,76 @@
+"""The whole CI-scale pipeline (``config/test.yaml``) through SLURM: every non-local rule runs as a SLURM job,
+and the results equal a local run's."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from slurm_helpers import (
+    SNAKEMAKE,
+    LocalCluster,
+    copy_workflow,
+    parse_dry_run,
+    run_bounded,
+    run_id_of,
+    slurm_jobs,
+    snakemake_env,
+    tail,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+TEST_CONFIG = "--configfile=config/test.yaml"
+RESULT_GLOBS = ("metrics/**/*.json", "diagnostics/**/*.json")  # pass@k per (benchmark, run); diagnostics
+
+
+def _results(root: Path) -> dict[str, object]:
+    return {
+        str(p.relative_to(root)): json.loads(p.read_text())
+        for pattern in RESULT_GLOBS
+        for p in root.glob(pattern)
+    }
+
+
+def test_pipeline_runs_every_job_on_slurm_and_matches_a_local_run(
+    local_cluster: LocalCluster, local_reference: Path, tmp_path: Path
+) -> None:
+    wf = copy_workflow(tmp_path / "slurm")
+    env = snakemake_env(local_cluster.xdg_config_home)
+    dry = run_bounded(
+        [str(SNAKEMAKE), "--profile", "slurm", "-n", TEST_CONFIG, "all"], cwd=wf, env=env, timeout_s=300
+    )
+    assert dry.returncode == 0, tail(dry.stdout)
+    planned = Counter(j.rule for j in parse_dry_run(dry.stdout) if not j.local)
+    assert planned["train_policy"] > 0 and planned["prepare_data"] == 1
+
+    proc = run_bounded(
+        [str(SNAKEMAKE), "--profile", "slurm", TEST_CONFIG, "all"],
+        cwd=wf,
+        env=env,
+        timeout_s=1500,
+        log=tmp_path / "snakemake-slurm.log",
+    )
+    assert proc.returncode == 0, tail(proc.stdout)
+
+    # every non-local job ran as a SLURM job of this run, and completed
+    jobs = slurm_jobs(local_cluster, run_id_of(proc.stdout))
+    assert Counter(j.rule for j in jobs) == planned
+    assert {j.state for j in jobs} == {"COMPLETED"}, [j for j in jobs if j.state != "COMPLETED"]
+    logs = Counter(
+        p.relative_to(wf / ".snakemake" / "slurm_logs").parts[0].removeprefix("rule_")
+        for p in (wf / ".snakemake" / "slurm_logs").rglob("*.log")
+    )
+    assert logs == planned  # one SLURM log per job (the local profile keeps them)
+
+    # the same results as a local run of the same workflow and config
+    ours, reference = _results(wf), _results(local_reference)
+    assert reference, f"the local run wrote no {RESULT_GLOBS} files"
+    assert sorted(ours) == sorted(reference)
+    for name in reference:
+        assert ours[name] == reference[name], name
+    assert sorted(p.name for p in (wf / "results" / "tables").iterdir()) == sorted(
+        p.name for p in (local_reference / "results" / "tables").iterdir()
+    )

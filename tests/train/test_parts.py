@@ -1,0 +1,141 @@
+"""Trainer building blocks: prompt stream, LR schedules, rewards, metrics log, RNG round trip, signals."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from trainer_fixtures import Verdict
+
+from acerl.config import OverlongShaping, TrainHyper
+from acerl.train.checkpoint import get_rng_states, set_rng_states, write_text_atomic
+from acerl.train.data import PromptStream
+from acerl.train.metrics import MetricsLog, read_metrics
+from acerl.train.optim import build_optimizer, lr_factor
+from acerl.train.rewards import compute_rewards, task_rewards
+from acerl.train.signals import PREEMPTED_EXIT_CODE, PreemptionFlag, TrainingPreempted
+
+
+def test_prompt_stream_epochs_and_resume():
+    s = PromptStream(size=10, seed=3)
+    first = s.next(4) + s.next(4) + s.next(4)  # crosses into epoch 1
+    assert sorted(first[:10]) == list(range(10))  # epoch 0 is a permutation
+    assert s.state_dict() == {"epoch": 1, "position": 2}
+    rest = s.next(7)
+    t = PromptStream(size=10, seed=3)
+    t.load_state_dict({"epoch": 1, "position": 2})
+    assert t.next(7) == rest
+    assert PromptStream(10, seed=4).next(10) != PromptStream(10, seed=3).next(10)
+    with pytest.raises(ValueError, match="empty"):
+        PromptStream(0, seed=0)
+
+
+def test_lr_schedules_match_verl_formulas():
+    # verl get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup(min_lr_ratio=0, num_cycles=0.5)
+    assert [lr_factor("constant", s, 2, 10) for s in range(4)] == [0.0, 0.5, 1.0, 1.0]
+    assert [lr_factor("constant", s, 0, 10) for s in range(2)] == [1.0, 1.0]
+    cos = [lr_factor("cosine", s, 2, 10) for s in range(11)]
+    assert cos[:3] == [0.0, 0.5, 1.0]
+    assert cos[6] == pytest.approx(0.5) and cos[10] == pytest.approx(0.0, abs=1e-12)
+    assert all(a >= b for a, b in zip(cos[2:], cos[3:], strict=False))
+    with pytest.raises(ValueError, match="valid: constant, cosine"):
+        lr_factor("linear", 0, 0, 1)
+
+
+def test_optimizer_settings_and_schedule_stepping():
+    hyper = TrainHyper(lr=0.1, betas=(0.8, 0.9), weight_decay=0.05, warmup_steps=2, lr_schedule="cosine",
+                       total_steps=4)  # fmt: skip
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt, sched = build_optimizer([p], hyper)
+    group = opt.param_groups[0]
+    assert group["betas"] == (0.8, 0.9) and group["weight_decay"] == 0.05
+    lrs = []
+    for _ in range(5):
+        lrs.append(group["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([0.0, 0.05, 0.1, 0.05, 0.0])
+
+
+class _Fixed:
+    def __init__(self, verdicts):
+        self.verdicts = verdicts
+
+    def grade_many(self, items, *, progress=None):
+        assert len(items) == len(self.verdicts)
+        return [Verdict(v) for v in self.verdicts]
+
+
+def test_rewards_binary_signed_and_overlong():
+    verifier = _Fixed([True, False, True, False])
+    lengths = torch.tensor([4, 10, 14, 16])
+    off = OverlongShaping(enable=False)
+    r = compute_rewards(verifier, ["a"] * 4, ["1"] * 4, lengths, "binary", off, 16)
+    assert r.scores.tolist() == [1.0, 0.0, 1.0, 0.0] and r.correct.tolist() == [True, False, True, False]
+    r = compute_rewards(verifier, ["a"] * 4, ["1"] * 4, lengths, "signed", off, 16)
+    assert r.scores.tolist() == [1.0, -1.0, 1.0, -1.0] and r.overlong.tolist() == [0.0] * 4
+    on = OverlongShaping(enable=True, buffer=4, penalty_factor=1.0)  # penalty from 12 tokens: -(L-12)/4
+    r = compute_rewards(verifier, ["a"] * 4, ["1"] * 4, lengths, "signed", on, 16)
+    assert r.overlong.tolist() == [0.0, 0.0, -0.5, -1.0]
+    assert r.scores.tolist() == [1.0, -1.0, 0.5, -2.0] and r.correct.tolist() == [True, False, True, False]
+    with pytest.raises(ValueError, match="valid: binary, signed"):
+        task_rewards(torch.tensor([True]), "ternary")
+
+
+def test_metrics_log_truncates_on_resume_and_mirrors_to_dvclive(tmp_path: Path):
+    path, live = tmp_path / "metrics.jsonl", tmp_path / "dvclive"
+    with MetricsLog(path, resume_step=0, live_dir=live) as log:
+        for step in (1, 2, 3):
+            log.log(step, {"train/a": float(step), "actor/b": math.nan, "timing/c": 0.1})
+    with path.open("a") as fh:
+        fh.write('{"step": 4, "train/a"')  # torn line from a kill
+    assert [r["step"] for r in read_metrics(path)] == [1, 2, 3]
+    assert read_metrics(path)[0]["actor/b"] is None  # non-finite -> null (strict JSON)
+    with MetricsLog(path, resume_step=2, live_dir=live) as log:
+        log.log(3, {"train/a": 30.0})
+    assert [(r["step"], r["train/a"]) for r in read_metrics(path)] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+    tsv = (live / "plots" / "metrics" / "train" / "a.tsv").read_text().splitlines()
+    assert tsv == ["step\ta", "1\t1.0", "2\t2.0", "3\t30.0"]
+    assert json.loads((live / "metrics.json").read_text())["train"]["a"] == 30.0
+    assert not (live / "plots" / "metrics" / "actor").exists()  # null values are not plotted
+    assert not list(tmp_path.glob("**/dvc.yaml"))
+
+
+def test_rng_states_round_trip_through_weights_only_load(tmp_path: Path):
+    g = torch.Generator().manual_seed(7)
+    torch.randn(3, generator=g)
+    random.random(), np.random.rand(), torch.rand(1)
+    states = get_rng_states(g)
+    torch.save(states, tmp_path / "rng.pt")
+    expected = (random.random(), np.random.rand(), torch.rand(1), torch.rand(2, generator=g))
+    random.random(), np.random.rand(), torch.rand(5), torch.rand(5, generator=g)  # move every stream on
+    set_rng_states(torch.load(tmp_path / "rng.pt", weights_only=True), g)
+    got = (random.random(), np.random.rand(), torch.rand(1), torch.rand(2, generator=g))
+    assert got[0] == expected[0] and got[1] == expected[1]
+    assert torch.equal(got[2], expected[2]) and torch.equal(got[3], expected[3])
+
+
+def test_preemption_flag_records_signals_and_restores_handlers():
+    previous = signal.getsignal(signal.SIGUSR1)
+    with PreemptionFlag() as flag:
+        assert not flag.requested
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert flag.requested and flag.signum == signal.SIGUSR1
+    assert signal.getsignal(signal.SIGUSR1) == previous
+    err = TrainingPreempted(step=3, signum=signal.SIGTERM)
+    assert isinstance(err, SystemExit) and err.code == PREEMPTED_EXIT_CODE == 75
+    assert "SIGTERM" in str(err) and "step 3" in str(err)
+
+
+def test_write_text_atomic(tmp_path: Path):
+    target = tmp_path / "latest"
+    write_text_atomic(target, "a\n")
+    write_text_atomic(target, "b\n")
+    assert target.read_text() == "b\n" and [p.name for p in tmp_path.iterdir()] == ["latest"]

@@ -1,0 +1,294 @@
+"""The verl command line per method (acerl.verl_backend.launcher): the keys that decide the algorithm.
+
+No verl import here: only the generated overrides, Hydra parsing of our value formatting, checkpoint helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from acerl import paths
+from acerl.config import Run, load_config
+from acerl.data.real import IDENTITY_CHAT_TEMPLATE
+from acerl.verl_backend.checkpoints import (
+    DiagnosticSnapshots,
+    export_checkpoint,
+    latest_step,
+    merge_command,
+    save_frequency,
+    snapshot_actor,
+)
+from acerl.verl_backend.launcher import (
+    ENTRY_MODULE,
+    build_verl_command,
+    collect_metrics,
+    format_value,
+    train_run_verl,
+    verl_overrides,
+)
+
+from .conftest import PAPER_CONFIGS, PAPER_METHODS, PAPER_MODELS, apply_overrides
+
+
+def _ov(cfg, run: Run, root: Path = Path("/work")) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in verl_overrides(cfg, run, root):
+        key, value = item.split("=", 1)
+        assert key not in out, f"override {key} given twice"
+        out[key] = value
+    return out
+
+
+# Paper Table 5 columns and Sec. 5.1 / DAPO settings, written out independently of config/paper.yaml.
+TABLE5 = {
+    "qwen25_math_7b": {"batch": 2048, "lr": "1e-05", "resp": 3000, "steps": 90},
+    "qwen3_8b_base": {"batch": 1024, "lr": "5e-07", "resp": 8192, "steps": 180},
+    "llama31_8b_instruct": {"batch": 1024, "lr": "1e-06", "resp": 4096, "steps": 180},
+}
+
+
+@pytest.mark.parametrize("model", PAPER_MODELS)
+@pytest.mark.parametrize("method", PAPER_METHODS)
+def test_algorithm_keys_per_method(paper_cfg, model: str, method: str) -> None:
+    ov = _ov(paper_cfg, Run(model, method, 3))
+    t5 = TABLE5[model]
+    a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+    # Table 5, shared by every method on a model
+    assert ov["data.train_batch_size"] == str(t5["batch"])
+    assert ov[f"{a}.ppo_mini_batch_size"] == "1024"
+    assert ov[f"{a}.ppo_micro_batch_size_per_gpu"] == "16"
+    assert ov[f"{a}.optim.lr"] == t5["lr"]
+    assert ov[f"{r}.n"] == "8"
+    assert ov[f"{r}.temperature"] == "1.0"
+    assert ov["data.max_prompt_length"] == "1024"
+    assert ov["data.max_response_length"] == str(t5["resp"])
+    assert ov[f"{r}.val_kwargs.n"] == "128"
+    assert ov[f"{r}.gpu_memory_utilization"] == "0.75"
+    assert ov["trainer.total_epochs"] == "10"
+    assert ov["trainer.total_training_steps"] == str(t5["steps"])
+    assert ov[f"{r}.name"] == "vllm"
+    assert ov["data.seed"] == ov[f"{r}.seed"] == "3"
+    # family: GRPO = symmetric clip + KL 0.001; DAPO = clip-higher, dual clip 10, dynamic sampling, overlong
+    dapo = method in ("dapo", "ace_dapo")
+    assert ov[f"{a}.clip_ratio_low"] == "0.2"
+    assert ov[f"{a}.clip_ratio_high"] == ("0.28" if dapo else "0.2")
+    assert ov[f"{a}.clip_ratio_c"] == ("10.0" if dapo else "3.0")
+    assert ov[f"{a}.loss_agg_mode"] == "token-mean"
+    assert ov[f"{a}.use_kl_loss"] == "True"  # the reference policy is always on (ACE-DAPO needs it)
+    assert ov[f"{a}.kl_loss_coef"] == ("0.0" if dapo else "0.001")
+    assert ov[f"{a}.kl_loss_type"] == "low_var_kl"
+    assert ov["algorithm.use_kl_in_reward"] == "False"
+    assert ov["algorithm.filter_groups.enable"] == str(dapo)
+    if dapo:
+        assert ov["algorithm.filter_groups.metric"] == "acc"
+        assert ov["algorithm.filter_groups.max_num_gen_batches"] == "3"
+        assert ov["reward.reward_manager.name"] == "dapo"
+        assert ov["+reward.reward_kwargs.overlong_buffer_cfg.enable"] == "True"
+        assert ov["+reward.reward_kwargs.overlong_buffer_cfg.len"] == "512"
+        assert ov["+reward.reward_kwargs.max_resp_len"] == str(t5["resp"])
+        assert ov["+reward.custom_reward_function.reward_kwargs.incorrect_score"] == "-1.0"
+    else:
+        assert ov["reward.reward_manager.name"] == "naive"
+        assert ov["+reward.custom_reward_function.reward_kwargs.incorrect_score"] == "0.0"
+    assert ov["reward.custom_reward_function.path"] == "pkg://acerl.grading.reward"
+    assert ov["reward.custom_reward_function.name"] == "compute_score"
+    # estimator
+    ace = method.startswith("ace")
+    assert ov["algorithm.adv_estimator"] == ("ace" if ace else "grpo")
+    assert ov["algorithm.norm_adv_by_std_in_grpo"] == "True"
+    assert ov["critic.enable"] == "False"
+    if ace:
+        assert ov["algorithm._target_"] == "acerl.verl_backend.plugin.AceAlgoConfig"
+        assert ov["+algorithm.ace.alpha"] == "1.0"
+        assert ov["+algorithm.ace.modulation"] == "softplus"
+        assert ov["+algorithm.ace.length_normalize"] == "True"
+        assert ov["+algorithm.ace.granularity"] == "sequence"
+    else:
+        assert not any(k.startswith(("+algorithm.ace", "algorithm._target_")) for k in ov)
+    # the plugin reaches every Ray process
+    env_key = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"
+    assert ov[env_key] == "acerl.verl_backend.plugin"
+    # checkpoints inside the run folder, resumable
+    assert ov["trainer.resume_mode"] == "auto"
+    assert ov["trainer.default_local_dir"] == str(paths.checkpoints_dir(Path("/work"), Run(model, method, 3)))
+    assert ov["trainer.max_actor_ckpt_to_keep"] == "2"
+    assert ov["trainer.logger"] == "[console,file]"
+
+
+def test_resources_and_ray(paper_cfg) -> None:
+    one = _ov(paper_cfg, Run("qwen25_math_7b", "grpo", 0))
+    assert (one["trainer.nnodes"], one["trainer.n_gpus_per_node"]) == ("1", "8")
+    assert one["ray_kwargs.ray_init.num_cpus"] == "64"
+    two = _ov(paper_cfg, Run("qwen3_8b_base", "grpo", 0))  # model_resources: 2 nodes
+    assert (two["trainer.nnodes"], two["trainer.n_gpus_per_node"]) == ("2", "8")
+    assert two["ray_kwargs.ray_init.num_cpus"] == "null"  # ray.init() joining a cluster rejects num_cpus
+
+
+def test_qwen3_thinking_off_and_templates(paper_cfg) -> None:
+    assert _ov(paper_cfg, Run("qwen3_8b_base", "ace_grpo", 0))["+data.apply_chat_template_kwargs.enable_thinking"] == (
+        "False"
+    )
+    assert not any("apply_chat_template_kwargs" in k for k in _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo", 0)))
+
+
+def test_diagnostic_checkpoints(paper_cfg) -> None:
+    """Diagnostic runs save at every diagnostic step (gcd schedule) and snapshot them through the callback."""
+    ov = _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo", 0))
+    steps = paper_cfg.diagnostic_steps("qwen25_math_7b")
+    assert steps == [0, 5, 10, 15, 20, 25, 50, 75, 90]
+    assert ov["trainer.save_freq"] == "5"
+    assert ov["trainer.checkpoint_callback_class"] == "acerl.verl_backend.checkpoints.DiagnosticSnapshots"
+    assert ov["+trainer.acerl.snapshot_steps"] == "[5,10,15,20,25,50,75,90]"
+    plain = _ov(paper_cfg, Run("qwen25_math_7b", "dapo", 0))  # not a diagnostics run
+    assert plain["trainer.save_freq"] == "10"
+    assert "trainer.checkpoint_callback_class" not in plain
+
+
+def test_save_frequency() -> None:
+    assert save_frequency(10, [0, 5, 10, 25, 90]) == 5
+    assert save_frequency(10, []) == 10
+    assert save_frequency(25, [0, 20, 40]) == 5
+    assert save_frequency(7, [3]) == 1
+
+
+def test_alpha_sweep_and_relu_variants(paper_cfg) -> None:
+    ov = _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo-alpha0.5", 0))
+    assert ov["+algorithm.ace.alpha"] == "0.5"
+    assert _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo_relu", 0))["+algorithm.ace.modulation"] == "relu"
+
+
+def test_plain_template_gets_identity_chat_template(verl_base_config) -> None:
+    cfg = load_config(PAPER_CONFIGS[:1], overrides=["compute.resources.train_policy={gpus: 1, threads: 2}"])
+    overrides = verl_overrides(cfg, Run("tiny", "ace_dapo", 0), "/work")
+    composed = apply_overrides(verl_base_config, overrides)
+    assert composed.actor_rollout_ref.model.custom_chat_template == IDENTITY_CHAT_TEMPLATE
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["plain", "a b", "it's", "back\\slash", "x\\'y", "end\\", "{% for m in messages %}{{ m['content'] }}", "null", "=,]"],
+)
+def test_format_value_round_trips_through_hydra(verl_base_config, value: str) -> None:
+    cfg = apply_overrides(verl_base_config, [f"trainer.project_name={format_value(value)}"])
+    assert cfg.trainer.project_name == value
+
+
+def test_format_value_types(verl_base_config) -> None:
+    cfg = apply_overrides(
+        verl_base_config,
+        [
+            f"trainer.nnodes={format_value(3)}",
+            f"actor_rollout_ref.actor.optim.lr={format_value(5e-7)}",
+            f"trainer.logger={format_value(['console', 'file'])}",
+            f"trainer.resume_from_path={format_value(None)}",
+            f"trainer.val_before_train={format_value(False)}",
+        ],
+    )
+    assert cfg.trainer.nnodes == 3 and cfg.actor_rollout_ref.actor.optim.lr == 5e-7
+    assert list(cfg.trainer.logger) == ["console", "file"]
+    assert cfg.trainer.resume_from_path is None and cfg.trainer.val_before_train is False
+
+
+def test_misconfigurations_fail(paper_cfg) -> None:
+    cpu = load_config(PAPER_CONFIGS[:1])  # the embedded default has no GPUs
+    with pytest.raises(ValueError, match="needs GPUs"):
+        verl_overrides(cpu, Run("tiny", "grpo", 0), "/work")
+    short = load_config(PAPER_CONFIGS, overrides=["models.qwen25_math_7b.train.max_response_length=256"])
+    with pytest.raises(ValueError, match="overlong buffer 512 exceeds max_response_length 256"):
+        verl_overrides(short, Run("qwen25_math_7b", "dapo", 0), "/work")
+    with pytest.raises(ValueError, match="not trained"):
+        verl_overrides(paper_cfg, Run("qwen25_math_7b", "base", 0), "/work")
+
+
+def test_command_and_dry_run(paper_cfg, tmp_path: Path, monkeypatch, caplog) -> None:
+    run = Run("qwen3_8b_base", "ace_dapo", 1)
+    cmd = build_verl_command(paper_cfg, run, tmp_path)
+    assert cmd[:3] == [sys.executable, "-m", ENTRY_MODULE]
+    monkeypatch.setenv("ACERL_RAY_ON_SLURM", str(Path(__file__).resolve().parents[2] / "scripts" / "ray_on_slurm.sh"))
+    with caplog.at_level("INFO", logger="acerl.verl_backend.launcher"):
+        out = train_run_verl(paper_cfg, run, tmp_path, dry_run=True)
+    assert out == paths.policy_dir(tmp_path, run)
+    assert "ray_on_slurm.sh -- " in caplog.text  # 2 nodes: through the SLURM Ray launcher
+    assert "VERL_USE_EXTERNAL_MODULES=acerl.verl_backend.plugin" in caplog.text
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+def _fake_actor(folder: Path, world: int = 2) -> Path:
+    (folder / "huggingface").mkdir(parents=True)
+    (folder / "huggingface" / "config.json").write_text("{}")
+    (folder / "fsdp_config.json").write_text(json.dumps({"world_size": world}))
+    for rank in range(world):
+        (folder / f"model_world_size_{world}_rank_{rank}.pt").write_bytes(b"m")
+        (folder / f"optim_world_size_{world}_rank_{rank}.pt").write_bytes(b"o")
+        (folder / f"extra_state_world_size_{world}_rank_{rank}.pt").write_bytes(b"e")
+    return folder
+
+
+def test_snapshot_links_model_not_optimizer(tmp_path: Path) -> None:
+    actor = _fake_actor(tmp_path / "ckpt" / "global_step_5" / "actor")
+    target = snapshot_actor(actor, tmp_path / "snap" / "step_000005")
+    names = sorted(p.name for p in (target / "actor").iterdir())
+    assert names == [
+        "extra_state_world_size_2_rank_0.pt",
+        "extra_state_world_size_2_rank_1.pt",
+        "fsdp_config.json",
+        "huggingface",
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    ]
+    # a hard link survives verl deleting the rotated checkpoint
+    (actor / "model_world_size_2_rank_0.pt").unlink()
+    assert (target / "actor" / "model_world_size_2_rank_0.pt").read_bytes() == b"m"
+
+
+def test_diagnostic_snapshot_callback(tmp_path: Path) -> None:
+    config = OmegaConf.create({"trainer": {"acerl": {"snapshot_steps": [5, 10], "snapshot_dir": str(tmp_path / "s")}}})
+    cb = DiagnosticSnapshots(config=config)
+    for step in (5, 7):
+        _fake_actor(tmp_path / f"global_step_{step}" / "actor")
+        cb.on_save(trainer=None, global_step=step, checkpoint_dir=str(tmp_path / f"global_step_{step}"))
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["step_000005"]
+
+
+def test_export_checkpoint_is_atomic(tmp_path: Path) -> None:
+    actor = _fake_actor(tmp_path / "global_step_9" / "actor")
+    calls: list[list[str]] = []
+
+    def fake_merger(cmd, check, env):  # stands in for the verl model merger process
+        calls.append(cmd)
+        Path(cmd[cmd.index("--target_dir") + 1], "config.json").write_text("{}")
+
+    out = export_checkpoint(actor, tmp_path / "final", run=fake_merger)
+    assert (out / "config.json").is_file()
+    assert calls[0][1:] == merge_command(actor, "X")[1:-1] + [calls[0][-1]]
+    assert calls[0][calls[0].index("--local_dir") + 1] == str(actor)
+
+    def broken(cmd, check, env):
+        pass
+
+    with pytest.raises(RuntimeError, match="no config.json"):
+        export_checkpoint(actor, tmp_path / "other", run=broken)
+    assert not (tmp_path / "other").exists()
+
+
+def test_latest_step(tmp_path: Path) -> None:
+    assert latest_step(tmp_path) is None
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("90\n")
+    assert latest_step(tmp_path) == 90
+
+
+def test_collect_metrics_last_attempt_wins(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    old = [{"step": 1, "data": {"actor/entropy": 1.0}}, {"step": 2, "data": {"actor/entropy": 2.0}}]
+    (logs / "metrics.attempt-20260101T000000Z.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old) + '{"st')
+    (logs / "metrics.jsonl").write_text(json.dumps({"step": 2, "data": {"actor/entropy": 2.5}}) + "\n")
+    out = collect_metrics(logs, tmp_path / "metrics.jsonl")
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == [{"step": 1, "actor/entropy": 1.0}, {"step": 2, "actor/entropy": 2.5}]
