@@ -4,12 +4,11 @@ Builds 4 responses per MATH-500 problem (2,000 in all) from the reference soluti
 (correct), the solution followed by a revision that boxes a perturbed answer (one digit changed: wrong), the
 same with another problem's answer (mostly wrong), and the solution rewritten in DAPO's ``Answer: $X$``
 style (correct).
-Times, interleaved, median of ``--repeats`` runs:
+Times, interleaved, a cold round then the median of ``--repeats`` warm rounds (protocol in the report):
 
-- ``Grader(timeout_s=10, workers=2).grade_many`` (math-verify's own timeouts 5 s, as in verl), a fresh
-  grader per run (cold verdict and gold caches), workers started before the clock starts;
+- ``Grader(timeout_s=10, workers=2).grade_many`` (math-verify's own timeouts 5 s, as in verl);
 - ``verl.utils.reward_score.math_verify.compute_score`` called once per response, in a loop (its own pool
-  of 4 spawn processes, warmed up first), and the same from 8 threads, as verl's reward loop calls it.
+  of 4 spawn processes), and the same from 8 threads, as verl's reward loop calls a reward function.
 
 Verdicts are compared wherever verl did not time out, and ``benchmarks/results/grading.md`` is written.
 
@@ -29,6 +28,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -61,16 +61,18 @@ class Case:
 
 
 def perturbed(answer: str) -> str:
-    """A wrong answer of the same shape: value + 1 for simple numbers, else ``answer + 1``."""
+    """A wrong answer of the same shape: value + 1 for simple numbers; else the first digit + 1 (mod 10),
+    or ``+1`` appended when there is no digit."""
     value = simple_number(answer)
-    if value is None:
+    if value is not None:
+        value += 1
+        if value.denominator == 1:
+            return str(value.numerator)
+        return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+    digit = re.search(r"[0-9]", answer)
+    if digit is None:
         return f"{answer}+1"
-    value += 1
-    return (
-        str(value.numerator)
-        if value.denominator == 1
-        else f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
-    )
+    return answer[: digit.start()] + str((int(digit.group()) + 1) % 10) + answer[digit.end() :]
 
 
 def dapo_style(solution: str, answer: str) -> str:
@@ -93,35 +95,60 @@ def build_cases(rows: list[dict]) -> list[Case]:
     return cases
 
 
-def time_ours(cases: list[Case], workers: int) -> tuple[float, list[Verdict], dict[str, int]]:
-    """Seconds for one ``grade_many`` on a fresh grader (workers started beforehand), verdicts, stats."""
-    with Grader(timeout_s=10, workers=workers) as grader:
-        grader.grade("\\boxed{x+1}", "1+x")  # start the workers; not timed
-        start = time.perf_counter()
-        verdicts = grader.grade_many([(c.response, c.gold) for c in cases])
-        seconds = time.perf_counter() - start
-        stats = dict(vars(grader.stats))
-    return seconds, verdicts, stats
+@dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds, and CPU seconds of this process plus the grading worker processes."""
+
+    wall: float
+    cpu: float
 
 
-def time_verl(cases: list[Case], threads: int) -> tuple[float, list[float]]:
-    """Seconds for verl's math_verify.compute_score on every case (a loop, or ``threads`` threads), scores."""
-    from verl.utils.reward_score.math_verify import compute_score
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds (user + system) used so far by this process and the processes ``pids`` (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def timed(fn: Callable[[], object], pids: list[int]) -> tuple[Timing, object]:
+    """Run ``fn`` and measure it; ``pids`` are the worker processes whose CPU time counts too."""
+    cpu, start = cpu_seconds(pids), time.perf_counter()
+    result = fn()
+    wall = time.perf_counter() - start
+    return Timing(wall, cpu_seconds(pids) - cpu), result
+
+
+def time_ours(grader: Grader, cases: list[Case]) -> tuple[Timing, list[Verdict]]:
+    """One ``grade_many`` over every case, with the grader's verdict cache emptied first."""
+    grader.clear_cache()
+    items = [(c.response, c.gold) for c in cases]
+    return timed(lambda: grader.grade_many(items), grader.worker_pids())  # type: ignore[return-value]
+
+
+def time_verl(cases: list[Case], threads: int) -> tuple[Timing, list[float]]:
+    """verl's math_verify.compute_score on every case (a loop, or ``threads`` threads) and its scores."""
+    from verl.utils.reward_score import math_verify as verl_math_verify
 
     def one(case: Case) -> float:
-        return compute_score(case.response, case.gold, timeout_score=VERL_TIMEOUT)
+        return verl_math_verify.compute_score(case.response, case.gold, timeout_score=VERL_TIMEOUT)
 
-    start = time.perf_counter()
-    if threads <= 1:
-        scores = [one(c) for c in cases]
-    else:
+    def loop() -> list[float]:
+        return [one(c) for c in cases]
+
+    def threaded() -> list[float]:
         with ThreadPoolExecutor(max_workers=threads) as executor:
-            scores = list(executor.map(one, cases))
-    return time.perf_counter() - start, scores
+            return list(executor.map(one, cases))
+
+    pids = list(verl_math_verify._get_pool()._processes)  # its spawn workers (a private attribute)
+    return timed(loop if threads <= 1 else threaded, pids)  # type: ignore[return-value]
 
 
 def warm_up_verl() -> None:
-    """Start verl's module-level process pool (4 spawn workers that import verl)."""
+    """Start verl's module-level process pool (4 spawn workers that import verl; not timed)."""
     from verl.utils.reward_score.math_verify import compute_score
 
     compute_score("\\boxed{1}", "1")
@@ -147,36 +174,43 @@ def disagreements(cases: list[Case], ours: list[Verdict], verl: list[float]) -> 
 
 
 def run(cases: list[Case], repeats: int, workers: int, threads: int) -> dict:
-    """Interleaved timed runs of the three graders; returns raw timings, last verdicts, loads."""
-    warm_up_verl()
-    times: dict[str, list[float]] = {"ours": [], "verl_loop": [], "verl_threads": []}
+    """Round 0: both graders cold (fresh worker processes); rounds 1..repeats: warm, interleaved.
+
+    Returns the timings per grader (``*_cold`` for round 0), the last round's verdicts and scores, the
+    grader's decision counts over all rounds, and the load averages after each round.
+    """
+    times: dict[str, list[Timing]] = {
+        k: [] for k in ("ours_cold", "verl_loop_cold", "ours", "verl_loop", "verl_threads")
+    }
     loads: list[tuple[float, float, float]] = [os.getloadavg()]
     result: dict = {}
-    for r in range(repeats):
-        seconds, verdicts, stats = time_ours(cases, workers)
-        times["ours"].append(seconds)
-        logger.info("run %d: ours %.1f s", r, seconds)
-        seconds, verl_scores = time_verl(cases, threads=1)
-        times["verl_loop"].append(seconds)
-        logger.info("run %d: verl loop %.1f s", r, seconds)
-        seconds, verl_thread_scores = time_verl(cases, threads=threads)
-        times["verl_threads"].append(seconds)
-        logger.info("run %d: verl %d threads %.1f s", r, threads, seconds)
-        loads.append(os.getloadavg())
-        result = {
-            "verdicts": verdicts,
-            "stats": stats,
-            "verl": verl_scores,
-            "verl_threads": verl_thread_scores,
-        }
+    with Grader(timeout_s=10, workers=workers) as grader:
+        grader.grade("\\boxed{x+1}", "1+x")  # starts the workers (not timed)
+        warm_up_verl()
+        for r in range(repeats + 1):
+            suffix = "_cold" if r == 0 else ""
+            timing, verdicts = time_ours(grader, cases)
+            times["ours" + suffix].append(timing)
+            logger.info("round %d: ours %s", r, timing)
+            timing, verl_scores = time_verl(cases, threads=1)
+            times["verl_loop" + suffix].append(timing)
+            logger.info("round %d: verl loop %s", r, timing)
+            if r > 0:
+                timing, verl_thread_scores = time_verl(cases, threads=threads)
+                times["verl_threads"].append(timing)
+                logger.info("round %d: verl %d threads %s", r, threads, timing)
+                result = {"verdicts": verdicts, "verl": verl_scores, "verl_threads": verl_thread_scores}
+            loads.append(os.getloadavg())
+        result["stats"] = dict(vars(grader.stats))
     return {"times": times, "loads": loads, **result}
 
 
 def to_markdown(cases: list[Case], res: dict, args: argparse.Namespace, command: str) -> str:
     """The results page."""
     n = len(cases)
-    times = res["times"]
-    med = {k: statistics.median(v) for k, v in times.items()}
+    walls = {k: [t.wall for t in v] for k, v in res["times"].items()}
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    cpu = {k: statistics.median(t.cpu for t in v) for k, v in res["times"].items()}
     ours, verl = res["verdicts"], res["verl"]
     diff = disagreements(cases, ours, verl)
     verl_timeouts = sum(s == VERL_TIMEOUT for s in verl)
@@ -184,21 +218,26 @@ def to_markdown(cases: list[Case], res: dict, args: argparse.Namespace, command:
     by_kind = Counter((c.kind, v.correct) for c, v in zip(cases, ours, strict=True))
     statuses = Counter(v.status for v in ours)
     load_text = ", ".join("/".join(f"{x:.1f}" for x in load) for load in res["loads"])
-    label = {
-        "ours": f"acerl `Grader(workers={args.workers}).grade_many`",
-        "verl_loop": "verl `math_verify.compute_score`, one call per response (loop)",
-        "verl_threads": f"verl `math_verify.compute_score` from {args.threads} threads",
-    }
+    ours_label = f"acerl `Grader(timeout_s=10, workers={args.workers}).grade_many`"
+    verl_label = "verl `math_verify.compute_score`"
+    rows = [
+        ("ours_cold", f"{ours_label}, cold (round 0)", "verl_loop_cold"),
+        ("verl_loop_cold", f"{verl_label}, one call per response, cold (round 0)", "verl_loop_cold"),
+        ("ours", f"{ours_label}, warm", "verl_loop"),
+        ("verl_loop", f"{verl_label}, one call per response, warm", "verl_loop"),
+        ("verl_threads", f"{verl_label} from {args.threads} threads, warm", "verl_loop"),
+    ]
     lines = [
         "# Grader throughput and verdicts vs verl's math-verify reward",
         "",
-        f"{n} responses built from the {n // 4} MATH-500 reference solutions (4 each: the solution; the "
-        "solution plus a revision boxing a perturbed answer; the same with another problem's answer; the "
-        "solution in DAPO's `Answer: $X$` style). See `benchmarks/bench_grading.py`.",
+        f"{n} responses built from the {n // 4} MATH-500 reference solutions, 4 each: the solution "
+        "(correct); the solution plus a revision boxing a perturbed answer (one digit changed); the same "
+        "with another problem's answer; the solution in DAPO's `Answer: $X$` style (correct). See "
+        "`benchmarks/bench_grading.py`.",
         "",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"math-verify {version('math-verify')}, verl {version('verl')}. Shared machine: other jobs were "
-        f"running; 1/5/15-min load averages before and after each round: {load_text}.",
+        f"running all along; 1/5/15-min load averages at the start and after each round: {load_text}.",
         "",
         "Command:",
         "",
@@ -206,22 +245,33 @@ def to_markdown(cases: list[Case], res: dict, args: argparse.Namespace, command:
         command,
         "```",
         "",
-        f"Median of {args.repeats} interleaved runs (warm pools, cold caches: a fresh `Grader` per run):",
+        "Protocol: our grader and verl's process pool (4 spawn workers, created at its first call) are "
+        "started before any timing. Round 0 times both on fresh worker processes (cold: math-verify's "
+        "parser and sympy caches empty); rounds 1.." + str(args.repeats) + " repeat the same responses "
+        "with warm worker processes, as in a training run, and add verl called from a thread pool (as "
+        "verl's reward loop calls a reward function). Our verdict cache is emptied before every round, so "
+        "no response is answered from it; our workers keep their parsed golds (each gold is parsed once "
+        "per worker, as it is during training, where one gold serves every sample of its prompt).",
         "",
-        "| grader | median s | min s | max s | responses/s | speed-up vs verl loop |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| grader | median s | min s | max s | responses/s | speed-up vs verl loop | CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for key, values in times.items():
+    for key, label, base in rows:
+        values = walls[key]
         lines.append(
-            f"| {label[key]} | {med[key]:.1f} | {min(values):.1f} | {max(values):.1f} | {n / med[key]:.0f} "
-            f"| {med['verl_loop'] / med[key]:.1f}x |"
+            f"| {label} | {med[key]:.1f} | {min(values):.1f} | {max(values):.1f} | {n / med[key]:.0f} "
+            f"| {med[base] / med[key]:.1f}x | {cpu[key]:.1f} |"
         )
     stats = res["stats"]
     lines += [
         "",
-        f"Where our items were decided (last run): {stats['fast_path']} exact fast path, "
-        f"{stats['math_verify']} math-verify, {stats['cache_hits']} cache hits, {stats['no_answer']} no answer; "
-        f"statuses {dict(statuses)}.",
+        "CPU s (median): CPU time of the benchmark process and of the grading worker processes during the "
+        "run; unlike wall time it does not depend much on the other jobs on the machine. Speed-ups compare "
+        "wall times of the same round type (cold with cold, warm with warm).",
+        "",
+        f"How our items were decided over all {args.repeats + 1} rounds: {stats['fast_path']} exact fast path "
+        f"(identical string or simple number), {stats['math_verify']} math-verify in the workers, "
+        f"{stats['no_answer']} no answer, {stats['timeouts']} timeouts; last round's statuses {dict(statuses)}.",
         "",
         "Our verdicts by response kind (correct / incorrect): "
         + ", ".join(
@@ -230,9 +280,10 @@ def to_markdown(cases: list[Case], res: dict, args: argparse.Namespace, command:
         )
         + ".",
         "",
-        f"verl timed out on {verl_timeouts} responses (its 30 s future timeout); its loop and threaded runs "
-        f"differ on {thread_mismatch}. Verdicts differ on {len(diff)} of the {n - verl_timeouts} responses "
-        "verl graded:",
+        f"verl timed out on {verl_timeouts} responses in the last round (its 30 s future timeout; math-verify's "
+        f"own 5 s timeouts inside its workers score 0 and cannot be told apart); its loop and threaded runs "
+        f"differ on {thread_mismatch} verdicts. Our verdicts (last round) differ from verl's on {len(diff)} "
+        f"of the {n - verl_timeouts} responses verl graded:",
         "",
     ]
     if diff:

@@ -61,28 +61,38 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+VARIANTS = {  # label -> (method, log pi_old source)
+    "grpo": ("grpo", "recompute"),
+    "ace_grpo": ("ace_grpo", "recompute"),
+    "grpo_rollout_lp": ("grpo", "rollout"),
+    "ace_grpo_rollout_lp": ("ace_grpo", "rollout"),
+}
+
+
 def bench_local(root: Path, steps: int, warmup: int) -> dict[str, list[dict[str, float]]]:
-    """Per-step metrics of interleaved GRPO / ACE-GRPO local-trainer steps."""
+    """Per-step metrics of the local trainer's variants, one step of each in turn."""
     from acerl.config import Run, load_config
     from acerl.grading import Grader
     from acerl.train.loop import init_state, resolve_setup, train_step
 
     cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
-    runs = {m: Run("tiny", m, 0) for m in ("grpo", "ace_grpo")}
-    setups = {m: resolve_setup(cfg, r) for m, r in runs.items()}
-    states = {m: init_state(root, r, setups[m], torch.device("cpu")) for m, r in runs.items()}
-    out: dict[str, list[dict[str, float]]] = {m: [] for m in runs}
+    setups = {k: resolve_setup(cfg, Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()}
+    states = {
+        k: init_state(root, Run("tiny", m, 0), setups[k], torch.device("cpu"))
+        for k, (m, _) in VARIANTS.items()
+    }
+    out: dict[str, list[dict[str, float]]] = {k: [] for k in VARIANTS}
     with Grader(workers=0) as grader:
         for i in range(warmup + steps):
-            for m in runs:
-                state, data = states[m]
+            for k in VARIANTS:
+                state, data = states[k]
                 start, cpu = time.perf_counter(), time.process_time()
-                metrics = train_step(state, setups[m], data, grader)
+                metrics = train_step(state, setups[k], data, grader)
                 metrics["wall"] = time.perf_counter() - start
                 metrics["cpu"] = time.process_time() - cpu
                 metrics["load"] = load()
                 if i >= warmup:
-                    out[m].append(metrics)
+                    out[k].append(metrics)
     return out
 
 
@@ -172,21 +182,38 @@ def report(
     n_params: int,
 ) -> str:
     g, a = local["grpo"], local["ace_grpo"]
-    rows = (("acerl local, GRPO", g), ("acerl local, ACE-GRPO", a), ("TRL 1.16 GRPOTrainer", trl))
+    gr, ar = local["grpo_rollout_lp"], local["ace_grpo_rollout_lp"]
+    rows = (
+        ("acerl local, GRPO", g),
+        ("acerl local, ACE-GRPO", a),
+        ("acerl local, GRPO, rollout log-probs as old", gr),
+        ("acerl local, ACE-GRPO, rollout log-probs as old", ar),
+        ("TRL 1.16 GRPOTrainer", trl),
+    )
     med = {name: {k: median([m[k] for m in ms]) for k in ("wall", "cpu")} for name, ms in rows}
     lengths = {
-        "acerl local, GRPO": median([m["train/response_length_mean"] for m in g]),
-        "acerl local, ACE-GRPO": median([m["train/response_length_mean"] for m in a]),
-        "TRL 1.16 GRPOTrainer": median([m.get("response_length_mean", float("nan")) for m in trl]),
+        name: median(
+            [m.get("train/response_length_mean", m.get("response_length_mean", float("nan"))) for m in ms]
+        )
+        for name, ms in rows
     }
-    speedup = {k: med["TRL 1.16 GRPOTrainer"][k] / med["acerl local, GRPO"][k] for k in ("wall", "cpu")}
-    paired = {k: median([(y[k] - x[k]) / x[k] for x, y in zip(g, a, strict=True)]) for k in ("wall", "cpu")}
+    trl_med = med["TRL 1.16 GRPOTrainer"]
+    speedup = {k: trl_med[k] / med["acerl local, GRPO"][k] for k in ("wall", "cpu")}
+    speedup_r = {
+        k: trl_med[k] / med["acerl local, GRPO, rollout log-probs as old"][k] for k in ("wall", "cpu")
+    }
+
+    def paired(x_runs: list[dict[str, float]], y_runs: list[dict[str, float]], key: str) -> float:
+        return median([(y[key] - x[key]) / x[key] for x, y in zip(x_runs, y_runs, strict=True)])
+
+    overhead = {k: paired(g, a, k) for k in ("wall", "cpu")}
+    overhead_r = {k: paired(gr, ar, k) for k in ("wall", "cpu")}
     adv_extra = median(
         [(y["timing/advantage"] - x["timing/advantage"]) / x["wall"] for x, y in zip(g, a, strict=True)]
     )
     adv_share = median([y["timing/advantage"] / y["wall"] for y in a])
     parts = ("rollout", "reward", "logprobs", "advantage", "update")
-    loads = [m["load"] for m in g + a + trl]
+    loads = [m["load"] for _, ms in rows for m in ms]
     lines = [
         "# Local trainer benchmark",
         "",
@@ -213,14 +240,18 @@ def report(
         )
     lines += [
         "",
-        f"Speed-up of the local trainer over TRL (GRPO): **{speedup['cpu']:.2f}x** in CPU time, "
-        f"{speedup['wall']:.2f}x in wall time.",
+        f"Speed-up of the local trainer over TRL (GRPO): **{speedup['cpu']:.2f}x** in CPU time "
+        f"({speedup['wall']:.2f}x wall) with verl's recomputed old log-probs (the default); "
+        f"**{speedup_r['cpu']:.2f}x** CPU ({speedup_r['wall']:.2f}x wall) with the sampler's log-probs as old "
+        "log-probs (`old_logprobs=rollout`, one forward pass less; TRL does the same when on-policy).",
         "",
-        "ACE overhead (ACE-GRPO vs GRPO, same seed, paired steps):",
-        f"- step time difference, median of paired steps: {100 * paired['cpu']:+.2f}% CPU, "
-        f"{100 * paired['wall']:+.2f}% wall (rollout lengths diverge after step 1, so this is mostly noise);",
-        f"- time in the advantage computation (the only code ACE changes): {100 * adv_share:.3f}% of an "
-        f"ACE-GRPO step; extra over GRPO's advantage computation: {100 * adv_extra:+.3f}% of a step.",
+        "ACE overhead (ACE-GRPO vs GRPO, same seed, paired steps; rollout lengths diverge after step 1, so the "
+        "step-time differences are dominated by noise):",
+        f"- default: {100 * overhead['cpu']:+.2f}% CPU, {100 * overhead['wall']:+.2f}% wall (median of paired "
+        "differences);",
+        f"- `old_logprobs=rollout`: {100 * overhead_r['cpu']:+.2f}% CPU, {100 * overhead_r['wall']:+.2f}% wall;",
+        f"- the advantage computation (the only code ACE changes) takes {100 * adv_share:.3f}% of an ACE-GRPO "
+        f"step; its extra time over GRPO's advantage computation is {100 * adv_extra:+.3f}% of a step.",
         "",
         "Wall-time split of a local GRPO step (medians, seconds):",
         "",

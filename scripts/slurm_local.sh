@@ -234,6 +234,11 @@ EOF
 link_etc_conf() {
   mkdir -p /etc/slurm
   if [[ -L "$ETC_CONF" ]]; then
+    local current
+    current="$(readlink "$ETC_CONF")"
+    if [[ "$current" != "$DIR"/etc/* && -e "$current" ]]; then
+      die "$ETC_CONF links to another cluster's $current: stop that one first (ACERL_SLURM_DIR=$(dirname "$(dirname "$current")") $0 stop)"
+    fi
     ln -sfn "$DIR/etc/slurm.conf" "$ETC_CONF"
   elif [[ -e "$ETC_CONF" ]]; then
     die "$ETC_CONF exists and is not a symlink made by this script: move it away to use the local cluster"

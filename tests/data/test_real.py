@@ -60,7 +60,9 @@ def _paper_cfg(train: str, math500: str, aime: str, *extra: str):
 def prepared(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("real")
     cfg = _paper_cfg(
-        str(shared_data / "dapo_math_17k.jsonl"), str(shared_data / "math500.jsonl"), str(shared_data / "aime2025.jsonl")
+        str(shared_data / "dapo_math_17k.jsonl"),
+        str(shared_data / "math500.jsonl"),
+        str(shared_data / "aime2025.jsonl"),
     )
     return cfg, root, prepare_real_data(cfg, root)
 
@@ -97,7 +99,10 @@ def test_heldout_is_fixed_by_seed(prepared, shared_data: Path, tmp_path: Path) -
 
 def test_shared_data_verl_parquet(prepared) -> None:
     cfg, root, out = prepared
-    assert set(k for k in out if k.startswith("verl/")) == {"verl/qwen3_8b_base/train", "verl/qwen3_8b_base/val"}
+    assert set(k for k in out if k.startswith("verl/")) == {
+        "verl/qwen3_8b_base/train",
+        "verl/qwen3_8b_base/val",
+    }
     train = pq.read_table(verl_train_file(root, "qwen3_8b_base")).to_pylist()
     jsonl = read_jsonl(out["train"])
     assert len(train) == len(jsonl)
@@ -172,9 +177,20 @@ def test_hub_dapo_parquet_layout(tmp_path: Path) -> None:
 def test_math500_and_aime_hub_layouts(tmp_path: Path) -> None:
     m = write_jsonl(
         tmp_path / "math.jsonl",
-        [{"problem": "p", "solution": "s", "answer": " 1/2 ", "subject": "x", "level": 1, "unique_id": "test/a/1.json"}],
+        [
+            {
+                "problem": "p",
+                "solution": "s",
+                "answer": " 1/2 ",
+                "subject": "x",
+                "level": 1,
+                "unique_id": "test/a/1.json",
+            }
+        ],
     )
-    assert normalize_rows(read_table(m), "math500", str(m)) == [{"id": "test/a/1.json", "problem": "p", "answer": "1/2"}]
+    assert normalize_rows(read_table(m), "math500", str(m)) == [
+        {"id": "test/a/1.json", "problem": "p", "answer": "1/2"}
+    ]
     a = write_parquet(tmp_path / "aime.parquet", [{"problem_idx": 7, "problem": "q", "answer": 70}])
     assert normalize_rows(read_table(a), "aime2025", str(a)) == [{"id": "7", "problem": "q", "answer": "70"}]
 
@@ -232,16 +248,18 @@ def test_duplicate_ids_rejected(tmp_path: Path) -> None:
 def test_offline_hub_says_which_path_to_set(tmp_path: Path) -> None:
     """No local path and no hub access: the error names the config key to set (run offline, no network)."""
     bench = write_jsonl(tmp_path / "b.jsonl", [{"id": "b", "problem": "q", "answer": "1"}])
+    overrides = [
+        f"data.real.train={{path: '{bench}'}}",
+        f"data.real.benchmarks.aime2025={{path: '{bench}'}}",
+        "data.real.benchmarks.math500={path: null, hub_id: HuggingFaceH4/MATH-500, hub_split: test}",
+        "data.real.heldout_size=0",
+    ]
     code = f"""
-import sys
-from pathlib import Path
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_real import _paper_cfg
-from acerl.data.real import prepare_real_data, DataSourceError
-cfg = _paper_cfg({str(bench)!r}, {str(bench)!r}, {str(bench)!r}, "data.real.heldout_size=0",
-                 "data.real.benchmarks.math500={{path: null, hub_id: HuggingFaceH4/MATH-500, hub_split: test}}")
+from acerl.config import load_config
+from acerl.data.real import DataSourceError, prepare_real_data
+cfg = load_config({[str(p) for p in CONFIGS]!r}, overrides={overrides!r})
 try:
-    prepare_real_data(cfg, {str(tmp_path / 'root')!r})
+    prepare_real_data(cfg, {str(tmp_path / "root")!r})
 except DataSourceError as e:
     print(e)
 """

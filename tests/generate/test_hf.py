@@ -233,3 +233,14 @@ def test_from_pretrained(tmp_path: Path, tokenizer):
     assert len(out) == 2 and all(len(c.token_ids) <= 5 for g in out for c in g)
     with pytest.raises(FileNotFoundError, match="config.json"):
         HFSampler.from_pretrained(tmp_path / "missing")
+
+
+def test_rollouts_can_enter_autograd(model, tokenizer):
+    """sample_batch runs under inference_mode, but its outputs must be usable in a loss with gradients."""
+    batch = _sample(model, tokenizer, seed=0, n=2)
+    assert not batch.input_ids.is_inference() and not batch.logprobs.is_inference()
+    lp, _ = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_ids.shape[1])
+    loss = ((lp - batch.logprobs) * batch.response_mask).sum()
+    loss.backward()
+    assert model.model.embed_tokens.weight.grad is not None
+    model.zero_grad(set_to_none=True)

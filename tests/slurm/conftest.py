@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from slurm_helpers import (
     tail,
 )
 
+from acerl import paths
+from acerl.config import load_config
+
 
 @pytest.fixture(scope="session")
 def local_cluster() -> LocalCluster:
@@ -26,18 +30,39 @@ def local_cluster() -> LocalCluster:
     return found
 
 
+TEST_CONFIG = "--configfile=config/test.yaml"
+
+
 @pytest.fixture(scope="session")
-def local_reference(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the workflow after ``snakemake -c2 --configfile=config/test.yaml all`` ran locally (no SLURM).
+def prepared_inputs(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the workflow where ``prepare_data`` and ``prepare_base`` ran locally for ``config/test.yaml``.
 
     Depends on ``local_cluster`` only so that it is skipped (not computed) when there is no cluster.
     """
-    wf = copy_workflow(tmp_path_factory.mktemp("local_reference"))
+    wf = copy_workflow(tmp_path_factory.mktemp("prepared") / "wf")
+    cfg = load_config([wf / "config" / "config.yaml", wf / "config" / "test.yaml"])
+    targets = [str(paths.base_model_dir(".", model)) for model in cfg.study.main.models]
     proc = run_bounded(
-        [str(SNAKEMAKE), "-c2", "--configfile=config/test.yaml", "all"],
+        [str(SNAKEMAKE), "-c2", TEST_CONFIG, *targets],
         cwd=wf,
         env=snakemake_env(),
-        timeout_s=1500,
+        timeout_s=900,
+        log=wf / "snakemake-prepare.log",
+    )
+    assert proc.returncode == 0, tail(proc.stdout)
+    return wf
+
+
+@pytest.fixture(scope="session")
+def local_reference(prepared_inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of ``prepared_inputs`` after ``snakemake -c2 --configfile=config/test.yaml all`` (no SLURM)."""
+    wf = tmp_path_factory.mktemp("local_reference") / "wf"
+    shutil.copytree(prepared_inputs, wf, symlinks=True)
+    proc = run_bounded(
+        [str(SNAKEMAKE), "-c2", TEST_CONFIG, "all"],
+        cwd=wf,
+        env=snakemake_env(),
+        timeout_s=1800,
         log=wf / "snakemake-local.log",
     )
     assert proc.returncode == 0, tail(proc.stdout)

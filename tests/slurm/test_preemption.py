@@ -45,7 +45,7 @@ RUN_S = 900  # for the whole Snakemake run
 
 
 def _prepared_workflow(dst: Path, reference: Path, model: str, save_every: int) -> Path:
-    """The workflow with the reference run's data and base models, and a longer training run."""
+    """The workflow with prepared data and base models, and a longer training run."""
     wf = copy_workflow(dst)
     for folder in ("data", "models"):
         shutil.copytree(reference / folder, wf / folder)
@@ -100,7 +100,7 @@ def _running_train_job(log: Path) -> str | None:
 
 @pytest.mark.parametrize("mode", ["signal", "cancel"])
 def test_preempted_training_resumes_from_its_checkpoint(
-    mode: str, local_cluster: LocalCluster, local_reference: Path, tmp_path: Path
+    mode: str, local_cluster: LocalCluster, prepared_inputs: Path, tmp_path: Path
 ) -> None:
     if mode == "signal" and local_cluster.proctrack == "cgroup":
         pytest.skip(
@@ -108,10 +108,10 @@ def test_preempted_training_resumes_from_its_checkpoint(
             "the trainer under it: SIGTERM checkpoints cannot happen there (docs/cluster.md, 'Preemption')"
         )
     configs = ["config/test.yaml", "config/preempt.yaml"]
-    cfg0 = load_config([local_reference / "config" / "config.yaml", local_reference / configs[0]])
+    cfg0 = load_config([prepared_inputs / "config" / "config.yaml", prepared_inputs / configs[0]])
     run = cfg0.runs()[0]
     save_every = 1000 if mode == "signal" else 2
-    wf = _prepared_workflow(tmp_path / "wf", local_reference, run.model, save_every)
+    wf = _prepared_workflow(tmp_path / "wf", prepared_inputs, run.model, save_every)
     cfg = load_config([wf / "config" / "config.yaml", *(wf / c for c in configs)])
     assert cfg.models[run.model].train.total_steps == TOTAL_STEPS
 

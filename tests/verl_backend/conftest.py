@@ -13,8 +13,6 @@ from acerl.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER_CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"]
-PAPER_MODELS = ("qwen25_math_7b", "qwen3_8b_base", "llama31_8b_instruct")
-PAPER_METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")
 
 
 def verl_config_dir() -> Path:
@@ -30,7 +28,7 @@ def paper_cfg() -> Config:
     return load_config(PAPER_CONFIGS)
 
 
-def hydra_compose(overrides: Sequence[str]):
+def _hydra_compose(overrides: Sequence[str]):
     """verl's real ``ppo_trainer`` config with ``overrides``, through Hydra's ``compose`` (about 3 s)."""
     from hydra import compose, initialize_config_dir
 
@@ -41,10 +39,16 @@ def hydra_compose(overrides: Sequence[str]):
 @pytest.fixture(scope="session")
 def verl_base_config():
     """verl's ``ppo_trainer`` config composed once with no overrides (struct mode, as Hydra leaves it)."""
-    return hydra_compose([])
+    return _hydra_compose([])
 
 
-def apply_overrides(base, overrides: Sequence[str]):
+@pytest.fixture(scope="session")
+def hydra_compose():
+    """``hydra_compose(overrides)``: verl's real config through Hydra's ``compose`` (about 3 s per call)."""
+    return _hydra_compose
+
+
+def _apply_overrides(base, overrides: Sequence[str]):
     """Apply command-line overrides to a copy of a composed config with Hydra's own override machinery.
 
     This is the last step of ``compose`` (parse, then ``ConfigLoaderImpl._apply_overrides_to_config`` in
@@ -57,3 +61,9 @@ def apply_overrides(base, overrides: Sequence[str]):
     parsed = OverridesParser.create().parse_overrides(overrides=list(overrides))
     ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
     return cfg
+
+
+@pytest.fixture(scope="session")
+def apply_overrides():
+    """``apply_overrides(base, overrides)``: see :func:`_apply_overrides`."""
+    return _apply_overrides

@@ -6,6 +6,8 @@ No verl import here: only the generated overrides, Hydra parsing of our value fo
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +16,10 @@ from omegaconf import OmegaConf
 
 from acerl import paths
 from acerl.config import Run, load_config
+from acerl.data.io import write_jsonl
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE
 from acerl.verl_backend.checkpoints import (
+    CALLBACK_CLASS,
     DiagnosticSnapshots,
     export_checkpoint,
     latest_step,
@@ -32,7 +36,10 @@ from acerl.verl_backend.launcher import (
     verl_overrides,
 )
 
-from .conftest import PAPER_CONFIGS, PAPER_METHODS, PAPER_MODELS, apply_overrides
+REPO = Path(__file__).resolve().parents[2]
+PAPER_CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"]
+PAPER_MODELS = ("qwen25_math_7b", "qwen3_8b_base", "llama31_8b_instruct")
+PAPER_METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")
 
 
 def _ov(cfg, run: Run, root: Path = Path("/work")) -> dict[str, str]:
@@ -130,10 +137,12 @@ def test_resources_and_ray(paper_cfg) -> None:
 
 
 def test_qwen3_thinking_off_and_templates(paper_cfg) -> None:
-    assert _ov(paper_cfg, Run("qwen3_8b_base", "ace_grpo", 0))["+data.apply_chat_template_kwargs.enable_thinking"] == (
-        "False"
+    assert _ov(paper_cfg, Run("qwen3_8b_base", "ace_grpo", 0))[
+        "+data.apply_chat_template_kwargs.enable_thinking"
+    ] == ("False")
+    assert not any(
+        "apply_chat_template_kwargs" in k for k in _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo", 0))
     )
-    assert not any("apply_chat_template_kwargs" in k for k in _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo", 0)))
 
 
 def test_diagnostic_checkpoints(paper_cfg) -> None:
@@ -162,7 +171,7 @@ def test_alpha_sweep_and_relu_variants(paper_cfg) -> None:
     assert _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo_relu", 0))["+algorithm.ace.modulation"] == "relu"
 
 
-def test_plain_template_gets_identity_chat_template(verl_base_config) -> None:
+def test_plain_template_gets_identity_chat_template(verl_base_config, apply_overrides) -> None:
     cfg = load_config(PAPER_CONFIGS[:1], overrides=["compute.resources.train_policy={gpus: 1, threads: 2}"])
     overrides = verl_overrides(cfg, Run("tiny", "ace_dapo", 0), "/work")
     composed = apply_overrides(verl_base_config, overrides)
@@ -171,14 +180,24 @@ def test_plain_template_gets_identity_chat_template(verl_base_config) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["plain", "a b", "it's", "back\\slash", "x\\'y", "end\\", "{% for m in messages %}{{ m['content'] }}", "null", "=,]"],
+    [
+        "plain",
+        "a b",
+        "it's",
+        "back\\slash",
+        "x\\'y",
+        "end\\",
+        "{% for m in messages %}{{ m['content'] }}",
+        "null",
+        "=,]",
+    ],
 )
-def test_format_value_round_trips_through_hydra(verl_base_config, value: str) -> None:
+def test_format_value_round_trips_through_hydra(verl_base_config, value: str, apply_overrides) -> None:
     cfg = apply_overrides(verl_base_config, [f"trainer.project_name={format_value(value)}"])
     assert cfg.trainer.project_name == value
 
 
-def test_format_value_types(verl_base_config) -> None:
+def test_format_value_types(verl_base_config, apply_overrides) -> None:
     cfg = apply_overrides(
         verl_base_config,
         [
@@ -209,7 +228,9 @@ def test_command_and_dry_run(paper_cfg, tmp_path: Path, monkeypatch, caplog) -> 
     run = Run("qwen3_8b_base", "ace_dapo", 1)
     cmd = build_verl_command(paper_cfg, run, tmp_path)
     assert cmd[:3] == [sys.executable, "-m", ENTRY_MODULE]
-    monkeypatch.setenv("ACERL_RAY_ON_SLURM", str(Path(__file__).resolve().parents[2] / "scripts" / "ray_on_slurm.sh"))
+    monkeypatch.setenv(
+        "ACERL_RAY_ON_SLURM", str(Path(__file__).resolve().parents[2] / "scripts" / "ray_on_slurm.sh")
+    )
     with caplog.at_level("INFO", logger="acerl.verl_backend.launcher"):
         out = train_run_verl(paper_cfg, run, tmp_path, dry_run=True)
     assert out == paths.policy_dir(tmp_path, run)
@@ -248,7 +269,12 @@ def test_snapshot_links_model_not_optimizer(tmp_path: Path) -> None:
 
 
 def test_diagnostic_snapshot_callback(tmp_path: Path) -> None:
-    config = OmegaConf.create({"trainer": {"acerl": {"snapshot_steps": [5, 10], "snapshot_dir": str(tmp_path / "s")}}})
+    config = OmegaConf.create(
+        {"trainer": {"acerl": {"snapshot_steps": [5, 10], "snapshot_dir": str(tmp_path / "s")}}}
+    )
+    assert (
+        f"{DiagnosticSnapshots.__module__}.{DiagnosticSnapshots.__qualname__}" == CALLBACK_CLASS
+    )  # verl loads it by name
     cb = DiagnosticSnapshots(config=config)
     for step in (5, 7):
         _fake_actor(tmp_path / f"global_step_{step}" / "actor")
@@ -287,8 +313,109 @@ def test_collect_metrics_last_attempt_wins(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     old = [{"step": 1, "data": {"actor/entropy": 1.0}}, {"step": 2, "data": {"actor/entropy": 2.0}}]
-    (logs / "metrics.attempt-20260101T000000Z.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old) + '{"st')
+    (logs / "metrics.attempt-20260101T000000Z.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in old) + '{"st'
+    )
     (logs / "metrics.jsonl").write_text(json.dumps({"step": 2, "data": {"actor/entropy": 2.5}}) + "\n")
     out = collect_metrics(logs, tmp_path / "metrics.jsonl")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows == [{"step": 1, "actor/entropy": 1.0}, {"step": 2, "actor/entropy": 2.5}]
+
+
+# ------------------------------------------------------------------------------------ orchestration
+def _fake_verl(calls: list[list[str]]):
+    """Stands in for the verl training process and the model merger (the launcher's ``runner``).
+
+    Training: saves ``global_step_N/actor`` every ``save_freq`` steps keeping only the newest (verl's
+    rotation), runs the configured checkpoint callback, writes verl's file-logger records.
+    """
+
+    def runner(cmd: list[str], env: dict[str, str], check: bool):
+        calls.append(cmd)
+        if "verl.model_merger" in cmd:
+            Path(cmd[cmd.index("--target_dir") + 1], "config.json").write_text("{}")
+            return subprocess.CompletedProcess(cmd, 0)
+        ov = dict(item.lstrip("+").split("=", 1) for item in cmd[3:])
+        ckpts, freq, total = (
+            Path(ov["trainer.default_local_dir"]),
+            int(ov["trainer.save_freq"]),
+            int(ov["trainer.total_training_steps"]),
+        )
+        callback = DiagnosticSnapshots(
+            OmegaConf.create(
+                {
+                    "trainer": {
+                        "acerl": {
+                            "snapshot_steps": json.loads(ov["trainer.acerl.snapshot_steps"]),
+                            "snapshot_dir": ov["trainer.acerl.snapshot_dir"],
+                        }
+                    }
+                }
+            )
+        )
+        with open(env["VERL_FILE_LOGGER_PATH"], "w") as log:
+            for step in range(1, total + 1):
+                log.write(json.dumps({"step": step, "data": {"actor/entropy": 1.0 / step}}) + "\n")
+                if step % freq == 0 or step == total:
+                    for old in ckpts.glob("global_step_*"):
+                        shutil.rmtree(old)
+                    _fake_actor(ckpts / f"global_step_{step}" / "actor")
+                    (ckpts / "latest_checkpointed_iteration.txt").write_text(str(step))
+                    callback.on_save(
+                        trainer=None, global_step=step, checkpoint_dir=str(ckpts / f"global_step_{step}")
+                    )
+        return subprocess.CompletedProcess(cmd, 0)
+
+    return runner
+
+
+def test_train_run_verl_orchestration(tmp_path: Path) -> None:
+    cfg = load_config(
+        PAPER_CONFIGS,
+        overrides=[
+            "models.qwen25_math_7b.train={prompts_per_step: 4, mini_batch_size: 4, total_epochs: 2, total_steps: 4, "
+            "save_every: 4}",
+            "study.diagnostics={models: [qwen25_math_7b], methods: [ace_grpo], seeds: [0], every: 2, early_steps: 0}",
+        ],
+    )
+    run = Run("qwen25_math_7b", "ace_grpo", 0)
+    rows = [{"id": f"p{i}", "problem": f"Find {i}+{i}.", "answer": str(2 * i)} for i in range(9)]
+    for split in ("train", "math500", "aime2025"):
+        write_jsonl(paths.data_file(tmp_path, split), rows)
+    base = paths.base_model_dir(tmp_path, run.model)
+    base.mkdir(parents=True)
+    (base / "config.json").write_text('{"base": true}')
+    calls: list[list[str]] = []
+    final = train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls))
+    assert final == paths.policy_dir(tmp_path, run) and (final / "config.json").is_file()
+    assert calls[0][1:3] == ["-m", ENTRY_MODULE] and "trainer.save_freq=2" in calls[0]
+    merged = [c[c.index("--local_dir") + 1] for c in calls[1:]]
+    assert [Path(m).parent.name for m in merged] == ["step_000002", "step_000004", "global_step_4"]
+    assert (paths.diag_step_dir(tmp_path, run, 0) / "config.json").read_text() == '{"base": true}'
+    for step in (2, 4):
+        assert (paths.diag_step_dir(tmp_path, run, step) / "config.json").is_file()
+    assert not (paths.run_dir(tmp_path, run) / "diag_raw").exists()  # snapshots removed after export
+    metrics = [json.loads(line) for line in paths.train_metrics_file(tmp_path, run).read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert json.loads((paths.run_dir(tmp_path, run) / "verl_command.json").read_text())["argv"] == calls[0]
+    assert (paths.run_dir(tmp_path, run) / "run_spec.json").is_file()
+    assert (
+        train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls)) == final and len(calls) == 4
+    )  # no rerun
+
+
+def test_too_few_steps_for_the_schedule(tmp_path: Path) -> None:
+    cfg = load_config(
+        PAPER_CONFIGS,
+        overrides=[
+            "models.qwen25_math_7b.train={prompts_per_step: 4, mini_batch_size: 4, total_epochs: 1, total_steps: 5}"
+        ],
+    )
+    write_jsonl(
+        paths.data_file(tmp_path, "train"),
+        [{"id": str(i), "problem": f"q{i}", "answer": "1"} for i in range(9)],
+    )
+    for split in ("math500", "aime2025"):
+        write_jsonl(paths.data_file(tmp_path, split), [{"id": "b", "problem": "q", "answer": "1"}])
+    with pytest.raises(ValueError, match="give 2 steps per epoch.*set it to 2"):
+        train_run_verl(cfg, Run("qwen25_math_7b", "grpo", 0), tmp_path, runner=_fake_verl([]))

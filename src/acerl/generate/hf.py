@@ -23,6 +23,7 @@ result does not depend on its padding (up to float rounding).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from acerl.algos.losses import entropy_from_logits, token_logprobs
 from acerl.generate.base import Completion, SamplingParams
@@ -207,7 +209,62 @@ def sample_next_token(
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-@torch.no_grad()
+class _BufferLayer(DynamicLayer):
+    """A KV-cache layer writing into buffers sized for the whole generation: no per-step concatenation
+    (``DynamicLayer`` re-allocates and copies its keys and values on every token)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        b, h, _, d = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self._k = key_states.new_empty(b, h, self.capacity, d)
+        self._v = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def update(
+        self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if self.length + n > self.capacity:
+            raise RuntimeError(f"KV buffer of {self.capacity} positions is full")
+        self._k[:, :, self.length : self.length + n].copy_(key_states)
+        self._v[:, :, self.length : self.length + n].copy_(value_states)
+        self.length += n
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._views()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self._k = self._k.repeat_interleave(repeats, dim=0)
+            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self._views()
+
+
+def _make_cache(model: torch.nn.Module, capacity: int) -> Cache:
+    """Preallocated KV cache for full-attention decoders; transformers' ``DynamicCache`` for anything else
+    (sliding-window or hybrid layers)."""
+    cfg = model.config.get_text_config(decoder=True)
+    layer_types = getattr(cfg, "layer_types", None) or []
+    windowed = getattr(cfg, "sliding_window", None) or getattr(cfg, "attention_chunk_size", None)
+    if windowed or any(t != "full_attention" for t in layer_types):
+        return DynamicCache(config=model.config)
+    return Cache(layers=[_BufferLayer(capacity) for _ in range(cfg.num_hidden_layers)])
+
+
 def sample_batch(
     model: torch.nn.Module,
     prompt_ids: Sequence[Sequence[int]],
@@ -223,7 +280,8 @@ def sample_batch(
 ) -> RolloutBatch:
     """Sample ``n`` responses per prompt with a KV cache (rows ordered prompt-major: row ``i * n + j``).
 
-    One prefill of the left-padded prompts, then one single-token forward per step. Rows that emitted EOS are
+    One prefill of the left-padded prompts (each prompt once; its KV cache is then copied to its ``n`` rows),
+    then one single-token forward per step into a preallocated KV cache. Rows that emitted EOS are
     dropped from the KV cache once they make up ``1 / compact_below`` of it (dropping copies the cache, so it
     is done in few large steps); the loop ends when every row has stopped or after ``max_new_tokens`` tokens.
     The response width ``T`` is the longest response.
@@ -239,21 +297,36 @@ def sample_batch(
     Returns:
         :class:`RolloutBatch` with B = B0 * n rows.
     """
+    batch = _sample_batch(
+        model, prompt_ids, n, temperature, top_p, max_new_tokens, eos_id, pad_id, generator, compact_below
+    )
+    # clone outside inference mode: inference tensors cannot take part in autograd (the trainer's loss)
+    return RolloutBatch(*(getattr(batch, f.name).clone() for f in dataclasses.fields(batch)))
+
+
+@torch.inference_mode()
+def _sample_batch(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator | None,
+    compact_below: int,
+) -> RolloutBatch:
     if n < 1 or max_new_tokens < 1:
         raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
     device = next(model.parameters()).device
-    prompts = [list(p) for p in prompt_ids for _ in range(n)]
-    input_ids, attention_mask, _ = pack_rows(prompts, [[]] * len(prompts), pad_id, device=device)
+    input_ids, attention_mask, _ = pack_rows(prompt_ids, [[]] * len(prompt_ids), pad_id, device=device)
     input_ids, attention_mask = input_ids[:, :-1], attention_mask[:, :-1]  # drop the empty response column
-    b, p_len = input_ids.shape
     position_ids = position_ids_from_mask(attention_mask)
+    p_len = input_ids.shape[1]
 
-    response = torch.full((b, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    logprobs = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
-    lengths = torch.zeros(b, dtype=torch.long, device=device)
-    stopped = torch.zeros(b, dtype=torch.bool, device=device)
-
-    cache = DynamicCache(config=model.config)
+    # prefill each prompt once, then give each of its n rows a copy of its KV cache
+    cache = _make_cache(model, p_len + max_new_tokens)
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -263,9 +336,20 @@ def sample_batch(
         logits_to_keep=1,
     )
     logits = out.logits[:, -1, :]
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+        input_ids, attention_mask, position_ids, logits = (
+            x.repeat_interleave(n, dim=0) for x in (input_ids, attention_mask, position_ids, logits)
+        )
+    b = input_ids.shape[0]
+    response = torch.full((b, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
+    lengths = torch.zeros(b, dtype=torch.long, device=device)
+    stopped = torch.zeros(b, dtype=torch.bool, device=device)
+
     active = torch.arange(b, device=device)  # original row of each cache row
     finished = torch.zeros(b, dtype=torch.bool, device=device)  # cache rows that already emitted EOS
-    mask = attention_mask
+    mask = torch.cat([attention_mask, attention_mask.new_ones((b, max_new_tokens))], dim=-1)  # grows by views
     next_pos = position_ids[:, -1] + 1
     for t in range(max_new_tokens):
         tokens, lp = sample_next_token(logits, temperature, top_p, generator)
@@ -284,10 +368,9 @@ def sample_batch(
             cache.batch_select_indices(keep)
             active, tokens, mask, next_pos = active[keep], tokens[keep], mask[keep], next_pos[keep]
             finished = finished[keep]
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
         out = model(
             input_ids=tokens[:, None],
-            attention_mask=mask,
+            attention_mask=mask[:, : p_len + t + 1],
             position_ids=next_pos[:, None],
             past_key_values=cache,
             use_cache=True,

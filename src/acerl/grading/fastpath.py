@@ -1,11 +1,16 @@
-"""Exact fast path for plain integers and simple fractions.
+"""Exact fast path: identical strings, plain integers and simple fractions, decided without math-verify.
 
-When both the extracted answer and the gold are such simple forms (``34``, ``-7``, ``034``, ``3/4``,
-``-3/4``, ``\\frac{3}{4}``, ``\\dfrac{-3}{4}``, ``-\\tfrac{6}{8}``) the verdict is decided exactly with
-:class:`fractions.Fraction`, in the parent process, without math-verify. Anything else (decimals,
-thousands separators, ``+3``, units, a zero denominator, more than 50 digits) falls through to
-math-verify. tests/grading/test_fastpath.py checks on thousands of generated pairs that this never
-disagrees with math-verify's verdict on ``\\boxed{pred}`` against ``\\boxed{gold}``.
+- An extracted answer that is the gold string itself (up to surrounding whitespace) is correct:
+  math-verify parses both alike and, failing that, compares its fallback strings, so it says True as
+  well (unless one of its timeouts fires on the pair).
+- When both are plain integers or simple fractions (``34``, ``-7``, ``034``, ``3/4``, ``-3/4``,
+  ``\\frac{3}{4}``, ``\\dfrac{-3}{4}``, ``-\\tfrac{6}{8}``) the verdict is exact :class:`fractions.Fraction`
+  equality. Anything else (decimals, thousands separators, ``+3``, units, a zero denominator, more than
+  50 digits) falls through to math-verify.
+
+It runs in the calling process. tests/grading/test_fastpath.py checks on thousands of generated pairs, and
+on the MATH-500 answers, that it never disagrees with math-verify's verdict on ``\\boxed{pred}`` against
+``\\boxed{gold}``.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ def simple_number(text: str) -> Fraction | None:
 
 
 def fast_verdict(extracted: str, gold: str) -> bool | None:
-    """``extracted == gold`` decided exactly when both are simple numbers; ``None`` means "ask math-verify"."""
+    """The verdict when the strings are identical or both simple numbers; ``None`` means "ask math-verify"."""
+    if extracted.strip() == gold.strip() and gold.strip():
+        return True
     pred_value = simple_number(extracted)
     if pred_value is None:
         return None

@@ -118,6 +118,11 @@ class Grader:
         if self._finalizer is not None:
             self._finalizer()
 
+    def clear_cache(self) -> None:
+        """Forget the cached verdicts (the workers keep their parsed golds)."""
+        with self._lock:
+            self._cache.clear()
+
     def worker_pids(self) -> list[int]:
         """PIDs of the live worker processes (empty before the first math-verify item and after close)."""
         return self._pool.worker_pids() if self._pool is not None else []

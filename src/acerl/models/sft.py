@@ -141,30 +141,16 @@ def teacher_forced_eval(
 
 
 # -------------------------------------------------------------------------------------------- training
-def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int, pool: int = 16) -> Iterator[list[int]]:
-    """Endless batches of example indices: every example once per epoch, similar lengths batched together.
-
-    Each epoch is a seeded permutation cut into pools of ``pool * batch_size`` examples; a pool is sorted by
-    length, cut into batches, and its batches are yielded in a seeded random order (less padding per batch).
-    """
+def shuffled_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Endless batches of indices into ``n`` examples: seeded per-epoch permutations, each example once per
+    epoch (a batch may straddle two epochs)."""
     generator = torch.Generator().manual_seed(seed)
-    n = len(lengths)
+    order: list[int] = []
     while True:
-        perm = torch.randperm(n, generator=generator).tolist()
-        for start in range(0, n, pool * batch_size):
-            chunk = sorted(perm[start : start + pool * batch_size], key=lambda i: lengths[i])
-            cut = [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
-            for j in torch.randperm(len(cut), generator=generator).tolist():
-                yield cut[j]
-
-
-def lr_at(step: int, cfg: SFTConfig) -> float:
-    """Learning rate at optimizer step ``step`` (0-based): linear warm-up, then cosine to ``lr*min_lr_ratio``."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    decay_steps = max(cfg.steps - cfg.warmup_steps, 1)
-    progress = min((step - cfg.warmup_steps) / decay_steps, 1.0)
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+        while len(order) < batch_size:
+            order += torch.randperm(n, generator=generator).tolist()
+        yield order[:batch_size]
+        order = order[batch_size:]
 
 
 def train_sft(
@@ -177,14 +163,14 @@ def train_sft(
 ) -> list[tuple[int, float]]:
     """Fine-tune ``model`` in place on ``rows`` (``problem`` + ``solution``); returns the loss curve.
 
-    Batches come from :func:`length_grouped_batches` (seeded; every row once per epoch). The loss is the token mean of
+    Batches come from :func:`shuffled_batches` (seeded; every row once per epoch). The loss is the token mean of
     the response NLL (Hugging Face's causal-LM loss with prompt labels ``-100``). The curve holds
     ``(step, mean loss over the last log_every steps)``.
     """
     if not rows:
         raise ValueError("no SFT rows")
     examples = [encode_example(tokenizer, r["problem"], r["solution"], cfg.template) for r in rows]
-    batches = length_grouped_batches([len(ids) for ids, _ in examples], cfg.batch_size, seed)
+    batches = shuffled_batches(len(examples), cfg.batch_size, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     model.train()
     curve: list[tuple[int, float]] = []

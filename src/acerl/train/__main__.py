@@ -32,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--reference", choices=["initial", "ema"], default=None, help="reference policy")
     parser.add_argument("--ref-ema-decay", type=float, default=None, help="EMA decay for --reference ema")
+    parser.add_argument(
+        "--old-logprobs", choices=["recompute", "rollout"], default=None, help="source of log pi_old"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -46,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=not args.no_progress,
             reference=args.reference,
             ref_ema_decay=args.ref_ema_decay,
+            old_logprobs=args.old_logprobs,
         )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -20,6 +20,7 @@ kind and the LR schedule come from registries keyed by config values. See docs/t
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ import re
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ from acerl.algos.advantages import (
     confidence_scores,
 )
 from acerl.algos.dapo import filter_groups
-from acerl.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty, masked_mean
+from acerl.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty
 from acerl.config import (
     BASE_METHOD,
     Config,
@@ -100,6 +101,7 @@ __all__ = [
 ]
 
 ReferenceKind = Literal["initial", "ema"]
+OldLogprobs = Literal["recompute", "rollout"]
 DEFAULT_POLICY_LOSS = "vanilla"
 DEFAULT_EMA_DECAY = 0.99
 SPEC_FILE = "run_spec.json"
@@ -125,6 +127,9 @@ class TrainSetup:
         ref_ema_decay: EMA decay per training step (``reference == "ema"``).
         policy_loss: name in :data:`acerl.algos.losses.POLICY_LOSSES`.
         needs_reference: reference log-probs are computed (KL loss on, or the estimator takes them).
+        old_logprobs: where ``log pi_old`` comes from: ``recompute`` (a teacher-forced pass of the policy
+            before the update, as verl does; exact, so ``c_i = 0`` at step 0) or ``rollout`` (the sampler's
+            own log-probs: one forward pass less, equal up to float rounding).
     """
 
     hyper: TrainHyper
@@ -137,12 +142,12 @@ class TrainSetup:
     ref_ema_decay: float
     policy_loss: str
     needs_reference: bool
+    old_logprobs: OldLogprobs = "recompute"
 
 
 def estimator_needs_reference(name: str) -> bool:
-    """Whether the registered estimator requires reference log-probs (its ``ref_logprobs`` has no default)."""
-    import inspect
-
+    """Whether the registered estimator requires reference log-probs: its ``needs_reference`` attribute if it
+    has one, else whether its ``ref_logprobs`` parameter lacks a default (``ace``: yes, ``grpo``: no)."""
     fn = ADVANTAGE_ESTIMATORS.get(name)
     flag = getattr(fn, "needs_reference", None)
     if flag is not None:
@@ -151,10 +156,24 @@ def estimator_needs_reference(name: str) -> bool:
     return param is not None and param.default is inspect.Parameter.empty
 
 
+def _option(objects: Sequence[Any], key: str, default: Any) -> Any:
+    """The first of ``objects`` carrying a non-None ``key`` (config keys proposed to the lead), else default."""
+    for obj in objects:
+        value = getattr(obj, key, None)
+        if value is not None:
+            return value
+    return default
+
+
 def resolve_setup(
-    cfg: Config, run: Run, *, reference: ReferenceKind | None = None, ref_ema_decay: float | None = None
+    cfg: Config,
+    run: Run,
+    *,
+    reference: ReferenceKind | None = None,
+    ref_ema_decay: float | None = None,
+    old_logprobs: OldLogprobs | None = None,
 ) -> TrainSetup:
-    """The :class:`TrainSetup` of ``run``; ``reference`` / ``ref_ema_decay`` override the config."""
+    """The :class:`TrainSetup` of ``run``; the keyword arguments override the config."""
     if run.is_base:
         raise ValueError(
             f"run {run.id}: method {BASE_METHOD!r} is the untrained base model; nothing to train"
@@ -165,20 +184,19 @@ def resolve_setup(
     method = cfg.method(run.method)
     family = cfg.family(run.method)
     hyper = model_cfg.train
-    ref_kind = (
-        reference or getattr(family, "reference", None) or getattr(hyper, "reference", None) or "initial"
-    )
+    ref_kind = reference or _option((family, hyper), "reference", "initial")
     if ref_kind not in ("initial", "ema"):
         raise ConfigError(f"run {run.id}: reference must be 'initial' or 'ema', got {ref_kind!r}")
-    decay = ref_ema_decay
-    if decay is None:
-        decay = (
-            getattr(family, "ref_ema_decay", None)
-            or getattr(hyper, "ref_ema_decay", None)
-            or DEFAULT_EMA_DECAY
-        )
+    decay = (
+        ref_ema_decay
+        if ref_ema_decay is not None
+        else _option((family, hyper), "ref_ema_decay", DEFAULT_EMA_DECAY)
+    )
     if not 0.0 <= decay < 1.0:
         raise ConfigError(f"run {run.id}: ref_ema_decay must be in [0, 1), got {decay}")
+    old_source = old_logprobs or _option((hyper, family), "old_logprobs", "recompute")
+    if old_source not in ("recompute", "rollout"):
+        raise ConfigError(f"run {run.id}: old_logprobs must be 'recompute' or 'rollout', got {old_source!r}")
     if family.overlong.enable and family.overlong.buffer > hyper.max_response_length:
         raise ConfigError(
             f"families.{method.family}.overlong.buffer ({family.overlong.buffer}) exceeds "
@@ -192,7 +210,8 @@ def resolve_setup(
             hyper.prompts_per_step,
             hyper.mini_batch_size,
         )
-    POLICY_LOSSES.get(getattr(family, "policy_loss", DEFAULT_POLICY_LOSS))  # fail early on a bad name
+    policy_loss = _option((family,), "policy_loss", DEFAULT_POLICY_LOSS)
+    POLICY_LOSSES.get(policy_loss)  # fail early on a bad name
     return TrainSetup(
         hyper=hyper,
         family=family,
@@ -202,8 +221,9 @@ def resolve_setup(
         diagnostic_steps=tuple(cfg.run_spec(run).get("diagnostic_steps", [])),
         reference=ref_kind,
         ref_ema_decay=float(decay),
-        policy_loss=getattr(family, "policy_loss", DEFAULT_POLICY_LOSS),
+        policy_loss=policy_loss,
         needs_reference=family.use_kl_loss or estimator_needs_reference(method.estimator.name),
+        old_logprobs=old_source,
     )
 
 
@@ -448,7 +468,8 @@ def update_policy(
     mini_rows = h.mini_batch_size * h.group_size
     sums: dict[str, list[float]] = defaultdict(list)
     params = [p for p in state.model.parameters() if p.requires_grad]
-    for _ in range(h.ppo_epochs):
+    entropy_sum, entropy_tokens = 0.0, 0
+    for epoch in range(h.ppo_epochs):
         for mini in torch.arange(b, device=mask.device).split(mini_rows):
             n_tokens = mask[mini].sum()
             n_seqs = (mask[mini].sum(dim=-1) > 0).sum()
@@ -456,8 +477,13 @@ def update_policy(
             pg_total = kl_total = 0.0
             for rows in mini.split(h.micro_batch_size_per_gpu):
                 ids, attn, t = _micro_inputs(batch, rows)
-                logprobs, _ = response_logprobs(state.model, ids, attn, t, temperature=h.temperature)
+                logprobs, entropy = response_logprobs(
+                    state.model, ids, attn, t, temperature=h.temperature, with_entropy=epoch == 0
+                )
                 m = mask[rows, :t]
+                if entropy is not None:  # entropy of the policy that sampled the batch (first pass)
+                    entropy_sum += float((entropy * m).sum())
+                    entropy_tokens += int(m.sum())
                 agg = {
                     "batch_num_tokens": n_tokens,
                     "global_batch_size": n_seqs,
@@ -496,7 +522,9 @@ def update_policy(
             sums["actor/pg_loss"].append(pg_total)
             sums["actor/kl_loss"].append(kl_total)
             sums["actor/grad_norm"].append(float(grad_norm))
-    return {k: sum(v) / len(v) for k, v in sums.items()}
+    metrics = {k: sum(v) / len(v) for k, v in sums.items()}
+    metrics["actor/entropy"] = entropy_sum / max(1, entropy_tokens)
+    return metrics
 
 
 @torch.no_grad()
@@ -583,7 +611,10 @@ def train_step(
         mask = batch.response_mask
         # Alg. 1 line 8 inputs: log pi_old (the sampling policy) and log pi_ref of every response token
         with timer("logprobs"):
-            old, entropy = batch_logprobs(state.model, batch, h.temperature, h.micro_batch_size_per_gpu, True)
+            if setup.old_logprobs == "rollout":
+                old = batch.logprobs
+            else:
+                old, _ = batch_logprobs(state.model, batch, h.temperature, h.micro_batch_size_per_gpu)
             ref = None
             if state.ref_model is not None:
                 ref, _ = batch_logprobs(state.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu)
@@ -594,7 +625,6 @@ def train_step(
         # Alg. 1 lines 11-13: clipped surrogate + beta * KL, AdamW steps
         with timer("update"):
             metrics.update(update_policy(state, setup, batch, old, ref, advantages))
-        metrics["actor/entropy"] = float(masked_mean(entropy, mask))
         metrics.update(_advantage_metrics(out.advantages, mask))
         if ref is not None:
             metrics.update(_confidence_metrics(out, old, ref, mask, est))
@@ -652,6 +682,7 @@ def train_run(
     verifier: Verifier | None = None,
     reference: ReferenceKind | None = None,
     ref_ema_decay: float | None = None,
+    old_logprobs: OldLogprobs | None = None,
 ) -> Path:
     """Train ``run`` with the local backend; returns the final policy folder ``paths.policy_dir(root, run)``.
 
@@ -667,14 +698,20 @@ def train_run(
         verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
         reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.
         ref_ema_decay: EMA decay per step for ``reference="ema"``; overrides the config.
+        old_logprobs: ``recompute`` (default, verl) or ``rollout``; see :class:`TrainSetup`.
     """
     root = Path(root)
     final = paths.policy_dir(root, run)
     if final.is_dir() and (final / "config.json").is_file():
         logger.info("%s: final policy %s exists; nothing to do", run.id, final)
         return final
-    setup = resolve_setup(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay)
+    setup = resolve_setup(
+        cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs
+    )
     spec = cfg.run_spec(run)
+    spec["trainer"] = {"reference": setup.reference, "old_logprobs": setup.old_logprobs}
+    if setup.reference == "ema":
+        spec["trainer"]["ref_ema_decay"] = setup.ref_ema_decay
     spec_text = _comparable_spec(spec)
     run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
     for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):

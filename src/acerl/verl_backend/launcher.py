@@ -21,10 +21,11 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +110,8 @@ def _kv(key: str, value: Any) -> str:
 
 # ----------------------------------------------------------------------------------------------- paths
 def verl_logs_dir(root: Path | str, run: Run) -> Path:
-    """``<run>/verl_logs/``: verl's console output and its per-step metrics (``metrics.jsonl``, rotated per
-    attempt because verl's file logger truncates on start)."""
+    """``<run>/verl_logs/``: verl's per-step metrics (``metrics.jsonl``; earlier attempts are renamed to
+    ``metrics.attempt-<UTC time>.jsonl`` because verl's file logger truncates its file on start)."""
     return paths.run_dir(root, run) / "verl_logs"
 
 
@@ -385,16 +386,27 @@ def _rotate_metrics(logs: Path) -> None:
     current = logs / "metrics.jsonl"
     if current.is_file():
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(current.stat().st_mtime))
-        os.replace(current, logs / f"metrics.attempt-{stamp}.jsonl")
+        target = logs / f"metrics.attempt-{stamp}.jsonl"
+        n = 1
+        while target.exists():
+            target, n = logs / f"metrics.attempt-{stamp}-{n}.jsonl", n + 1
+        os.replace(current, target)
 
 
 # ---------------------------------------------------------------------------------------------- export
-def export_run(cfg: Config, run: Run, root: Path | str, *, env: Mapping[str, str] | None = None) -> Path:
+def export_run(
+    cfg: Config,
+    run: Run,
+    root: Path | str,
+    *,
+    env: Mapping[str, str] | None = None,
+    runner: Callable[..., Any] = subprocess.run,
+) -> Path:
     """Export diagnostic snapshots and the final checkpoint of a finished verl run to HF folders.
 
     Step 0 (the base model) is linked from ``paths.base_model_dir``; each other diagnostic step from its
     snapshot (then the snapshot is deleted); the final policy from verl's latest checkpoint, which must be
-    step ``train.total_steps``.
+    step ``train.total_steps``. ``runner`` runs the model merger (``subprocess.run``-compatible).
     """
     root = Path(root).resolve()
     total = cfg.models[run.model].train.total_steps
@@ -417,13 +429,11 @@ def export_run(cfg: Config, run: Run, root: Path | str, *, env: Mapping[str, str
         snap = snapshot_step_dir(snaps, step) / "actor"
         if not snap.is_dir() and step == total:
             snap = step_dir(ckpts, step) / "actor"
-        export_checkpoint(snap, target, env=menv)
+        export_checkpoint(snap, target, env=menv, run=runner)
     final = paths.policy_dir(root, run)
     if not (final / "config.json").is_file():
-        export_checkpoint(step_dir(ckpts, total) / "actor", final, env=menv)
+        export_checkpoint(step_dir(ckpts, total) / "actor", final, env=menv, run=runner)
     if snaps.is_dir():
-        import shutil
-
         shutil.rmtree(snaps)
     return final
 
@@ -453,14 +463,23 @@ def _check_steps(cfg: Config, run: Run, root: Path) -> None:
 
 
 def train_run_verl(
-    cfg: Config, run: Run, root: Path | str, *, dry_run: bool = False, extra_overrides: Sequence[str] = ()
+    cfg: Config,
+    run: Run,
+    root: Path | str,
+    *,
+    dry_run: bool = False,
+    extra_overrides: Sequence[str] = (),
+    runner: Callable[..., Any] = subprocess.run,
 ) -> Path:
     """Train ``run`` with verl (resuming from its latest checkpoint) and export it; returns the final policy.
 
     One node: runs :func:`build_verl_command` directly. Several nodes (``compute.resources`` /
     ``model_resources`` ``train_policy.nodes``): runs it through ``scripts/ray_on_slurm.sh`` inside the SLURM
-    allocation. ``extra_overrides`` are appended (site-specific knobs such as the rollout tensor-parallel
-    size). With ``dry_run`` the command is logged and returned nothing is run or written.
+    allocation. ``extra_overrides`` are appended and win over the generated ones (site-specific knobs such as
+    ``actor_rollout_ref.rollout.tensor_model_parallel_size=2``). With ``dry_run`` the launch command is logged
+    and nothing is run or written. A run whose latest verl checkpoint is already the last step is only
+    exported (e.g. after an export failure). ``runner`` (``subprocess.run``-compatible) starts the training
+    and merger processes.
     """
     root = Path(root).resolve()
     final = paths.policy_dir(root, run)
@@ -495,6 +514,9 @@ def train_run_verl(
             f"{run.id}: {res.nodes}-node training must run inside a SLURM allocation of {res.nodes} nodes "
             "(SLURM_JOB_NODELIST is not set)"
         )
+    if latest_step(paths.checkpoints_dir(root, run)) == cfg.models[run.model].train.total_steps:
+        logger.info("%s: training finished earlier; exporting", run.id)
+        return export_run(cfg, run, root, env=env, runner=runner)
     _check_steps(cfg, run, root)
     from acerl.train.checkpoint import write_text_atomic
     from acerl.train.loop import SPEC_FILE
@@ -504,8 +526,8 @@ def train_run_verl(
     write_text_atomic(run_dir / SPEC_FILE, json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n")
     write_text_atomic(run_dir / COMMAND_FILE, json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
-    proc = subprocess.run(launch, env={**os.environ, **env}, check=False)
+    proc = runner(launch, env={**os.environ, **env}, check=False)
     collect_metrics(logs, paths.train_metrics_file(root, run))
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, launch)
-    return export_run(cfg, run, root, env=env)
+    return export_run(cfg, run, root, env=env, runner=runner)

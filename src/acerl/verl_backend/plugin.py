@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import importlib.abc
 import logging
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -326,7 +327,12 @@ def _register_estimator() -> None:
 
 
 def install() -> None:
-    """Register ``"ace"`` and install the ``compute_advantage`` shim (idempotent; see the module docstring)."""
+    """Register ``"ace"`` and install the ``compute_advantage`` shim (idempotent; see the module docstring).
+
+    Also sets this module's log level from ``ACERL_VERL_LOG_LEVEL`` (default ``INFO``): verl configures the
+    root logger at WARNING, and the per-step ACE summaries are INFO records.
+    """
+    logger.setLevel(os.environ.get("ACERL_VERL_LOG_LEVEL", "INFO"))
     _register_estimator()
     module = sys.modules.get(RAY_TRAINER_MODULE)
     if module is not None and "compute_advantage" in module.__dict__:

@@ -1,0 +1,70 @@
+"""scripts/ray_on_slurm.sh: node list -> one head + one worker per other node (dry run, fake scontrol)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ray_on_slurm.sh"
+
+
+def _run(tmp_path: Path, hosts: list[str], *cmd: str, **env: str) -> subprocess.CompletedProcess:
+    if shutil.which("bash") is None:
+        pytest.skip("bash not available")
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir(exist_ok=True)
+    scontrol = fakebin / "scontrol"
+    listing = "\\n".join(hosts)
+    scontrol.write_text(
+        '#!/usr/bin/env bash\n[[ "$1 $2" == "show hostnames" ]] || exit 3\n'
+        f'[[ "$3" == "$EXPECTED_NODELIST" ]] || exit 4\nprintf "{listing}\\n"\n'
+    )
+    scontrol.chmod(0o755)
+    full_env = {
+        "PATH": f"{fakebin}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "gpu[1-2],big7",
+        "EXPECTED_NODELIST": "gpu[1-2],big7",
+        "ACERL_DRY_RUN": "1",
+        "RAY_NUM_CPUS": "64",
+        "RAY_NUM_GPUS": "8",
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--", *cmd], capture_output=True, text=True, env=full_env, timeout=60
+    )
+
+
+def test_head_and_one_worker_per_other_node(tmp_path: Path) -> None:
+    proc = _run(tmp_path, ["gpu1", "gpu2", "big7"], "python", "-m", "verl.trainer.main_ppo", "a=b c")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    assert len(lines) == 4
+    head, w1, w2, train = lines
+    assert (
+        "-w gpu1 ray start --head --node-ip-address=gpu1 --port=6379 --num-cpus=64 --num-gpus=8 --block"
+        in head
+    )
+    assert "-w gpu2 ray start --address=gpu1:6379 --num-cpus=64 --num-gpus=8 --block" in w1
+    assert "-w big7 ray start --address=gpu1:6379" in w2
+    assert all(line.startswith("+ srun --nodes=1 --ntasks=1") for line in lines)
+    assert train.endswith(r"-w gpu1 --export=ALL python -m verl.trainer.main_ppo a=b\ c")
+    assert "3 node(s): gpu1 gpu2 big7" in proc.stderr
+
+
+def test_single_node_allocation(tmp_path: Path) -> None:
+    proc = _run(tmp_path, ["solo"], "true", SLURM_JOB_NODELIST="solo", EXPECTED_NODELIST="solo")
+    assert proc.returncode == 0, proc.stderr
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("+ ")]) == 2
+
+
+def test_errors(tmp_path: Path) -> None:
+    no_slurm = _run(tmp_path, ["a"], "true", SLURM_JOB_NODELIST="")
+    assert no_slurm.returncode != 0 and "SLURM_JOB_NODELIST" in no_slurm.stderr
+    too_few = _run(tmp_path, ["a", "b"], "true", ACERL_EXPECT_NODES="3")
+    assert too_few.returncode != 0 and "need 3 nodes but the allocation has 2" in too_few.stderr
+    no_cmd = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert no_cmd.returncode == 2 and "usage" in no_cmd.stderr

@@ -1,0 +1,210 @@
+"""The ACE plugin inside verl 0.9.1 (acerl.verl_backend.plugin): registry, compute_advantage shim, config.
+
+Imports verl once for the module (about 10-20 s); the fresh-process check runs verl's own plugin loading.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.verl
+
+verl = pytest.importorskip("verl")
+try:  # ray_trainer needs verl[verl-core] pieces (cachetools, uvicorn, fastapi) that the base wheel omits
+    import verl.trainer.ppo.ray_trainer as ray_trainer
+except ImportError as err:  # pragma: no cover - depends on the environment
+    pytest.skip(f"verl.trainer.ppo.ray_trainer does not import: {err}", allow_module_level=True)
+try:  # the V1 trainer's utils imported compute_advantage by name before the plugin (needs TransferQueue)
+    import verl.trainer.ppo.v1.utils as v1_utils
+except ImportError:  # pragma: no cover - depends on the environment
+    v1_utils = None
+
+from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+
+from acerl.algos.advantages import ace_advantages, as_group_ids, grpo_advantages  # noqa: E402
+from acerl.verl_backend import plugin  # noqa: E402
+
+
+def _batch(
+    seed: int = 0, groups: int = 4, group_size: int = 6, resp_len: int = 9, signed: bool = False
+) -> DataProto:
+    """A verl batch at advantage time: rewards on the last response token, log-probs, ragged masks, uids."""
+    g = torch.Generator().manual_seed(seed)
+    bs = groups * group_size
+    lengths = torch.randint(1, resp_len + 1, (bs,), generator=g)
+    mask = (torch.arange(resp_len)[None, :] < lengths[:, None]).to(torch.int64)
+    scores = torch.randint(0, 2, (bs,), generator=g).float()
+    if signed:
+        scores = scores * 2 - 1
+    token_rewards = torch.zeros(bs, resp_len)
+    token_rewards[torch.arange(bs), lengths - 1] = scores
+    old = -torch.rand(bs, resp_len, generator=g) * 3
+    ref = old + torch.randn(bs, resp_len, generator=g) * 0.5
+    old[mask == 0] = float("nan")  # padding must not leak
+    uids = np.array([f"uid-{i // group_size}" for i in range(bs)], dtype=object)
+    perm = torch.randperm(bs, generator=g)  # groups interleaved, as after verl's balance_batch
+    return DataProto.from_dict(
+        tensors={
+            "token_level_rewards": token_rewards[perm],
+            "response_mask": mask[perm],
+            "old_log_probs": old[perm],
+            "ref_log_prob": ref[perm],
+        },
+        non_tensors={"uid": uids[perm.numpy()]},
+    )
+
+
+def _algo_config(**ace):
+    return OmegaConf.create(
+        {"adv_estimator": "ace", "norm_adv_by_std_in_grpo": True, **({"ace": ace} if ace else {})}
+    )
+
+
+def test_estimator_registered_and_shim_installed() -> None:
+    """Plugin imported after ray_trainer and v1.utils: install() patches both (the by-name import too)."""
+    assert core_algos.get_adv_estimator_fn("ace") is plugin.compute_ace_outcome_advantage
+    assert plugin.shim_installed()
+    assert getattr(ray_trainer.compute_advantage, "__wrapped__", None) is not None
+    if v1_utils is None:
+        pytest.skip("verl.trainer.ppo.v1.utils does not import (TransferQueue missing)")
+    assert v1_utils.compute_advantage is ray_trainer.compute_advantage
+    plugin.install()  # idempotent: no double wrapping
+    assert not hasattr(ray_trainer.compute_advantage.__wrapped__, "__wrapped__")
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("ace", [{}, {"alpha": 2.0, "modulation": "relu", "length_normalize": False}])
+def test_shim_matches_ace_advantages(signed: bool, ace: dict) -> None:
+    data = _batch(seed=1 + signed, signed=signed)
+    expected_inputs = data.batch.clone()
+    uids = data.non_tensor_batch["uid"].copy()
+    out = ray_trainer.compute_advantage(data, adv_estimator="ace", config=_algo_config(**ace))
+    params = {"alpha": 1.0, "modulation": "softplus", "length_normalize": True, **ace}
+    mask = expected_inputs["response_mask"]
+    seq = ace_advantages(
+        expected_inputs["token_level_rewards"].sum(-1),
+        as_group_ids(uids),
+        expected_inputs["old_log_probs"],
+        expected_inputs["ref_log_prob"],
+        mask,
+        **params,
+    )
+    expected = seq[:, None] * mask
+    torch.testing.assert_close(out.batch["advantages"], expected, rtol=0, atol=0)
+    torch.testing.assert_close(out.batch["returns"], expected, rtol=0, atol=0)
+    assert torch.isfinite(out.batch["advantages"]).all()
+    # ACE only amplifies negatives: positives equal GRPO, negatives at least as large in magnitude
+    grpo = grpo_advantages(expected_inputs["token_level_rewards"].sum(-1), as_group_ids(uids))
+    torch.testing.assert_close(seq[grpo >= 0], grpo[grpo >= 0])
+    assert (seq[grpo < 0] <= grpo[grpo < 0] + 1e-6).all()
+
+
+def test_grpo_path_unchanged() -> None:
+    """GRPO through the shim is verl's own code path, bit for bit."""
+    a, b = _batch(seed=5), _batch(seed=5)
+    cfg = OmegaConf.create({"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True})
+    through_shim = ray_trainer.compute_advantage(a, adv_estimator="grpo", config=cfg)
+    original = ray_trainer.compute_advantage.__wrapped__(b, adv_estimator="grpo", config=cfg)
+    assert torch.equal(through_shim.batch["advantages"], original.batch["advantages"])
+    direct, _ = core_algos.compute_grpo_outcome_advantage(
+        _batch(seed=5).batch["token_level_rewards"],
+        _batch(seed=5).batch["response_mask"],
+        _batch(seed=5).non_tensor_batch["uid"],
+    )
+    assert torch.equal(through_shim.batch["advantages"], direct)
+
+
+def test_alpha_zero_equals_verl_grpo() -> None:
+    a, b = _batch(seed=7), _batch(seed=7)
+    ace = ray_trainer.compute_advantage(a, adv_estimator="ace", config=_algo_config(alpha=0.0))
+    grpo = ray_trainer.compute_advantage(b, adv_estimator="grpo", config=OmegaConf.create({}))
+    torch.testing.assert_close(ace.batch["advantages"], grpo.batch["advantages"], rtol=1e-6, atol=1e-6)
+
+
+def test_token_granularity_and_std_switch() -> None:
+    data = _batch(seed=3)
+    out = ray_trainer.compute_advantage(
+        data, adv_estimator="ace", config=_algo_config(granularity="token").copy()
+    ).batch["advantages"]
+    assert out.shape == data.batch["response_mask"].shape
+    assert (out[data.batch["response_mask"] == 0] == 0).all()
+    cfg = _algo_config()
+    cfg.norm_adv_by_std_in_grpo = False
+    unnormalised = ray_trainer.compute_advantage(_batch(seed=3), adv_estimator="ace", config=cfg)
+    assert not torch.allclose(
+        unnormalised.batch["advantages"],
+        ray_trainer.compute_advantage(_batch(seed=3), adv_estimator="ace", config=_algo_config()).batch[
+            "advantages"
+        ],
+    )
+
+
+def test_missing_reference_logprobs_is_a_clear_error() -> None:
+    data = _batch()
+    data.batch.pop("ref_log_prob")
+    with pytest.raises(ValueError, match="use_kl_loss=True"):
+        ray_trainer.compute_advantage(data, adv_estimator="ace", config=_algo_config())
+    with pytest.raises(ValueError, match="VERL_USE_EXTERNAL_MODULES"):
+        plugin.compute_ace_outcome_advantage(
+            _batch().batch["token_level_rewards"],
+            _batch().batch["response_mask"],
+            _batch().non_tensor_batch["uid"],
+        )
+
+
+def test_ace_config_validation() -> None:
+    assert plugin.ace_config_from(None) == plugin.AceConfig()
+    assert plugin.ace_config_from(_algo_config(alpha=0.5)).alpha == 0.5
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['alpah'\]"):
+        plugin.ace_config_from(_algo_config(alpah=1.0))
+    with pytest.raises(ValueError, match="modulation"):
+        plugin.AceConfig(modulation="tanh")
+    with pytest.raises(ValueError, match="alpha"):
+        plugin.AceConfig(alpha=-1.0)
+
+
+def test_import_hook_patches_ray_trainer_on_first_import() -> None:
+    """ray_trainer imported after the plugin (the normal order in verl's processes) gets the shim at once, and
+    a module importing ``compute_advantage`` by name afterwards gets the shim too."""
+    saved = sys.modules.pop(plugin.RAY_TRAINER_MODULE)
+    try:
+        plugin.install()  # ray_trainer not imported: installs the import hook
+        assert any(isinstance(f, plugin._PatchOnImport) for f in sys.meta_path)
+        fresh = importlib.import_module(plugin.RAY_TRAINER_MODULE)
+        assert fresh is not saved
+        assert getattr(fresh.compute_advantage, "_acerl_logprob_shim", False)
+        by_name = __import__(plugin.RAY_TRAINER_MODULE, fromlist=["compute_advantage"]).compute_advantage
+        assert by_name is fresh.compute_advantage  # what `from ... import compute_advantage` binds
+    finally:
+        sys.modules[plugin.RAY_TRAINER_MODULE] = saved
+        verl.trainer.ppo.ray_trainer = saved
+
+
+def test_fresh_process_loads_plugin_through_verl() -> None:
+    """``VERL_USE_EXTERNAL_MODULES`` makes ``import verl`` import the plugin: ACE registered, import hook set."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import verl
+        from verl.trainer.ppo import core_algos
+        import acerl.verl_backend.plugin as plugin
+        assert core_algos.get_adv_estimator_fn("ace") is plugin.compute_ace_outcome_advantage
+        assert "verl.trainer.ppo.ray_trainer" not in sys.modules  # nothing heavy imported eagerly
+        assert any(isinstance(f, plugin._PatchOnImport) for f in sys.meta_path)
+        print("ok")
+        """
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "acerl.verl_backend.plugin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("ok")

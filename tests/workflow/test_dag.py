@@ -1,0 +1,113 @@
+"""The Snakemake DAG: job counts for the paper grid (dry run) and the whole CI-scale study end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from acerl import paths
+from acerl.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles")
+
+
+def copy_workflow(dest: Path) -> Path:
+    for name in WORKFLOW_FILES:
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
+    return dest
+
+
+def snakemake(cwd: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        [*SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def job_counts(dry_run_stdout: str) -> Counter[str]:
+    """Parse the 'Job stats' table of a dry run."""
+    table = dry_run_stdout.split("Job stats:", 1)[1]
+    counts: Counter[str] = Counter()
+    for line in table.splitlines()[3:]:
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        if m.group(1) != "total":
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def expected_counts(config_files: list[Path]) -> Counter[str]:
+    cfg = load_config(config_files)
+    runs = cfg.runs()
+    evaluated = len(runs) + len(cfg.base_runs())
+    n_bench = len(cfg.evaluation.benchmarks)
+    return Counter(
+        prepare_data=1,
+        prepare_base=len({r.model for r in runs + cfg.base_runs()}),
+        train_policy=len(runs),
+        sample=evaluated * n_bench,
+        grade=evaluated * n_bench,
+        passk=evaluated * n_bench,
+        diagnose=len(cfg.diagnostic_runs()),
+        report=1,
+        all=1,
+    )
+
+
+def test_paper_grid_dry_run_job_counts(tmp_path: Path) -> None:
+    wd = copy_workflow(tmp_path)
+    proc = snakemake(wd, "-n", "all", "--configfile", "config/paper.yaml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = job_counts(proc.stdout)
+    expected = expected_counts([REPO / "config/config.yaml", REPO / "config/paper.yaml"])
+    assert counts == expected
+    # the paper's grid: 3 models x 4 methods x 5 seeds + 5 new alphas + the ReLU ablation; base models evaluated
+    assert counts["train_policy"] == 3 * 4 * 5 + 5 + 1
+    assert counts["sample"] == (66 + 3) * 2
+    assert counts["diagnose"] == 2 * 2 * 1
+
+
+def test_snakemake_config_override_is_refused(tmp_path: Path) -> None:
+    wd = copy_workflow(tmp_path)
+    proc = snakemake(wd, "-n", "all", "--config", "name=other")
+    assert proc.returncode != 0
+    assert "--configfile" in proc.stderr + proc.stdout
+
+
+@pytest.mark.slow
+def test_whole_dag_on_test_config(tmp_path: Path) -> None:
+    """snakemake -c2 all on config/test.yaml: every table and figure, then nothing left to do."""
+    wd = copy_workflow(tmp_path)
+    proc = snakemake(wd, "-c2", "all", "--configfile=config/test.yaml")
+    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
+    cfg = load_config([wd / "config/config.yaml", wd / "config/test.yaml"])
+    for bench in cfg.evaluation.benchmarks:
+        for run in cfg.base_runs() + cfg.runs():
+            record = json.loads(paths.passk_file(wd, bench, run).read_text())
+            assert set(map(int, record["pass_at_k"])) == set(cfg.evaluation.ks)
+            values = [record["pass_at_k"][str(k)] for k in sorted(cfg.evaluation.ks)]
+            assert values == sorted(values), f"pass@k must grow with k: {run.id} {bench} {values}"
+    for run in cfg.diagnostic_runs():
+        diag = json.loads(paths.diagnostics_file(wd, run).read_text())
+        assert [r["step"] for r in diag["records"]] == cfg.diagnostic_steps(run.model)
+    tables = {p.name for p in paths.tables_dir(wd).iterdir()}
+    figures = {p.name for p in paths.figures_dir(wd).iterdir()}
+    for bench in cfg.evaluation.benchmarks:
+        assert any(bench in t and t.endswith(".tex") for t in tables), tables
+        assert any(bench in t and t.endswith(".md") for t in tables), tables
+    assert any(f.endswith(".pdf") for f in figures) and any(f.endswith(".png") for f in figures)
+    again = snakemake(wd, "-n", "all", "--configfile=config/test.yaml")
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout + again.stderr
