@@ -116,10 +116,15 @@ def cmd_prepare_base(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load(args)
     run = _run(args, cfg)
-    from acerl.train import train_run
+    if cfg.compute.backend == "verl":
+        from acerl.verl_backend.launcher import train_run_verl
 
-    threads = _threads(cfg)
-    out = train_run(cfg, run, args.root, device=_device(cfg), threads=threads, progress=not args.no_progress)
+        out = train_run_verl(cfg, run, args.root)
+    else:
+        from acerl.train import train_run
+
+        threads = _threads(cfg)
+        out = train_run(cfg, run, args.root, device=_device(cfg), threads=threads, progress=not args.no_progress)
     log.info("final policy: %s", out)
     return 0
 

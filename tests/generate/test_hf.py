@@ -244,3 +244,23 @@ def test_rollouts_can_enter_autograd(model, tokenizer):
     loss.backward()
     assert model.model.embed_tokens.weight.grad is not None
     model.zero_grad(set_to_none=True)
+
+
+def test_shared_prompt_forward_equals_full_forward(model, tokenizer):
+    """Groups of rollouts share one prompt pass: same log-probs, entropies and gradients as the plain pass."""
+    batch = _sample(model, tokenizer, seed=3, n=4)
+    args = (batch.input_ids, batch.attention_mask, batch.response_ids.shape[1])
+    mask = batch.response_mask.bool()
+    results = {}
+    for share in (False, True):
+        model.zero_grad(set_to_none=True)
+        lp, ent = response_logprobs(model, *args, with_entropy=True, share_prompts=share, temperature=0.9)
+        (lp * mask).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        results[share] = (lp[mask].detach(), ent[mask], grads)
+    model.zero_grad(set_to_none=True)
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results[False], results[True]
+    torch.testing.assert_close(lp_a, lp_b, atol=2e-5, rtol=0)
+    torch.testing.assert_close(ent_a, ent_b, atol=2e-5, rtol=0)
+    for a, b in zip(g_a, g_b, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)

@@ -391,6 +391,54 @@ def _sample_batch(
     )
 
 
+def _response_logits(
+    model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, t_len: int, share_prompts: bool
+) -> Tensor:
+    """(B, T, V) logits predicting each of the last ``t_len`` tokens of every row.
+
+    With ``share_prompts`` and repeated prompts (a group of rollouts), each distinct prompt is run once, its
+    KV cache is gathered to its rows (differentiably) and only the responses are run on top: the same
+    result up to float rounding, for far fewer tokens (G rollouts share one prompt).
+    """
+    b, width = input_ids.shape
+    p_len = width - t_len
+    if share_prompts and p_len > 0:
+        key = torch.cat([input_ids[:, :p_len], attention_mask[:, :p_len].to(input_ids.dtype)], dim=1)
+        unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+        if unique.shape[0] < b:
+            p_ids, p_mask = unique[:, :p_len], unique[:, p_len:].to(attention_mask.dtype)
+            cache = DynamicCache(config=model.config)
+            out = model(
+                input_ids=p_ids,
+                attention_mask=p_mask,
+                position_ids=position_ids_from_mask(p_mask),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            first = out.logits[:, -1:, :][inverse]  # predicts response token 0
+            if t_len == 1:
+                return first
+            cache.batch_select_indices(inverse)
+            mask = attention_mask[:, : width - 1]
+            out = model(
+                input_ids=input_ids[:, p_len : width - 1],
+                attention_mask=mask,
+                position_ids=position_ids_from_mask(mask)[:, p_len:],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            return torch.cat([first, out.logits], dim=1)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+        logits_to_keep=t_len + 1,
+    )
+    return out.logits[:, :-1, :]  # position P-1+t predicts response token t
+
+
 def response_logprobs(
     model: torch.nn.Module,
     input_ids: Tensor,
@@ -399,33 +447,28 @@ def response_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    share_prompts: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Teacher-forced log-probs (and entropies) of the last ``response_length`` tokens of each row.
 
-    One forward pass; gradients flow when called outside ``torch.no_grad`` (the trainer's policy loss). Logits
-    are divided by ``temperature`` as in verl's actor (temperature 0 is treated as 1).
+    Gradients flow when called outside ``torch.no_grad`` (the trainer's policy loss). Logits are divided by
+    ``temperature`` as in verl's actor (temperature 0 is treated as 1). Rows sharing a prompt share its
+    forward pass (``share_prompts``; see :func:`_response_logits`).
 
     Args:
         model: causal LM; input_ids, attention_mask: (B, P + T) rows as laid out by :func:`pack_rows`.
         response_length: ``T``.
-        with_entropy: also return the full-vocabulary entropy of ``softmax(logits / temperature)``.
+        with_entropy: also return the full-vocabulary entropy of ``softmax(logits / temperature)`` (no grad).
+        share_prompts: run each distinct prompt once.
 
     Returns:
         logprobs (B, T) float32 and entropy (B, T) float32 or ``None``; values on padding are meaningless
         (mask them with the response mask).
     """
-    t_len = response_length
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-        logits_to_keep=t_len + 1,
-    )
-    logits = out.logits[:, :-1, :]  # position P-1+t predicts response token t
+    logits = _response_logits(model, input_ids, attention_mask, response_length, share_prompts)
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
-    labels = input_ids[:, -t_len:]
+    labels = input_ids[:, -response_length:]
     logprobs = token_logprobs(logits, labels)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
     return logprobs, entropy
