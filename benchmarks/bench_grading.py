@@ -147,11 +147,16 @@ def time_verl(cases: list[Case], threads: int) -> tuple[Timing, list[float]]:
     return timed(loop if threads <= 1 else threaded, pids)  # type: ignore[return-value]
 
 
-def warm_up_verl() -> None:
-    """Start verl's module-level process pool (4 spawn workers that import verl; not timed)."""
+def warm_up_verl(threads: int) -> None:
+    """Start verl's module-level process pool with all its 4 spawn workers (not timed).
+
+    ``ProcessPoolExecutor`` starts workers on demand; calling from several threads at once starts all of
+    them, as verl's threaded reward loop does, so every timed round uses the same processes.
+    """
     from verl.utils.reward_score.math_verify import compute_score
 
-    compute_score("\\boxed{1}", "1")
+    with ThreadPoolExecutor(max_workers=threads) as executor:
+        list(executor.map(lambda i: compute_score(f"\\boxed{{{i}}}", str(i)), range(4 * threads)))
 
 
 def disagreements(cases: list[Case], ours: list[Verdict], verl: list[float]) -> list[dict]:
@@ -186,7 +191,7 @@ def run(cases: list[Case], repeats: int, workers: int, threads: int) -> dict:
     result: dict = {}
     with Grader(timeout_s=10, workers=workers) as grader:
         grader.grade("\\boxed{x+1}", "1+x")  # starts the workers (not timed)
-        warm_up_verl()
+        warm_up_verl(threads)
         for r in range(repeats + 1):
             suffix = "_cold" if r == 0 else ""
             timing, verdicts = time_ours(grader, cases)
@@ -245,7 +250,7 @@ def to_markdown(cases: list[Case], res: dict, args: argparse.Namespace, command:
         command,
         "```",
         "",
-        "Protocol: our grader and verl's process pool (4 spawn workers, created at its first call) are "
+        "Protocol: our grader (2 workers) and verl's process pool (all 4 of its spawn workers) are "
         "started before any timing. Round 0 times both on fresh worker processes (cold: math-verify's "
         "parser and sympy caches empty); rounds 1.." + str(args.repeats) + " repeat the same responses "
         "with warm worker processes, as in a training run, and add verl called from a thread pool (as "

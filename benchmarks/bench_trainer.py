@@ -10,7 +10,7 @@ The local trainer's GRPO and ACE-GRPO steps are interleaved (one step of each in
 rollouts at step 1), before and after the TRL block, so load from other processes hits both alike. Step times
 are medians over the measured steps (warm-up steps excluded).
 
-    .venv/bin/python benchmarks/bench_trainer.py --steps 12 --warmup 2 --out benchmarks/results/trainer.md
+    .venv/bin/python benchmarks/bench_trainer.py --steps 12 --warmup 2 --ace-reps 20 --out benchmarks/results/trainer.md
 """
 
 from __future__ import annotations
@@ -93,6 +93,56 @@ def bench_local(root: Path, steps: int, warmup: int) -> dict[str, list[dict[str,
                 metrics["load"] = load()
                 if i >= warmup:
                     out[k].append(metrics)
+    return out
+
+
+def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
+    """CPU seconds of everything after the rollout (log-probs, advantages, update) for GRPO and ACE-GRPO on the
+    *same* rollout batch, alternating, plus the advantage call alone: ACE's cost without rollout noise.
+
+    Rewards are seeded random 0/1 verdicts (an untrained model earns none), so half the groups are mixed.
+    """
+    from acerl.algos.advantages import compute_advantages
+    from acerl.config import Run, load_config
+    from acerl.grading import Grader
+    from acerl.train.loop import (
+        Timer,
+        batch_logprobs,
+        collect_rollouts,
+        init_state,
+        resolve_setup,
+        update_policy,
+    )
+
+    cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
+    setups = {m: resolve_setup(cfg, Run("tiny", m, 0)) for m in ("grpo", "ace_grpo")}
+    states = {m: init_state(root, Run("tiny", m, 0), setups[m], torch.device("cpu"))[0] for m in setups}
+    state, data = init_state(root, Run("tiny", "grpo", 0), setups["grpo"], torch.device("cpu"))
+    with Grader(workers=0) as grader:
+        ro = collect_rollouts(state, setups["grpo"], data, grader, Timer())
+    batch = ro.batch
+    scores = (torch.rand(len(batch), generator=torch.Generator().manual_seed(0)) < 0.5).float()
+    h = setups["grpo"].hyper
+    out: dict[str, list[float]] = {k: [] for k in ("grpo", "ace_grpo", "grpo_adv", "ace_grpo_adv")}
+    for _ in range(reps):
+        for m, setup in setups.items():
+            st = states[m]
+            start = time.process_time()
+            old, _ = batch_logprobs(st.model, batch, h.temperature, h.micro_batch_size_per_gpu)
+            ref, _ = batch_logprobs(st.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu)
+            adv_start = time.process_time()
+            adv = compute_advantages(
+                setup.estimator.name,
+                scores,
+                ro.group_ids,
+                old,
+                ref,
+                batch.response_mask,
+                **setup.estimator.kwargs(),
+            )
+            out[f"{m}_adv"].append(time.process_time() - adv_start)
+            update_policy(st, setup, batch, old, ref, adv.token_level(batch.response_mask))
+            out[m].append(time.process_time() - start)
     return out
 
 
@@ -180,6 +230,7 @@ def report(
     cmd: str,
     args: argparse.Namespace,
     n_params: int,
+    ace: dict[str, list[float]],
 ) -> str:
     g, a = local["grpo"], local["ace_grpo"]
     gr, ar = local["grpo_rollout_lp"], local["ace_grpo_rollout_lp"]
@@ -208,10 +259,11 @@ def report(
 
     overhead = {k: paired(g, a, k) for k in ("wall", "cpu")}
     overhead_r = {k: paired(gr, ar, k) for k in ("wall", "cpu")}
-    adv_extra = median(
-        [(y["timing/advantage"] - x["timing/advantage"]) / x["wall"] for x, y in zip(g, a, strict=True)]
+    ace_paired = median([(y - x) / x for x, y in zip(ace["grpo"], ace["ace_grpo"], strict=True)])
+    ace_of_step = (
+        median([y - x for x, y in zip(ace["grpo"], ace["ace_grpo"], strict=True)])
+        / med["acerl local, GRPO"]["cpu"]
     )
-    adv_share = median([y["timing/advantage"] / y["wall"] for y in a])
     parts = ("rollout", "reward", "logprobs", "advantage", "update")
     loads = [m["load"] for _, ms in rows for m in ms]
     lines = [
@@ -245,13 +297,19 @@ def report(
         f"**{speedup_r['cpu']:.2f}x** CPU ({speedup_r['wall']:.2f}x wall) with the sampler's log-probs as old "
         "log-probs (`old_logprobs=rollout`, one forward pass less; TRL does the same when on-policy).",
         "",
-        "ACE overhead (ACE-GRPO vs GRPO, same seed, paired steps; rollout lengths diverge after step 1, so the "
-        "step-time differences are dominated by noise):",
-        f"- default: {100 * overhead['cpu']:+.2f}% CPU, {100 * overhead['wall']:+.2f}% wall (median of paired "
-        "differences);",
-        f"- `old_logprobs=rollout`: {100 * overhead_r['cpu']:+.2f}% CPU, {100 * overhead_r['wall']:+.2f}% wall;",
-        f"- the advantage computation (the only code ACE changes) takes {100 * adv_share:.3f}% of an ACE-GRPO "
-        f"step; its extra time over GRPO's advantage computation is {100 * adv_extra:+.3f}% of a step.",
+        f"ACE overhead, controlled ({len(ace['grpo'])} alternating repetitions on one identical rollout batch, "
+        "CPU seconds of log-probs + advantages + update):",
+        f"- GRPO {median(ace['grpo']):.4f} s, ACE-GRPO {median(ace['ace_grpo']):.4f} s: median paired difference "
+        f"{100 * ace_paired:+.2f}% of that part, {100 * ace_of_step:+.3f}% of a full GRPO step;",
+        f"- the advantage call alone: GRPO {1e3 * median(ace['grpo_adv']):.2f} ms, ACE {1e3 * median(ace['ace_grpo_adv']):.2f} ms "
+        f"(+{1e3 * (median(ace['ace_grpo_adv']) - median(ace['grpo_adv'])):.2f} ms = "
+        f"{100 * (median(ace['ace_grpo_adv']) - median(ace['grpo_adv'])) / med['acerl local, GRPO']['cpu']:.3f}% of "
+        "a full GRPO step).",
+        "",
+        "ACE-GRPO vs GRPO in the training runs above (same seed, paired steps; rollouts diverge after step 1, so "
+        "these differences are mostly sampling noise):",
+        f"- default: {100 * overhead['cpu']:+.2f}% CPU, {100 * overhead['wall']:+.2f}% wall;",
+        f"- `old_logprobs=rollout`: {100 * overhead_r['cpu']:+.2f}% CPU, {100 * overhead_r['wall']:+.2f}% wall.",
         "",
         "Wall-time split of a local GRPO step (medians, seconds):",
         "",
@@ -278,6 +336,9 @@ def main() -> None:
         "--steps", type=int, default=12, help="measured steps per trainer (and per local block x2)"
     )
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--ace-reps", type=int, default=20, help="repetitions of the controlled ACE comparison"
+    )
     parser.add_argument("--out", type=Path, default=None, help="markdown report to write")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -291,11 +352,12 @@ def main() -> None:
         first = bench_local(root, half, args.warmup)
         trl = bench_trl(root, args.steps, args.warmup)
         second = bench_local(root, args.steps - half, args.warmup)
+        ace = bench_ace_overhead(root, args.ace_reps)
     local = {m: first[m] + second[m] for m in first}
     cmd = "python benchmarks/bench_trainer.py " + " ".join(
-        f"--{k} {v}" for k, v in (("steps", args.steps), ("warmup", args.warmup)) if v is not None
+        f"--{k} {v}" for k, v in (("steps", args.steps), ("warmup", args.warmup), ("ace-reps", args.ace_reps))
     )
-    text = report(local, trl, cmd, args, n_params)
+    text = report(local, trl, cmd, args, n_params, ace)
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

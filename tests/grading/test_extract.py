@@ -12,7 +12,10 @@ from acerl.grading.extract import answer_line, last_boxed_answer
     ("response", "expected"),
     [
         ("so $x = \\boxed{\\frac{3}{4}}$.", "\\frac{3}{4}"),
-        ("first \\boxed{1}. Much later, after a long argument that checks every case once more by hand, we get \\boxed{2}", "2"),
+        (
+            "first \\boxed{1}. Much later, after a long argument that checks every case once more by hand, we get \\boxed{2}",
+            "2",
+        ),
         ("\\boxed{1}, then, since it must be odd, \\boxed{2}", "1,2"),
         ("nested braces \\boxed{\\frac{\\sqrt{2}}{2}} done", "\\frac{\\sqrt{2}}{2}"),
         ("\\fbox{7}", "7"),
@@ -54,7 +57,9 @@ def test_box_wins_over_answer_line():
     assert extract_answer("Answer: \\boxed{5}") == "5"
 
 
-@pytest.mark.parametrize("response", ["The answer is 34.", "x = 3", "", "I do not know", "Answer:", "Answer: $$"])
+@pytest.mark.parametrize(
+    "response", ["The answer is 34.", "x = 3", "", "I do not know", "Answer:", "Answer: $$"]
+)
 def test_no_anchor_is_no_answer(response):
     assert extract_answer(response) is None
 

@@ -33,7 +33,22 @@ def test_simple_numbers(text, value):
 
 @pytest.mark.parametrize(
     "text",
-    ["0.5", "1,000", "+3", "3/0", "\\frac{3}{0}", "3/-4", "\\frac34", "x", "3x", "2^3", "10\\%", "1" * 51, "٣", ""],
+    [
+        "0.5",
+        "1,000",
+        "+3",
+        "3/0",
+        "\\frac{3}{0}",
+        "3/-4",
+        "\\frac34",
+        "x",
+        "3x",
+        "2^3",
+        "10\\%",
+        "1" * 51,
+        "٣",
+        "",
+    ],
 )
 def test_not_simple_falls_through(text):
     assert simple_number(text) is None
@@ -42,14 +57,21 @@ def test_not_simple_falls_through(text):
 
 
 def test_identical_strings_are_correct():
-    assert fast_verdict(" \\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right) ") is True
+    assert (
+        fast_verdict(" \\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right) ") is True
+    )
     assert fast_verdict("x", "x") is True
     assert fast_verdict("", "") is None  # an empty gold is an error, not a match
 
 
 def _forms(num: int, den: int) -> list[str]:
     """Ways to write num/den that the fast path accepts."""
-    forms = [f"{num}/{den}", f"\\frac{{{num}}}{{{den}}}", f"\\dfrac{{{num}}}{{{den}}}", f"\\tfrac{{{num}}}{{{den}}}"]
+    forms = [
+        f"{num}/{den}",
+        f"\\frac{{{num}}}{{{den}}}",
+        f"\\dfrac{{{num}}}{{{den}}}",
+        f"\\tfrac{{{num}}}{{{den}}}",
+    ]
     forms += [f"-\\frac{{{num}}}{{{den}}}", f"{num} / {den}"]
     if den == 1:
         forms += [str(num), f"-0{-num}" if num < 0 else f"0{num}"]
@@ -60,7 +82,20 @@ def _forms(num: int, den: int) -> list[str]:
 
 def _generated_pairs(n_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
     rng = random.Random(seed)
-    values = [(0, 1), (1, 1), (-1, 1), (34, 1), (-7, 1), (3, 4), (-3, 4), (6, 8), (6, 2), (0, 5), (1, 3), (2, 6)]
+    values = [
+        (0, 1),
+        (1, 1),
+        (-1, 1),
+        (34, 1),
+        (-7, 1),
+        (3, 4),
+        (-3, 4),
+        (6, 8),
+        (6, 2),
+        (0, 5),
+        (1, 3),
+        (2, 6),
+    ]
     values += [(10, 5), (7, 7), (100, 10), (12345678901234567890123, 1), (-5, 15)]
     values += [(rng.randint(-60, 60), rng.randint(1, 12)) for _ in range(25)]
     texts = sorted({text for num, den in values for text in _forms(num, den)})

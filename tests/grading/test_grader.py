@@ -54,6 +54,11 @@ WRONG = [
     ("\\boxed{-7}", "7"),
     ("\\boxed{\\sqrt{3}}", "\\sqrt{2}"),
     ("\\boxed{2} or \\boxed{3}", "3"),  # several nearby boxes are a set: no hedging
+    # the last box counts even when it does not parse (math-verify alone would fall back to the first one)
+    (
+        "\\boxed{(3,4]}.\n\nWait, I made a slip in the last step; redoing it carefully gives \\boxed{(3,4]+1}",
+        "(3,4]",
+    ),
     ("Answer: 35", "34"),
 ]
 
@@ -76,7 +81,13 @@ def test_no_anchor_is_no_answer(grader, response):
 
 
 def test_grade_many_keeps_order_and_uses_caches():
-    items = [("\\boxed{x+1}", "1+x"), ("\\boxed{3}", "3"), ("no answer", "3"), ("\\boxed{x+1}", "1+x"), ("\\boxed{4}", "3")]
+    items = [
+        ("\\boxed{x+1}", "1+x"),
+        ("\\boxed{3}", "3"),
+        ("no answer", "3"),
+        ("\\boxed{x+1}", "1+x"),
+        ("\\boxed{4}", "3"),
+    ]
     with Grader(workers=0) as g:
         first = g.grade_many(items)
         assert [v.correct for v in first] == [True, True, False, True, False]
@@ -84,6 +95,23 @@ def test_grade_many_keeps_order_and_uses_caches():
         assert (g.stats.math_verify, g.stats.fast_path, g.stats.no_answer) == (1, 2, 1)
         assert g.grade_many(items) == first
         assert g.stats.cache_hits == 2  # the math-verify pair, twice; the fast path needs no cache
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "verdict"),
+    [
+        ("\\boxed{1/2006!}", "1/2004!", True),  # wrong: numeric comparison at 15 digits
+        ("\\boxed{1/2^{98}}", "1/2^{99}", True),  # wrong, same cause
+        ("\\boxed{0.333333}", "\\frac{1}{3}", True),  # by design: float_rounding=6
+        ("\\boxed{0.333}", "\\frac{1}{3}", False),
+        ("\\boxed{10\\%}", "10", False),
+        ("\\boxed{4\\sqrt(2)}", "4", False),
+        ("\\boxed{3x-y+13=0}", "3x+4y+14=0", False),
+    ],
+)
+def test_known_math_verify_verdicts(grader, response, gold, verdict):
+    """math-verify 0.9.0's verdicts listed in docs/grading.md (some wrong); a change here means updating it."""
+    assert grader.grade(response, gold).correct is verdict
 
 
 def test_gold_that_does_not_parse_is_an_error(grader):
@@ -119,7 +147,9 @@ def test_math500_gold_solutions_agree_with_answers(shared_data, grader):
     """Every MATH-500 reference solution, graded against its own answer: measured 500/500 on 2026-11."""
     import json
 
-    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line) for line in (shared_data / "math500.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     verdicts = grader.grade_many([(row["solution"], row["answer"]) for row in rows])
     wrong = [(row["id"], row["answer"], v) for row, v in zip(rows, verdicts, strict=True) if not v.correct]
     rate = 1 - len(wrong) / len(rows)

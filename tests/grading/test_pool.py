@@ -57,15 +57,14 @@ def one_worker():
 def _check_adversarial(grader: Grader, slow: list[str]) -> None:
     many_distinct = " ".join(f"\\boxed{{{i}}}" for i in range(5000))
     many_same = " ".join(["\\boxed{3}"] * 5000)
-    items = [(s, "3") for s in slow] + [(many_distinct, "3"), (many_same, "3")] + [(r, g) for r, g, _ in NORMAL]
+    items = [(s, "3") for s in slow] + [(many_distinct, "3"), (many_same, "3")]
+    items += [(r, g) for r, g, _ in NORMAL]
     verdicts = grader.grade_many(items)
-    print(verdicts)
-    assert [v.status for v in verdicts[: len(slow)]] == ["timeout"] * len(slow)
-    assert not any(v.correct for v in verdicts[: len(slow)])
-    assert (verdicts[len(slow)].correct, verdicts[len(slow)].status) == (False, "ok")  # a 64-element set
-    assert (verdicts[len(slow) + 1].correct, verdicts[len(slow) + 1].status) == (True, "ok")  # duplicates collapse
-    tail = verdicts[len(slow) + 2 :]
-    assert [(v.correct, v.status) for v in tail] == [(ok, "ok") for _, _, ok in NORMAL]
+    got = [(v.correct, v.status) for v in verdicts]
+    expected = [(False, "timeout")] * len(slow)
+    expected += [(False, "ok"), (True, "ok")]  # a 64-element set; 5,000 identical boxes collapse to one
+    expected += [(ok, "ok") for _, _, ok in NORMAL]
+    assert got == expected, verdicts
 
 
 def test_adversarial_inputs_time_out_and_later_items_are_graded(pool):
@@ -90,7 +89,6 @@ def test_stuck_worker_is_killed_and_replaced(one_worker):
     (first_pid,) = one_worker.worker_pids()
     items = [("\\boxed{9^{9^{9^9}}}", "3")] + [(r, g) for r, g, _ in NORMAL]
     verdicts = one_worker.grade_many(items)
-    print(verdicts)
     assert verdicts[0].status == "timeout" and "killed" in verdicts[0].error
     assert [(v.correct, v.status) for v in verdicts[1:]] == [(ok, "ok") for _, _, ok in NORMAL]
     (second_pid,) = one_worker.worker_pids()

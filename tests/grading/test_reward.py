@@ -23,8 +23,16 @@ def test_scores_and_fields():
         "acc": True,
         "pred": "\\frac{1}{2}",
     }
-    assert compute_score("math", "\\boxed{0.6}", "\\frac{1}{2}", {}, **kwargs) == {"score": 0.0, "acc": False, "pred": "0.6"}
-    assert compute_score("aime", "no answer here", "34", {}, **kwargs) == {"score": 0.0, "acc": False, "pred": ""}
+    assert compute_score("math", "\\boxed{0.6}", "\\frac{1}{2}", {}, **kwargs) == {
+        "score": 0.0,
+        "acc": False,
+        "pred": "0.6",
+    }
+    assert compute_score("aime", "no answer here", "34", {}, **kwargs) == {
+        "score": 0.0,
+        "acc": False,
+        "pred": "",
+    }
     assert compute_score("aime", "\\boxed{034}", 34, {}, **kwargs)["acc"] is True  # non-str ground truth
 
 
@@ -34,7 +42,10 @@ def test_dapo_style_plus_minus_one():
     assert compute_score("math_dapo", "...\nAnswer: 35", "34", {}, **dapo)["score"] == -1.0
     assert compute_score("math_dapo", "no answer", "34", {}, **dapo)["score"] == -1.0
     # the same option per sample, from extra_info
-    assert compute_score("math_dapo", "Answer: 3", "34", {"incorrect_score": -1.0}, grader_workers=1)["score"] == -1.0
+    assert (
+        compute_score("math_dapo", "Answer: 3", "34", {"incorrect_score": -1.0}, grader_workers=1)["score"]
+        == -1.0
+    )
 
 
 def test_many_threads_like_verls_reward_loop():
@@ -68,8 +79,16 @@ def test_loaded_by_verl_from_hydra_config():
         "+reward.custom_reward_function.reward_kwargs.incorrect_score=-1.0",
         "+reward.custom_reward_function.reward_kwargs.grader_workers=1",
     ]
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None):
+    with initialize_config_dir(
+        config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
+    ):
         config = compose("ppo_trainer", overrides=overrides)
     fn = get_custom_reward_fn(config)
-    assert fn(data_source="math_dapo", solution_str="Answer: 35", ground_truth="34", extra_info={})["score"] == -1.0
-    assert fn(data_source="math_dapo", solution_str="Answer: 34", ground_truth="34", extra_info={})["score"] == 1.0
+    assert (
+        fn(data_source="math_dapo", solution_str="Answer: 35", ground_truth="34", extra_info={})["score"]
+        == -1.0
+    )
+    assert (
+        fn(data_source="math_dapo", solution_str="Answer: 34", ground_truth="34", extra_info={})["score"]
+        == 1.0
+    )

@@ -105,7 +105,9 @@ def grade_answer(extracted: str, gold: str, mv_timeout_s: int) -> Outcome:
             return False, "error", f"math-verify could not parse gold {gold!r}"
         with _count_math_verify_timeouts() as timeouts:
             pred_parsed = parse(
-                boxed(extracted), [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=mv_timeout_s
+                boxed(extracted),
+                [ExprExtractionConfig(), LatexExtractionConfig()],
+                parsing_timeout=mv_timeout_s,
             )
             correct = bool(pred_parsed) and verify(gold_parsed, pred_parsed, timeout_seconds=mv_timeout_s)
     except (Exception, TimeoutException) as exc:  # TimeoutException is a BaseException

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Literal
 
 from acerl.grading.backend import Outcome, Status, grade_answer
 from acerl.grading.extract import extract_answer
@@ -83,7 +84,7 @@ class Grader:
         *,
         mv_timeout_s: int | None = None,
         cache_size: int = 1 << 17,
-        mp_context: str = "forkserver",
+        mp_context: Literal["forkserver", "spawn"] = "forkserver",
         progress: bool = False,
     ) -> None:
         if timeout_s <= 0:
@@ -93,7 +94,9 @@ class Grader:
         if mv_timeout_s is None:
             mv_timeout_s = max(1, int(timeout_s) // 2)
         if not isinstance(mv_timeout_s, int) or mv_timeout_s < 1:
-            raise ValueError(f"mv_timeout_s must be an int >= 1 (signal.alarm takes whole seconds), got {mv_timeout_s!r}")
+            raise ValueError(
+                f"mv_timeout_s must be an int >= 1 (signal.alarm takes whole seconds), got {mv_timeout_s!r}"
+            )
         self.timeout_s = float(timeout_s)
         self.workers = workers
         self.mv_timeout_s = mv_timeout_s

@@ -5,8 +5,8 @@ it runs math-verify in its main thread, one ``(extracted, gold)`` pair at a time
 the parent owns all workers: it hands pairs to idle workers, waits on their pipes with
 ``multiprocessing.connection.wait`` and, when a worker passes its item's deadline (``timeout_s`` after the
 item was sent), kills it (SIGKILL), records ``timeout`` for that item, starts a replacement and carries
-on. A worker that dies by itself (e.g. killed by the OOM killer) gives ``error`` for its item and is
-replaced the same way. ``concurrent.futures.ProcessPoolExecutor`` is not used: it cannot kill one stuck
+on. A worker that dies by itself (e.g. killed by the OOM killer) is replaced the same way and its item
+retried once on the new worker, then given ``error``. ``concurrent.futures.ProcessPoolExecutor`` is not used: it cannot kill one stuck
 worker without breaking the whole pool.
 
 Callers (any thread) :meth:`WorkerPool.submit` a batch of distinct pairs and wait on the returned
@@ -33,7 +33,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Literal
 
 from acerl.grading.backend import Outcome
 
@@ -89,7 +89,9 @@ class Job:
         if len(self.outcomes) == len(self.pairs):
             self.done.set()
 
-    def wait(self, on_progress: Callable[[int], None] | None = None, poll_s: float = 0.2) -> dict[Pair, Outcome]:
+    def wait(
+        self, on_progress: Callable[[int], None] | None = None, poll_s: float = 0.2
+    ) -> dict[Pair, Outcome]:
         """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting."""
         while not self.done.wait(poll_s if on_progress else None):
             on_progress(len(self.outcomes))  # type: ignore[misc]
@@ -125,13 +127,15 @@ class WorkerPool:
         n_workers: int,
         timeout_s: float,
         mv_timeout_s: int,
-        mp_context: str = "forkserver",
+        mp_context: Literal["forkserver", "spawn"] = "forkserver",
         start_timeout_s: float = 300.0,
     ) -> None:
         if n_workers < 1:
             raise ValueError(f"WorkerPool needs n_workers >= 1, got {n_workers}")
         if mp_context not in ("spawn", "forkserver"):
-            raise ValueError(f"mp_context must be 'spawn' or 'forkserver' (fork is unsafe here), got {mp_context!r}")
+            raise ValueError(
+                f"mp_context must be 'spawn' or 'forkserver' (fork is unsafe here), got {mp_context!r}"
+            )
         self.n_workers = n_workers
         self.timeout_s = float(timeout_s)
         self.mv_timeout_s = mv_timeout_s
@@ -305,13 +309,17 @@ class WorkerPool:
             self._start_failures += 1
             self._replace(worker, kill=True)
             if self._start_failures >= MAX_START_FAILURES:
-                raise RuntimeError(f"grader worker failed to start {self._start_failures} times:\n{message[1]}")
+                raise RuntimeError(
+                    f"grader worker failed to start {self._start_failures} times:\n{message[1]}"
+                )
             logger.warning("grader worker failed to start, retrying:\n%s", message[1])
         else:
             task_id, outcome = message
             task = worker.task
             if task is None or task.task_id != task_id:
-                raise RuntimeError(f"grader worker {worker.process.pid} answered task {task_id}, which it was not given")
+                raise RuntimeError(
+                    f"grader worker {worker.process.pid} answered task {task_id}, which it was not given"
+                )
             worker.task = None
             self._finish(task, outcome)
 
@@ -324,12 +332,16 @@ class WorkerPool:
             if task.attempts < MAX_ATTEMPTS:
                 self._requeue(task)
             else:
-                message = f"{POOL_ERROR}worker process died (exit code {code}), {task.attempts} times on this item"
+                message = (
+                    f"{POOL_ERROR}worker process died (exit code {code}), {task.attempts} times on this item"
+                )
                 self._finish(task, (False, "error", message))
         elif not worker.ready:
             self._start_failures += 1
             if self._start_failures >= MAX_START_FAILURES:
-                raise RuntimeError(f"grader worker died while starting (exit code {code}), {self._start_failures} times")
+                raise RuntimeError(
+                    f"grader worker died while starting (exit code {code}), {self._start_failures} times"
+                )
         self._replace(worker, kill=True)
 
     def _enforce_deadlines(self) -> None:
@@ -338,10 +350,15 @@ class WorkerPool:
             if worker.task is not None and now >= worker.deadline:
                 task = worker.task
                 logger.warning(
-                    "grading %r took over %.1f s: killing worker %s", task.pair[0][:200], self.timeout_s, worker.process.pid
+                    "grading %r took over %.1f s: killing worker %s",
+                    task.pair[0][:200],
+                    self.timeout_s,
+                    worker.process.pid,
                 )
                 self.n_killed += 1
-                self._finish(task, (False, "timeout", f"no verdict within {self.timeout_s:g} s: worker killed"))
+                self._finish(
+                    task, (False, "timeout", f"no verdict within {self.timeout_s:g} s: worker killed")
+                )
                 self._replace(worker, kill=True)
             elif not worker.ready and now >= worker.started_at + self.start_timeout_s:
                 raise RuntimeError(f"grader worker did not start within {self.start_timeout_s:g} s")

@@ -153,6 +153,15 @@ def shuffled_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
         order = order[batch_size:]
 
 
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Learning rate at optimizer step ``step`` (0-based): linear warm-up, then cosine to ``lr*min_lr_ratio``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    decay_steps = max(cfg.steps - cfg.warmup_steps, 1)
+    progress = min((step - cfg.warmup_steps) / decay_steps, 1.0)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def train_sft(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,

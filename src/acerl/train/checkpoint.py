@@ -236,7 +236,7 @@ def load_checkpoint(
     device: str | torch.device = "cpu",
 ) -> dict[str, Any]:
     """Load weights and optimizer state in place; returns the trainer state dict (``weights_only`` load)."""
-    missing, unexpected = load_model(model, str(path / MODEL_FILE), strict=True, device=str(device))
+    load_model(model, str(path / MODEL_FILE), strict=True, device=str(device))
     if ref_model is not None:
         ref_file = path / REF_FILE
         if not ref_file.is_file():

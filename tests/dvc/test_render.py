@@ -1,0 +1,257 @@
+"""dvc.yaml is generated from the config: current, the same DAG as Snakemake, params = the keys that decide a
+job, and DVC parses it."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from typing import Any
+
+import pytest
+import yaml
+from dvc_helpers import (
+    REPO,
+    TEST_CONFIG,
+    dvc_status,
+    init_repo,
+    out_paths,
+    sh,
+    snakemake_dry_run,
+    snakemake_jobs,
+)
+
+from acerl import paths
+from acerl.config import Run, load_config, merged_dict, validate
+from acerl.dvc import (
+    DEFAULT_CONFIG_FILES,
+    build_stages,
+    check_dvc_yaml,
+    param_keys,
+    params_by_file,
+    render_dvc_yaml,
+    snakemake_touch_argv,
+    stage_name,
+    write_dvc_yaml,
+)
+from acerl.stages import stage_command
+
+
+def _cfg(files=DEFAULT_CONFIG_FILES):
+    return load_config([REPO / f for f in files])
+
+
+def test_committed_dvc_yaml_is_current():
+    diff = check_dvc_yaml(DEFAULT_CONFIG_FILES, REPO / "dvc.yaml")
+    assert diff is None, f"dvc.yaml is stale: run `python -m acerl.dvc write`\n{diff}"
+
+
+def test_write_and_check_round_trip(tmp_path):
+    (tmp_path / "config").mkdir()
+    for f in TEST_CONFIG:
+        shutil.copy(REPO / f, tmp_path / f)
+    out = write_dvc_yaml(TEST_CONFIG, tmp_path / "dvc.yaml")
+    assert check_dvc_yaml(TEST_CONFIG, out) is None
+    assert "--config config/config.yaml --config config/test.yaml" in out.read_text().splitlines()[0]
+    with (tmp_path / "config" / "test.yaml").open("a") as fh:
+        fh.write("grading: {timeout_s: 7}\n")  # a key test.yaml did not set: the params change
+    diff = check_dvc_yaml(TEST_CONFIG, out)
+    assert diff is not None and "grading.timeout_s" in diff
+
+
+def test_stage_names_are_valid_for_dvc():
+    assert stage_name("train_policy", "tiny", "ace_grpo-alpha0.5", "seed0") == (
+        "train_policy-tiny-ace_grpo-alpha0_5-seed0"
+    )
+    for stage in build_stages(_cfg(), DEFAULT_CONFIG_FILES):
+        assert all(c.isalnum() or c in "_-" for c in stage.name), stage.name
+
+
+def test_one_stage_per_job_with_commands_from_stages_and_paths_from_paths():
+    cfg = _cfg()
+    files = list(DEFAULT_CONFIG_FILES)
+    stages = {s.name: s for s in build_stages(cfg, files)}
+    runs, evaluated = cfg.runs(), cfg.base_runs() + cfg.runs()
+    n_bench = len(cfg.evaluation.benchmarks)
+    assert len(stages) == 2 + len(runs) + 3 * n_bench * len(evaluated) + len(cfg.diagnostic_runs()) + 1
+    run = Run("tiny", "ace_grpo-alpha0.5", 0)
+    train = stages["train_policy-tiny-ace_grpo-alpha0_5-seed0"]
+    assert train.cmd == stage_command("train_policy", files, ".", run=run)
+    assert [o.path for o in train.outs][0] == paths.policy_dir(".", run).as_posix()
+    sample = stages["sample-synth_hard-tiny-base-seed0"]
+    base = Run("tiny", "base", 0)
+    assert sample.deps[0] == paths.base_model_dir(".", "tiny").as_posix()  # the base model is evaluated as is
+    assert sample.outs[0].path == paths.generations_file(".", "synth_hard", base).as_posix()
+    passk = stages["passk-synth_hard-tiny-base-seed0"]
+    assert passk.metrics == (paths.passk_file(".", "synth_hard", base).as_posix(),)
+
+
+def test_resumable_state_is_not_an_output_and_training_metrics_persist():
+    cfg = _cfg()
+    run = Run("tiny", "grpo", 0)
+    train = next(
+        s for s in build_stages(cfg, DEFAULT_CONFIG_FILES) if s.name == "train_policy-tiny-grpo-seed0"
+    )
+    outs = {o.path: o for o in train.outs}
+    assert paths.checkpoints_dir(".", run).as_posix() not in outs
+    assert paths.diag_dir(".", run).as_posix() not in outs
+    assert outs[paths.train_metrics_file(".", run).as_posix()].persist
+    assert not outs[paths.policy_dir(".", run).as_posix()].persist
+
+
+def test_same_jobs_and_outputs_as_the_snakemake_workflow(tmp_path):
+    """Every DVC stage is a Snakemake job with the same outputs (DVC adds only training-curve files)."""
+    for name in ("Snakefile", "workflow", "config", "profiles"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp_path / name)
+    cfg = _cfg(TEST_CONFIG)
+    smk = snakemake_jobs(snakemake_dry_run(tmp_path, TEST_CONFIG, "--forceall"))
+    dvc_only = {paths.train_metrics_file(".", r).as_posix() for r in cfg.runs()}
+    dvc_only |= {(paths.run_dir(".", r) / "dvclive").as_posix() for r in cfg.runs()}
+    ours = set()
+    for stage in build_stages(cfg, TEST_CONFIG):
+        outs = {o.path for o in stage.outs} | set(stage.metrics)
+        rule = stage.name.split("-", 1)[0]
+        ours.add((rule, frozenset(p for p in outs if p not in dvc_only and not p.endswith(".curve.csv"))))
+    assert ours == smk
+
+
+# ------------------------------------------------------------------------------------------------ params
+def _leaves(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(data, dict):
+        out = []
+        for k, v in data.items():
+            out += _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [(prefix, data)]
+
+
+def _perturbed(value: Any) -> list[Any]:
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int | float):
+        return [value * 2 + 1, value / 2 if value else 0.5]
+    if isinstance(value, list) and value and all(isinstance(v, int | float) for v in value):
+        return [value[:-1] or [value[0] + 1], [*value, value[-1] * 2]]
+    if isinstance(value, str):
+        return [value + "x", "relu", "seq-mean-token-sum", "k1", "signed", "cosine", "token", "cpu", "verl"]
+    return []
+
+
+def _set(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    node = out
+    *head, last = key.split(".")
+    for part in head:
+        node = node[part]
+    node[last] = value
+    return out
+
+
+def _covered(key: str, listed: list[str]) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in listed)
+
+
+@pytest.mark.parametrize("files", [DEFAULT_CONFIG_FILES, TEST_CONFIG], ids=["default", "test"])
+def test_train_params_cover_everything_that_changes_the_run_spec(files):
+    """Perturb every value the config files set: when a run's resolved settings (what Snakemake's params and the
+    trainer's resume check compare) change, the key is one of the stage's DVC params."""
+    data = merged_dict([REPO / f for f in files])
+    cfg = validate(data)
+    runs = cfg.runs()
+    listed = {r: param_keys(cfg, "train_policy", run=r) for r in runs}
+    checked = 0
+    for key, value in _leaves(data):
+        for new in _perturbed(value):
+            try:
+                other = validate(_set(data, key, new))
+            except Exception:
+                continue
+            if (other.runs(), other.diagnostic_runs()) != (runs, cfg.diagnostic_runs()):
+                continue  # a grid change: dvc.yaml must be regenerated (test_write_and_check_round_trip)
+            for run in runs:
+                if other.run_spec(run) != cfg.run_spec(run):
+                    checked += 1
+                    assert _covered(key, listed[run]), f"{key} changes {run.id} but is not a param"
+    assert checked > 50
+
+
+def test_alpha_sweep_variants_do_not_track_the_method_alpha():
+    cfg = _cfg()
+    variant = param_keys(cfg, "train_policy", run=Run("tiny", "ace_grpo-alpha0.5", 0))
+    method = param_keys(cfg, "train_policy", run=Run("tiny", "ace_grpo", 0))
+    assert "methods.ace_grpo.estimator" in method
+    assert not _covered("methods.ace_grpo.estimator.alpha", variant)
+    assert _covered("methods.ace_grpo.estimator.modulation", variant)
+    grpo = param_keys(cfg, "train_policy", run=Run("tiny", "grpo", 0))
+    assert not any(k.startswith("methods.ace") for k in grpo)
+
+
+def test_params_list_only_keys_each_file_sets():
+    cfg = _cfg(TEST_CONFIG)
+    keys = param_keys(cfg, "train_policy", run=Run("tiny", "ace_grpo", 0))
+    entries = params_by_file(keys, {f: yaml.safe_load((REPO / f).read_text()) for f in TEST_CONFIG})
+    by_file = {next(iter(e)): next(iter(e.values())) for e in entries}
+    assert "models.tiny.train" in by_file["config/test.yaml"]
+    assert "methods.ace_grpo.estimator" not in by_file["config/test.yaml"]  # test.yaml leaves methods alone
+    assert "methods.ace_grpo.estimator" in by_file["config/config.yaml"]
+    for f, listed in by_file.items():
+        data = yaml.safe_load((REPO / f).read_text())
+        for key in listed:
+            node = data
+            for part in key.split("."):
+                node = node[part]  # KeyError: a listed key the file does not set
+
+
+def test_sample_tracks_the_response_length_only_when_it_is_the_default():
+    cfg = _cfg()
+    run = Run("tiny", "grpo", 0)
+    assert "models.tiny.train.max_response_length" in param_keys(cfg, "sample", run=run)
+    other = validate(
+        {
+            **merged_dict([REPO / "config/config.yaml"]),
+            "evaluation": {**cfg.evaluation.model_dump(), "max_new_tokens": 32},
+        }
+    )
+    assert "models.tiny.train.max_response_length" not in param_keys(other, "sample", run=run)
+
+
+def test_render_is_deterministic_and_plots_name_existing_outputs():
+    cfg = _cfg()
+    text = render_dvc_yaml(cfg, DEFAULT_CONFIG_FILES, REPO)
+    assert text == render_dvc_yaml(cfg, DEFAULT_CONFIG_FILES, REPO)
+    doc = yaml.safe_load(text)
+    outs = {p for st in doc["stages"].values() for p in out_paths(st)}
+    for plot in doc["plots"]:
+        (spec,) = plot.values()
+        for f in spec["y"]:
+            assert any(f == o or f.startswith(o + "/") for o in outs), f
+
+
+def test_snakemake_touch_argv():
+    assert snakemake_touch_argv(DEFAULT_CONFIG_FILES) == [
+        "snakemake",
+        "all",
+        "--touch",
+        "--forceall",
+        "--cores",
+        "1",
+    ]
+    argv = snakemake_touch_argv(TEST_CONFIG)
+    assert argv[-2:] == ["--configfile", "config/test.yaml"]
+
+
+def test_dvc_reads_the_generated_pipeline(tmp_path):
+    (tmp_path / "config").mkdir()
+    for f in TEST_CONFIG:
+        shutil.copy(REPO / f, tmp_path / f)
+    for f in (".dvcignore", ".dvc/config", ".dvc/.gitignore"):
+        (tmp_path / f).parent.mkdir(exist_ok=True)
+        shutil.copy(REPO / f, tmp_path / f)
+    out = write_dvc_yaml(TEST_CONFIG, tmp_path / "dvc.yaml")
+    init_repo(tmp_path)
+    listed = sh(tmp_path, "dvc", "stage", "list", "--name-only").stdout.split()
+    assert listed == list(yaml.safe_load(out.read_text())["stages"])
+    status = dvc_status(tmp_path)  # every stage is new: deps and params read, none missing
+    assert set(status) == set(listed)
+    deps = status["train_policy-tiny-ace_grpo-seed0"][0]["changed deps"]
+    assert deps["config/config.yaml"] == deps["config/test.yaml"] == "new"  # a missing key would be "deleted"

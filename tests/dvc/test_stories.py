@@ -1,0 +1,262 @@
+"""The lab's stories, end to end on the CI-scale study (config/test.yaml over config/config.yaml).
+
+A runs the whole study with ``dvc repro`` in a scratch git repository and pushes to a local directory remote
+(once for the module: about half an hour on a loaded 2-core machine). Then, each in its own ``git clone``:
+
+1. B pulls: ``dvc status`` and ``snakemake -n`` have nothing to do; B regenerates the tables with no training or
+   sampling, with DVC and with Snakemake.
+2. Changing an ACE alpha marks only that method's runs and what depends on them, the same jobs in both tools.
+3. A deleted final checkpoint comes back bit-identical from ``dvc checkout``.
+4. A damaged cache file is reported, never silently used (what DVC 3.67 does, and ``verify-cache``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from dvc_helpers import (
+    TEST_CONFIG,
+    commit_all,
+    copy_project,
+    descendants,
+    dvc_stages,
+    dvc_status,
+    init_repo,
+    out_paths,
+    sh,
+    snakemake_dry_run,
+    snakemake_jobs,
+)
+
+from acerl.dvc import write_dvc_yaml
+
+pytestmark = pytest.mark.slow
+
+CONFIG_ARGS = [arg for f in TEST_CONFIG for arg in ("--config", f)]
+ACERL_DVC = [sys.executable, "-m", "acerl.dvc"]
+FINAL = "runs/tiny/grpo/seed0/final"
+REPORT_OUTS = ("results/tables", "results/figures", "results/report.md")
+
+
+@dataclass(frozen=True)
+class Study:
+    base: Path  # scratch folder holding A, the remote and the clones
+    a: Path
+    remote: Path
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Study:
+    """A: the project copied into a fresh git repository, the CI-scale study run by ``dvc repro``, pushed."""
+    base = tmp_path_factory.mktemp("dvc-study")
+    a, remote = base / "A", base / "remote"
+    copy_project(a)
+    write_dvc_yaml(TEST_CONFIG, a / "dvc.yaml")
+    init_repo(a, remote)
+    commit_all(a, "the study")
+    sh(a, "dvc", "repro", timeout=4 * 3600)
+    sh(a, "dvc", "push")
+    commit_all(a, "results of the study (dvc.lock)")
+    return Study(base, a, remote)
+
+
+def pulled_clone(study: Study, name: str) -> Path:
+    """A colleague's ``git clone`` of A, then ``dvc pull`` and the Snakemake sync (docs/sharing.md)."""
+    clone = study.base / name
+    sh(study.base, "git", "clone", "-q", str(study.a), str(clone))
+    sh(clone, "dvc", "pull")
+    sh(clone, *ACERL_DVC, "sync-snakemake", *CONFIG_ARGS)
+    return clone
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``path`` (or of ``path`` itself)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {
+        str(p.relative_to(path) if p != path else p.name): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in files
+        if p.name != ".snakemake_timestamp"
+    }
+
+
+def remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def stage_of_job(stages: dict[str, dict], rule: str, outs: frozenset[str]) -> str:
+    """The DVC stage of a Snakemake job: same rule, same outputs."""
+    for name, st in stages.items():
+        if name.split("-", 1)[0] == rule and outs <= set(out_paths(st)):
+            return name
+    raise AssertionError(f"no DVC stage for Snakemake job {rule} -> {sorted(outs)}")
+
+
+def jobs_snakemake_would_run(clone: Path) -> set[str]:
+    stages = dvc_stages(clone / "dvc.yaml")
+    return {stage_of_job(stages, r, o) for r, o in snakemake_jobs(snakemake_dry_run(clone, TEST_CONFIG))}
+
+
+def stages_dvc_would_run(clone: Path) -> set[str]:
+    """Changed stages (``dvc status``) and every stage downstream of them."""
+    return descendants(dvc_stages(clone / "dvc.yaml"), dvc_status(clone))
+
+
+def set_alpha(config: Path, method: str, alpha: float) -> None:
+    """Edit ``methods.<method>.estimator.alpha`` in place (what ``dvc exp run -S`` would do)."""
+    lines = config.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith(f"  {method}:"):
+            lines[i], n = re.subn(r"alpha: [0-9.]+", f"alpha: {alpha}", line)
+            assert n == 1, line
+            config.write_text("".join(lines))
+            return
+    raise AssertionError(f"methods.{method} not found in {config}")
+
+
+def cache_file_of(repo: Path, out_dir: str, name: str) -> Path:
+    """The cache file holding ``<out_dir>/<name>`` (from dvc.lock and the directory's ``.dir`` listing)."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    dir_md5 = next(
+        o["md5"] for st in lock["stages"].values() for o in st.get("outs", []) if o["path"] == out_dir
+    )
+    cache = repo / ".dvc" / "cache" / "files" / "md5"
+    listing = json.loads((cache / dir_md5[:2] / dir_md5[2:]).read_text())
+    md5 = next(e["md5"] for e in listing if e["relpath"] == name)
+    return cache / md5[:2] / md5[2:]
+
+
+def damage(path: Path, keep_mode: bool) -> None:
+    """Flip one byte in the middle of a cache file; ``keep_mode``: leave it read-only, as DVC wrote it."""
+    mode = path.stat().st_mode
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    if keep_mode:
+        path.chmod(mode)
+
+
+# ---------------------------------------------------------------------------------------------- stories
+def test_story1_a_colleague_pulls_everything_and_reruns_nothing(study: Study):
+    b = pulled_clone(study, "B")
+    assert tree_digest(b / FINAL) == tree_digest(study.a / FINAL)
+    assert dvc_status(b) == {}
+    assert "Nothing to be done" in snakemake_dry_run(b, TEST_CONFIG)
+
+    # B regenerates the tables: DVC runs the report stage and nothing else.
+    tables = tree_digest(study.a / "results/tables")
+    for p in REPORT_OUTS:
+        remove(b / p)
+    proc = sh(b, "dvc", "repro")
+    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == ["report"], proc.stdout
+    assert "skipping run" not in proc.stdout
+    assert tree_digest(b / "results/tables") == tables
+    assert dvc_status(b) == {}
+
+    # The same with Snakemake.
+    for p in REPORT_OUTS:
+        remove(b / p)
+    assert jobs_snakemake_would_run(b) == {"report"}
+    sh(b, "snakemake", "all", "--cores", "1", "--configfile", *TEST_CONFIG[1:])
+    assert tree_digest(b / "results/tables") == tables
+
+
+def test_story2_changing_an_ace_alpha_reruns_only_its_runs_in_both_tools(study: Study):
+    c = pulled_clone(study, "C")
+    config = c / "config" / "config.yaml"
+    original = config.read_text()
+
+    # ACE-DAPO's alpha: a value inside the grid; dvc.yaml stays current.
+    set_alpha(config, "ace_dapo", 0.5)
+    sh(c, *ACERL_DVC, "check", *CONFIG_ARGS)
+    assert set(dvc_status(c)) == {"train_policy-tiny-ace_dapo-seed0", "report"}
+    expected = {"train_policy-tiny-ace_dapo-seed0", "report"} | {
+        f"{step}-{bench}-tiny-ace_dapo-seed0"
+        for step in ("sample", "grade", "passk")
+        for bench in ("synth_easy", "synth_hard")
+    }
+    assert stages_dvc_would_run(c) == expected
+    assert jobs_snakemake_would_run(c) == expected
+
+    # ACE-GRPO's alpha also names the alpha sweep's runs (alpha 1.0 becomes run ace_grpo-alpha1): regenerate.
+    config.write_text(original)
+    set_alpha(config, "ace_grpo", 2.0)
+    assert sh(c, *ACERL_DVC, "check", *CONFIG_ARGS, check=False).returncode == 1
+    sh(c, *ACERL_DVC, "write", *CONFIG_ARGS)
+    expected = {"report", "diagnose-tiny-ace_grpo-seed0"} | {
+        f"{step}-tiny-{method}-seed0"
+        for method in ("ace_grpo", "ace_grpo-alpha1")
+        for step in ["train_policy"]
+        + [f"{s}-{b}" for s in ("sample", "grade", "passk") for b in ("synth_easy", "synth_hard")]
+    }
+    assert stages_dvc_would_run(c) == expected  # not ace_grpo-alpha0.5: that sweep point fixes its own alpha
+    assert jobs_snakemake_would_run(c) == expected
+
+
+def test_story3_a_deleted_checkpoint_is_restored_bit_identically(study: Study):
+    d = pulled_clone(study, "D")
+    before = tree_digest(d / FINAL)
+    remove(d / FINAL)
+    status = dvc_status(d)
+    assert set(status) == {"train_policy-tiny-grpo-seed0"}
+    assert "deleted" in json.dumps(status)
+    sh(d, "dvc", "checkout", FINAL)
+    assert tree_digest(d / FINAL) == before == tree_digest(study.a / FINAL)
+    assert dvc_status(d) == {}
+    sh(d, *ACERL_DVC, "sync-snakemake", *CONFIG_ARGS)  # the restored folder is newer than what used it
+    assert "Nothing to be done" in snakemake_dry_run(d, TEST_CONFIG)
+
+
+def test_story4_a_damaged_cache_file_is_reported_not_used(study: Study):
+    weights = "model.safetensors"
+    good = tree_digest(study.a / FINAL)[weights]
+
+    # (a) Damaged on the remote: `dvc pull` re-hashes what it downloads, refuses the file and fails.
+    bad_remote = study.base / "remote-damaged"
+    shutil.copytree(study.remote, bad_remote)
+    rel = cache_file_of(study.a, FINAL, weights).relative_to(study.a / ".dvc" / "cache")
+    damage(bad_remote / rel, keep_mode=True)
+    e = study.base / "E"
+    sh(study.base, "git", "clone", "-q", str(study.a), str(e))
+    sh(e, "dvc", "remote", "modify", "--local", "lab", "url", str(bad_remote))
+    proc = sh(e, "dvc", "pull", check=False)
+    assert proc.returncode != 0
+    assert FINAL in proc.stdout + proc.stderr
+    assert not (e / FINAL / weights).exists()
+    assert "train_policy-tiny-grpo-seed0" in dvc_status(e)
+
+    # (b) Damaged in the local cache, still read-only: DVC 3.67 trusts it without re-hashing ...
+    sh(e, "dvc", "remote", "modify", "--local", "lab", "url", str(study.remote))
+    sh(e, "dvc", "pull")
+    cached = cache_file_of(e, FINAL, weights)
+    damage(cached, keep_mode=True)
+    remove(e / FINAL)
+    sh(e, "dvc", "checkout", FINAL)
+    assert tree_digest(e / FINAL)[weights] != good  # silently checked out
+    assert dvc_status(e) == {}
+    # ... so `python -m acerl.dvc verify-cache` re-hashes: it names the damaged file, and repairs it.
+    proc = sh(e, *ACERL_DVC, "verify-cache", check=False)
+    assert proc.returncode == 1 and f"{FINAL}/{weights}" in proc.stderr
+    sh(e, *ACERL_DVC, "verify-cache", "--repair", check=False)
+    sh(e, "dvc", "pull")
+    sh(e, "dvc", "checkout", "--relink")
+    assert tree_digest(e / FINAL)[weights] == good
+    sh(e, *ACERL_DVC, "verify-cache")
+
+    # (c) Damaged and no longer read-only (rewritten by some tool): DVC re-hashes it and reports it.
+    damage(cache_file_of(e, FINAL, weights), keep_mode=False)
+    status = dvc_status(e)
+    assert "not in cache" in json.dumps(status.get("train_policy-tiny-grpo-seed0"))
+    sh(e, "dvc", "fetch")
+    remove(e / FINAL)
+    sh(e, "dvc", "checkout", FINAL)
+    assert tree_digest(e / FINAL)[weights] == good
+    assert dvc_status(e) == {}
