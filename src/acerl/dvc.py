@@ -46,6 +46,7 @@ import yaml
 from acerl import paths
 from acerl.config import (
     Config,
+    ConfigError,
     DiagnosticsConfig,
     EstimatorConfig,
     EvaluationConfig,
@@ -69,11 +70,9 @@ __all__ = [
     "render_dvc_yaml",
     "snakemake_touch_argv",
     "stage_name",
-    "training_plot_metrics",
+    "TRAINING_PLOT_METRICS",
     "write_dvc_yaml",
 ]
-
-logger = logging.getLogger(__name__)
 
 ROOT = "."  # stages run in the directory of dvc.yaml; every path in it is relative to that directory
 DEFAULT_CONFIG_FILES = ("config/config.yaml",)
@@ -447,11 +446,6 @@ def _base_deps(cfg: Config, model: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- plots
-def training_plot_metrics() -> tuple[str, ...]:
-    """The training metrics ``dvc plots show`` draws (``<prefix>/<name>``, dvclive's file layout)."""
-    return TRAINING_PLOT_METRICS
-
-
 def _plots(cfg: Config) -> list[dict[str, Any]]:
     """Top-level plots: Pass@k curves per (benchmark, model) and training curves per (model, metric)."""
     out: list[dict[str, Any]] = []
@@ -729,7 +723,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ConfigError, ValueError) as e:
+        print(f"python -m acerl.dvc: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -48,6 +48,14 @@ def test_dapo_style_plus_minus_one():
     )
 
 
+def test_zero_workers_becomes_one_worker_in_threads():
+    """grading.workers=0 (in-process) cannot serve verl's reward threads: one worker is used instead."""
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        result = executor.submit(compute_score, "math", "\\boxed{x+1}", "1+x", {}, grader_workers=0).result()
+    assert result["acc"] is True
+    assert reward.get_grader(1).workers == 1
+
+
 def test_many_threads_like_verls_reward_loop():
     cases = [
         ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt 2}", 1.0),

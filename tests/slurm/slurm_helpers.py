@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 SNAKEMAKE = VENV_BIN / "snakemake"
@@ -119,6 +121,11 @@ class LocalCluster:
     @property
     def profile(self) -> Path:
         return self.xdg_config_home / "snakemake" / "slurm" / "config.yaml"
+
+    @property
+    def status_command(self) -> str:
+        """How the profile polls job states: ``sacct`` or ``squeue``."""
+        return str(yaml.safe_load(self.profile.read_text())["slurm-status-command"])
 
 
 def find_local_cluster() -> LocalCluster | str:

@@ -237,3 +237,19 @@ def test_bad_settings_fail_early(tiny_root: Path):
     cfg = make_config("models.tiny.train.max_prompt_length=8", "models.tiny.train.total_steps=1")
     with pytest.raises(ValueError, match="max_prompt_length"):
         train_run(cfg, Run("tiny", "grpo", 0), tiny_root, verifier=DigitVerifier(), progress=False)
+
+
+def test_reference_logprobs_equal_policy_logprobs_before_training(tmp_path: Path):
+    """At step 1 pi_ref == pi_old, so every c_i must be exactly 0 (not float noise with a random sign, which
+    would make the batch OEF read ~0.5): policy and reference must take identical numerical paths."""
+    from trainer_fixtures import make_root
+
+    root = make_root(tmp_path, default_arch=True)
+    for method in ("ace_grpo", "ace_dapo"):
+        run = Run("tiny", method, 0)
+        setup = resolve_setup(make_config("models.tiny.train.micro_batch_size_per_gpu=64"), run)
+        state, data = init_state(root, run, setup, torch.device("cpu"))
+        ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+        old, _ = batch_logprobs(state.model, ro.batch, 1.0, 64)
+        ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 64)
+        assert torch.equal(old, ref), method

@@ -31,8 +31,9 @@ class DigitVerifier:
         return [Verdict(gold.strip()[-1:] in response) for response, gold in items]
 
 
-def make_root(root: Path, train_size: int = 48) -> Path:
-    """``root`` with ``data/train.jsonl`` and ``models/base/tiny`` (an untrained tiny Llama)."""
+def make_root(root: Path, train_size: int = 48, default_arch: bool = False) -> Path:
+    """``root`` with ``data/train.jsonl`` and ``models/base/tiny`` (an untrained tiny Llama: a very small one,
+    or with ``default_arch`` the embedded default's architecture)."""
     from acerl.data.synthetic import write_splits
     from acerl.models.tiny import TinyModelConfig, build_tiny_model
     from acerl.models.tokenizer import build_char_tokenizer
@@ -40,8 +41,18 @@ def make_root(root: Path, train_size: int = 48) -> Path:
     sizes = {"synth_easy": 0, "synth_hard": 0, "heldout": 0, "sft": 0, "train": train_size}
     write_splits(paths.data_file(root, "train").parent, seed=0, sizes=sizes)
     tok = build_char_tokenizer(model_max_length=128)
-    arch = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,
-                           max_position_embeddings=128)  # fmt: skip
+    arch = (
+        TinyModelConfig(max_position_embeddings=128)
+        if default_arch
+        else TinyModelConfig(
+            hidden_size=32,
+            num_layers=2,
+            num_heads=2,
+            num_kv_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    )
     model = build_tiny_model(arch, tok, seed=0)
     out = paths.base_model_dir(root, "tiny")
     model.save_pretrained(out)

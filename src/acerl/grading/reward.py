@@ -11,12 +11,12 @@ keywords come from ``+reward.custom_reward_function.reward_kwargs.<key>=<value>`
 - ``incorrect_score`` (default 0.0): the score of a wrong, unanswered or timed-out response; ``-1.0``
   gives DAPO's +1/-1 rewards (verl's ``dapo`` reward manager adds its overlong penalty on top).
 - ``correct_score`` (default 1.0).
-- ``grader_workers`` (default 2) and ``grader_timeout_s`` (default 10.0): the per-process
+- ``grader_workers`` (default 2; 0 is taken as 1) and ``grader_timeout_s`` (default 10.0): the per-process
   :class:`~acerl.grading.Grader`, created on the first call; later calls reuse it (a different value is
   ignored with a warning). verl runs ``reward.num_workers`` reward processes, each with its own grader.
 
-Both values may also come per sample from ``extra_info`` (``extra_info["incorrect_score"]``), which takes
-precedence over the keyword.
+``correct_score`` and ``incorrect_score`` may also come per sample from ``extra_info`` (e.g.
+``extra_info["incorrect_score"]``), which takes precedence over the keyword.
 """
 
 from __future__ import annotations
@@ -35,8 +35,17 @@ _grader_lock = threading.Lock()
 
 
 def get_grader(workers: int = 2, timeout_s: float = 10.0) -> Grader:
-    """This process's shared grader, created on first use (thread-safe) and closed at exit."""
+    """This process's shared grader, created on first use (thread-safe) and closed at exit.
+
+    ``workers=0`` (in-process grading) needs the main thread, which verl's thread-pool calls are not: one
+    worker process is used instead, with a warning.
+    """
     global _grader
+    if workers < 1:
+        logger.warning(
+            "acerl reward: grader_workers=%d cannot run in verl's reward threads; using 1", workers
+        )
+        workers = 1
     with _grader_lock:
         if _grader is None:
             _grader = Grader(timeout_s=timeout_s, workers=workers)

@@ -749,7 +749,10 @@ def init_state(
         )
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device).eval()
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if setup.needs_reference else None
+    # The reference keeps requires_grad=True although it is only ever run under no_grad: ATen folds 3-D matmuls
+    # differently when a weight requires grad, so this keeps its numerics identical to the policy's (at step 1
+    # log pi_ref == log pi_old bit for bit and every c_i is exactly 0). No gradient is ever computed for it.
+    ref_model = copy.deepcopy(model).eval() if setup.needs_reference else None
     train_file = paths.data_file(root, "train")
     rows = read_jsonl(train_file, required=("problem", "answer"))
     data = TrainingSet(rows, tokenizer, setup.template, setup.hyper.max_prompt_length, train_file)
