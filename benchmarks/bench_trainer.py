@@ -6,9 +6,10 @@ tokens at temperature 1.0, token-mean clipped surrogate (TRL ``loss_type="dapo"`
 a frozen reference, AdamW, one optimizer step per training step, the project's grader (in-process) as
 reward, CPU, one torch thread.
 
-The local trainer's GRPO and ACE-GRPO steps are interleaved (one step of each in turn, same seed: identical
-rollouts at step 1), before and after the TRL block, so load from other processes hits both alike. Step times
-are medians over the measured steps (warm-up steps excluded).
+All trainers advance in lockstep: after each TRL step (from a TRL callback, outside TRL's timing), one step
+of every local variant (GRPO and ACE-GRPO, each with recomputed and with rollout old log-probs; same seed, so
+identical rollouts at step 1), so load from other processes hits all of them alike. Step times are medians
+over the measured steps (warm-up steps excluded).
 
     .venv/bin/python benchmarks/bench_trainer.py --steps 12 --warmup 2 --ace-reps 20 --out benchmarks/results/trainer.md
 """
@@ -21,6 +22,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,36 +71,45 @@ VARIANTS = {  # label -> (method, log pi_old source)
 }
 
 
-def bench_local(root: Path, steps: int, warmup: int) -> dict[str, list[dict[str, float]]]:
-    """Per-step metrics of the local trainer's variants, one step of each in turn."""
-    from acerl.config import Run, load_config
-    from acerl.grading import Grader
-    from acerl.train.loop import init_state, resolve_setup, train_step
+class LocalTrainers:
+    """The local trainer's variants on one root; :meth:`step_all` runs one training step of each in turn."""
 
-    cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
-    setups = {k: resolve_setup(cfg, Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()}
-    states = {
-        k: init_state(root, Run("tiny", m, 0), setups[k], torch.device("cpu"))
-        for k, (m, _) in VARIANTS.items()
-    }
-    out: dict[str, list[dict[str, float]]] = {k: [] for k in VARIANTS}
-    with Grader(workers=0) as grader:
-        for i in range(warmup + steps):
-            for k in VARIANTS:
-                state, data = states[k]
-                start, cpu = time.perf_counter(), time.process_time()
-                metrics = train_step(state, setups[k], data, grader)
-                metrics["wall"] = time.perf_counter() - start
-                metrics["cpu"] = time.process_time() - cpu
-                metrics["load"] = load()
-                if i >= warmup:
-                    out[k].append(metrics)
-    return out
+    def __init__(self, root: Path, warmup: int) -> None:
+        from acerl.config import Run, load_config
+        from acerl.grading import Grader
+        from acerl.train.loop import init_state, resolve_setup
+
+        cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
+        self.setups = {
+            k: resolve_setup(cfg, Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()
+        }
+        self.states = {
+            k: init_state(root, Run("tiny", m, 0), self.setups[k], torch.device("cpu"))
+            for k, (m, _) in VARIANTS.items()
+        }
+        self.grader = Grader(workers=0)
+        self.warmup, self.calls = warmup, 0
+        self.records: dict[str, list[dict[str, float]]] = {k: [] for k in VARIANTS}
+
+    def step_all(self) -> None:
+        from acerl.train.loop import train_step
+
+        for k in VARIANTS:
+            state, data = self.states[k]
+            start, cpu = time.perf_counter(), time.process_time()
+            metrics = train_step(state, self.setups[k], data, self.grader)
+            metrics["wall"] = time.perf_counter() - start
+            metrics["cpu"] = time.process_time() - cpu
+            metrics["load"] = load()
+            if self.calls >= self.warmup:
+                self.records[k].append(metrics)
+        self.calls += 1
 
 
 def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     """CPU seconds of everything after the rollout (log-probs, advantages, update) for GRPO and ACE-GRPO on the
-    *same* rollout batch, alternating, plus the advantage call alone: ACE's cost without rollout noise.
+    *same* rollout batch, alternating in ABBA order, plus the advantage call alone: ACE's cost without rollout
+    noise.
 
     Rewards are seeded random 0/1 verdicts (an untrained model earns none), so half the groups are mixed.
     """
@@ -124,9 +135,10 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     scores = (torch.rand(len(batch), generator=torch.Generator().manual_seed(0)) < 0.5).float()
     h = setups["grpo"].hyper
     out: dict[str, list[float]] = {k: [] for k in ("grpo", "ace_grpo", "grpo_adv", "ace_grpo_adv")}
-    for _ in range(reps):
-        for m, setup in setups.items():
-            st = states[m]
+    for rep in range(reps):
+        order = ("grpo", "ace_grpo") if rep % 2 == 0 else ("ace_grpo", "grpo")  # ABBA: no order bias
+        for m in order:
+            setup, st = setups[m], states[m]
             start = time.process_time()
             old, _ = batch_logprobs(st.model, batch, h.temperature, h.micro_batch_size_per_gpu)
             ref, _ = batch_logprobs(st.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu)
@@ -146,8 +158,9 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     return out
 
 
-def bench_trl(root: Path, steps: int, warmup: int) -> list[dict[str, float]]:
-    """Per-step wall time of TRL's GRPOTrainer on the same model, prompts and settings."""
+def bench_trl(root: Path, steps: int, warmup: int, after_step: Callable[[], None]) -> list[dict[str, float]]:
+    """Per-step wall and CPU time of TRL's GRPOTrainer on the same model, prompts and settings; ``after_step``
+    runs after each TRL step (outside its timing), so the local steps are interleaved with TRL's."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -179,6 +192,10 @@ def bench_trl(root: Path, steps: int, warmup: int) -> list[dict[str, float]]:
             wall, cpu = time.perf_counter() - self.start, time.process_time() - self.cpu
             times.append({"wall": wall, "cpu": cpu, "load": load()})
 
+    class Interleave(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            after_step()
+
     with tempfile.TemporaryDirectory() as out_dir:
         args = GRPOConfig(
             output_dir=out_dir,
@@ -208,7 +225,7 @@ def bench_trl(root: Path, steps: int, warmup: int) -> list[dict[str, float]]:
         )
         trainer = GRPOTrainer(
             model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tok,
-            callbacks=[StepTimer()],
+            callbacks=[StepTimer(), Interleave()],
         )  # fmt: skip
         trainer.train()
         lengths = [
@@ -297,7 +314,7 @@ def report(
         f"**{speedup_r['cpu']:.2f}x** CPU ({speedup_r['wall']:.2f}x wall) with the sampler's log-probs as old "
         "log-probs (`old_logprobs=rollout`, one forward pass less; TRL does the same when on-policy).",
         "",
-        f"ACE overhead, controlled ({len(ace['grpo'])} alternating repetitions on one identical rollout batch, "
+        f"ACE overhead, controlled ({len(ace['grpo'])} repetitions in ABBA order on one identical rollout batch, "
         "CPU seconds of log-probs + advantages + update):",
         f"- GRPO {median(ace['grpo']):.4f} s, ACE-GRPO {median(ace['ace_grpo']):.4f} s: median paired difference "
         f"{100 * ace_paired:+.2f}% of that part, {100 * ace_of_step:+.3f}% of a full GRPO step;",
@@ -348,12 +365,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         n_params = make_root(root)
-        half = max(1, args.steps // 2)
-        first = bench_local(root, half, args.warmup)
-        trl = bench_trl(root, args.steps, args.warmup)
-        second = bench_local(root, args.steps - half, args.warmup)
+        local_trainers = LocalTrainers(root, args.warmup)
+        trl = bench_trl(root, args.steps, args.warmup, after_step=local_trainers.step_all)
+        local_trainers.grader.close()
+        local = local_trainers.records
         ace = bench_ace_overhead(root, args.ace_reps)
-    local = {m: first[m] + second[m] for m in first}
     cmd = "python benchmarks/bench_trainer.py " + " ".join(
         f"--{k} {v}" for k, v in (("steps", args.steps), ("warmup", args.warmup), ("ace-reps", args.ace_reps))
     )

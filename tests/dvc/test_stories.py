@@ -36,7 +36,7 @@ from dvc_helpers import (
     snakemake_jobs,
 )
 
-from acerl.dvc import write_dvc_yaml
+from acerl.dvc import TRAINING_PLOT_METRICS, write_dvc_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -150,6 +150,16 @@ def test_story1_a_colleague_pulls_everything_and_reruns_nothing(study: Study):
     assert tree_digest(b / FINAL) == tree_digest(study.a / FINAL)
     assert dvc_status(b) == {}
     assert "Nothing to be done" in snakemake_dry_run(b, TEST_CONFIG)
+
+    # Pass@k per run from `dvc metrics show`; training curves from `dvc plots show`.
+    shown = json.loads(sh(b, "dvc", "metrics", "show", "--json").stdout)[""]["data"]
+    stages = dvc_stages(b / "dvc.yaml")
+    passk_files = {m for name, st in stages.items() if name.startswith("passk-") for m in st["metrics"]}
+    assert set(shown) == passk_files
+    assert all(set(v["data"]["pass_at_k"]) == {"1", "2", "4", "8"} for v in shown.values())
+    plots = json.loads(sh(b, "dvc", "plots", "show", "--json").stdout)
+    assert "errors" not in json.dumps(plots)
+    assert {f"training/tiny/{m}" for m in TRAINING_PLOT_METRICS} <= set(plots["data"])
 
     # B regenerates the tables: DVC runs the report stage and nothing else.
     tables = tree_digest(study.a / "results/tables")

@@ -172,9 +172,11 @@ def test_preempted_training_resumes_from_its_checkpoint(
     resumed = RESUME.search(train_log)
     assert resumed, f"no resume message in the training log of the retry:\n{tail(train_log, 30)}"
     step = int(resumed.group(2))
-    assert 1 <= step < TOTAL_STEPS
+    # (with proctrack/cgroup the trainer never sees the SIGTERM and trains on until SIGKILL after KillWait,
+    # possibly to its last checkpoint: then the retry only writes the final policy)
+    assert 1 <= step <= TOTAL_STEPS
     if mode == "signal":
-        assert saved_before == 0 and step >= steps_before  # no periodic checkpoint: written on SIGTERM
+        assert saved_before == 0 and steps_before <= step < TOTAL_STEPS  # no periodic one: written on SIGTERM
         first = _slurm_log(wf, jobs[0].job_id)
         assert "died with <Signals.SIGTERM" not in first, (
             "SIGTERM killed the rule's shell instead of reaching only the trainer: start the trainer with "
