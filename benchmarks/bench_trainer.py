@@ -296,8 +296,8 @@ def report(
         "",
         f"The 2-core machine was shared with other jobs (1-minute load average {min(loads):.1f}-{max(loads):.1f} "
         "during the runs), so wall-clock times are inflated and noisy; CPU time of the process (`process_time`, "
-        "one thread) is the fairer measure of work. GRPO and ACE-GRPO steps are interleaved; the TRL block runs "
-        "between two local blocks.",
+        "one thread) is the fairer measure of work. All trainers advance in lockstep (after each TRL step, one "
+        "step of every local variant), so load changes hit them alike.",
         "",
         "| trainer | median wall s/step | median CPU s/step | steps/s (wall) | mean response length |",
         "|---|---|---|---|---|",
@@ -370,7 +370,7 @@ def main() -> None:
         local_trainers.grader.close()
         local = local_trainers.records
         ace = bench_ace_overhead(root, args.ace_reps)
-    cmd = "python benchmarks/bench_trainer.py " + " ".join(
+    cmd = ".venv/bin/python benchmarks/bench_trainer.py " + " ".join(
         f"--{k} {v}" for k, v in (("steps", args.steps), ("warmup", args.warmup), ("ace-reps", args.ace_reps))
     )
     text = report(local, trl, cmd, args, n_params, ace)

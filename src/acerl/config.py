@@ -117,6 +117,9 @@ class TrainHyper(_Model):
     )
     val_samples: int = Field(128, ge=1, description="validation samples (Table 5; verl logging only)")
     gpu_memory_utilization: float = Field(0.75, gt=0, le=1, description="vLLM rollout memory share (Table 5)")
+    old_logprobs: Literal["recompute", "rollout"] = Field(
+        "recompute", description="log pi_old: a teacher-forced pass as verl does, or the sampler's log-probs"
+    )
     save_every: int = Field(25, ge=1, description="resumable checkpoint every N steps (and at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="resumable checkpoints kept on disk")
 
@@ -171,6 +174,11 @@ class FamilyConfig(_Model):
     reward: Literal["binary", "signed"] = Field("binary", description="binary: 1/0; signed: +1/-1 (DAPO)")
     dynamic_sampling: DynamicSampling = Field(default_factory=DynamicSampling)
     overlong: OverlongShaping = Field(default_factory=OverlongShaping)
+    policy_loss: str = Field("vanilla", description="policy loss name (acerl.algos.losses.POLICY_LOSSES)")
+    reference: Literal["initial", "ema"] = Field(
+        "initial", description="reference policy: the frozen base model, or an EMA of the policy (local backend)"
+    )
+    ref_ema_decay: float = Field(0.99, ge=0, lt=1, description="EMA decay per step (reference: ema)")
 
 
 class EstimatorConfig(_Model):

@@ -53,9 +53,9 @@ def _ov(cfg, run: Run, root: Path = Path("/work")) -> dict[str, str]:
 
 # Paper Table 5 columns and Sec. 5.1 / DAPO settings, written out independently of config/paper.yaml.
 TABLE5 = {
-    "qwen25_math_7b": {"batch": 2048, "lr": "1e-05", "resp": 3000, "steps": 90},
-    "qwen3_8b_base": {"batch": 1024, "lr": "5e-07", "resp": 8192, "steps": 180},
-    "llama31_8b_instruct": {"batch": 1024, "lr": "1e-06", "resp": 4096, "steps": 180},
+    "qwen25_math_7b": {"batch": 2048, "lr": "1e-05", "resp": 3000, "steps": 80},
+    "qwen3_8b_base": {"batch": 1024, "lr": "5e-07", "resp": 8192, "steps": 160},
+    "llama31_8b_instruct": {"batch": 1024, "lr": "1e-06", "resp": 4096, "steps": 160},
 }
 
 
@@ -149,10 +149,10 @@ def test_diagnostic_checkpoints(paper_cfg) -> None:
     """Diagnostic runs save at every diagnostic step (gcd schedule) and snapshot them through the callback."""
     ov = _ov(paper_cfg, Run("qwen25_math_7b", "ace_grpo", 0))
     steps = paper_cfg.diagnostic_steps("qwen25_math_7b")
-    assert steps == [0, 5, 10, 15, 20, 25, 50, 75, 90]
+    assert steps == [0, 5, 10, 15, 20, 25, 50, 75, 80]
     assert ov["trainer.save_freq"] == "5"
     assert ov["trainer.checkpoint_callback_class"] == "acerl.verl_backend.checkpoints.DiagnosticSnapshots"
-    assert ov["+trainer.acerl.snapshot_steps"] == "[5,10,15,20,25,50,75,90]"
+    assert ov["+trainer.acerl.snapshot_steps"] == "[5,10,15,20,25,50,75,80]"
     plain = _ov(paper_cfg, Run("qwen25_math_7b", "dapo", 0))  # not a diagnostics run
     assert plain["trainer.save_freq"] == "10"
     assert "trainer.checkpoint_callback_class" not in plain

@@ -78,26 +78,26 @@ DIFFICULTIES: dict[str, Difficulty] = {
     "easy": Difficulty(
         min_steps=1,
         max_steps=2,
-        max_operand=12,
+        max_operand=9,
         max_factor=5,
-        max_value=60,
+        max_value=50,
         allow_negative=False,
         linear_share=0.4,
-        max_coef=5,
-        max_root=10,
-        max_const=15,
+        max_coef=4,
+        max_root=9,
+        max_const=9,
     ),
     "medium": Difficulty(
         min_steps=2,
         max_steps=3,
-        max_operand=20,
+        max_operand=15,
         max_factor=6,
-        max_value=120,
+        max_value=100,
         allow_negative=False,
         linear_share=0.4,
         max_coef=6,
         max_root=12,
-        max_const=20,
+        max_const=15,
     ),
     "hard": Difficulty(
         min_steps=3,
@@ -435,15 +435,15 @@ def generate_split(
     rng = random.Random(f"{seed}:{split}")
     rows: list[dict[str, Any]] = []
     for i in range(size):
+        level, diff = levels[rng.randrange(len(levels))]
         for _ in range(max_tries_per_problem):
-            level, diff = levels[rng.randrange(len(levels))]
             problem = sample_problem(rng, diff)
             if problem.text not in seen:
                 break
         else:
             raise RuntimeError(
                 f"split {split!r}: no new distinct problem after {max_tries_per_problem} draws at row {i}; "
-                f"the difficulty {difficulty!r} has too few problems for the requested sizes"
+                f"difficulty {level!r} has too few distinct problems for the requested sizes"
             )
         seen.add(problem.text)
         solution, mistake = worked_solution(problem, rng, mistake_rate, mistake_weights)
