@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint dryrun clean-results
+.PHONY: setup run test test-slow lint dryrun
 .DEFAULT_GOAL := help
 
 help:
@@ -45,8 +45,13 @@ lint: setup
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
+# The default suite (what CI runs): everything but the `slow`, `gpu` and `slurm` marks.
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The slow end-to-end tests: the whole DAG on config/test.yaml, SIGKILL resume equivalence, DVC stories.
+test-slow: setup
+	$(BIN)/pytest -m slow $(PYTEST_ARGS)
 
 # A local one-node SLURM cluster (root; Debian packages) and the SLURM tests (docs/cluster.md).
 .PHONY: slurm-up slurm-down test-slurm

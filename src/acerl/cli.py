@@ -124,7 +124,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         from acerl.train import train_run
 
         threads = _threads(cfg)
-        out = train_run(cfg, run, args.root, device=_device(cfg), threads=threads, progress=not args.no_progress)
+        out = train_run(
+            cfg, run, args.root, device=_device(cfg), threads=threads, progress=not args.no_progress
+        )
     log.info("final policy: %s", out)
     return 0
 

@@ -176,7 +176,8 @@ class FamilyConfig(_Model):
     overlong: OverlongShaping = Field(default_factory=OverlongShaping)
     policy_loss: str = Field("vanilla", description="policy loss name (acerl.algos.losses.POLICY_LOSSES)")
     reference: Literal["initial", "ema"] = Field(
-        "initial", description="reference policy: the frozen base model, or an EMA of the policy (local backend)"
+        "initial",
+        description="reference policy: the frozen base model, or an EMA of the policy (local backend)",
     )
     ref_ema_decay: float = Field(0.99, ge=0, lt=1, description="EMA decay per step (reference: ema)")
 

@@ -530,9 +530,15 @@ def _render_for(config_files: Sequence[str | Path], root: Path) -> str:
 def write_dvc_yaml(config_files: Sequence[str | Path], out: str | Path) -> Path:
     """Render ``dvc.yaml`` for ``config_files`` (relative to the folder of ``out``, where the stages will run)
     and write it atomically; returns ``Path(out)``."""
+    import os
+
     from acerl.report.io import atomic_write_text
 
-    return atomic_write_text(out, _render_for(config_files, Path(out).parent))
+    path = atomic_write_text(out, _render_for(config_files, Path(out).parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)  # a committed file: readable like any other, not the temp file's 0600
+    return path
 
 
 def check_dvc_yaml(config_files: Sequence[str | Path], path: str | Path) -> str | None:

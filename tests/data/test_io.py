@@ -62,7 +62,9 @@ def test_blank_lines_are_skipped(tmp_path):
 
 def test_missing_key_names_file_line_and_key(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({"id": "x", "problem": "p"}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(ROWS[0]) + "\n" + json.dumps({"id": "x", "problem": "p"}) + "\n", encoding="utf-8"
+    )
     with pytest.raises(DataFormatError) as err:
         read_jsonl(path)
     assert str(path) in str(err.value) and ":2:" in str(err.value) and "'answer'" in str(err.value)

@@ -64,7 +64,10 @@ def wrong_steps(solution: str) -> int:
 def splits(tmp_path_factory):
     out = tmp_path_factory.mktemp("data")
     paths = write_splits(out, seed=7, sizes=SMALL, mistake_rate=0.3)
-    return {name: read_jsonl(path, required=("id", "problem", "answer", "solution")) for name, path in paths.items()}
+    return {
+        name: read_jsonl(path, required=("id", "problem", "answer", "solution"))
+        for name, path in paths.items()
+    }
 
 
 def test_writes_every_split_with_the_schema(splits):
@@ -163,14 +166,21 @@ def test_worked_examples():
     assert linear.solve((1, "wrong_op")) == ("3x=19-4=15. x=15/3=45. \\boxed{45}", 45)
     assert LinearProblem(a=1, sign="-", b=4, c=9).solve() == ("x=9+4=13. \\boxed{13}", 13)
     assert LinearProblem(a=1, sign="-", b=4, c=9).solve((0, "sign")) == ("x=9-4=5. \\boxed{5}", 5)
-    assert LinearProblem(a=2, sign="+", b=4, c=10).solve((1, "copy")) == ("2x=10-4=6. x=10/2=5. \\boxed{5}", 5)
+    assert LinearProblem(a=2, sign="+", b=4, c=10).solve((1, "copy")) == (
+        "2x=10-4=6. x=10/2=5. \\boxed{5}",
+        5,
+    )
 
 
 def test_carry_error():
     assert carry_error("+", 27, 15) == 32
     assert carry_error("-", 42, 17) == 35
     assert carry_error("*", 14, 3) == 32 and carry_error("*", 3, 14) == 32
-    assert carry_error("-", 3, 14) is None and carry_error("*", 14, 13) is None and carry_error("+", -1, 2) is None
+    assert (
+        carry_error("-", 3, 14) is None
+        and carry_error("*", 14, 13) is None
+        and carry_error("+", -1, 2) is None
+    )
 
 
 def test_boxed_answers_verify_with_math_verify(splits):
@@ -197,7 +207,7 @@ def test_bad_arguments_raise_clear_errors(tmp_path):
         write_splits(tmp_path, sizes={"extra": 5})
     with pytest.raises(ValueError, match="unknown mistake type"):
         worked_solution(ArithProblem(1, (("+", 2),)), random.Random(0), 1.0, {"typo": 1.0})
-    with pytest.raises(RuntimeError, match="too few problems"):
+    with pytest.raises(RuntimeError, match="too few distinct problems"):
         generate_split("tiny", 50, seed=0, difficulty={"max_steps": 1, "max_operand": 2, "max_factor": 2,
                                                        "max_value": 4, "linear_share": 0.0})  # fmt: skip
     assert set(DIFFICULTIES) == {"easy", "medium", "hard"}

@@ -7,7 +7,7 @@ A runs the whole study with ``dvc repro`` in a scratch git repository and pushes
    sampling, with DVC and with Snakemake.
 2. Changing an ACE alpha marks only that method's runs and what depends on them, the same jobs in both tools.
 3. A deleted final checkpoint comes back bit-identical from ``dvc checkout``.
-4. A damaged cache file is reported, never silently used (what DVC 3.67 does, and ``verify-cache``).
+4. A damaged file (on the remote, in the cache) is reported: what DVC 3.67 does, and ``verify-cache``.
 """
 
 from __future__ import annotations
@@ -221,8 +221,13 @@ def test_story3_a_deleted_checkpoint_is_restored_bit_identically(study: Study):
     before = tree_digest(d / FINAL)
     remove(d / FINAL)
     status = dvc_status(d)
-    assert set(status) == {"train_policy-tiny-grpo-seed0"}
-    assert "deleted" in json.dumps(status)
+    assert set(status) == {  # the stage whose output it is and the ones reading it
+        "train_policy-tiny-grpo-seed0",
+        "sample-synth_easy-tiny-grpo-seed0",
+        "sample-synth_hard-tiny-grpo-seed0",
+        "diagnose-tiny-grpo-seed0",
+    }
+    assert all("deleted" in json.dumps(v) for v in status.values())
     sh(d, "dvc", "checkout", FINAL)
     assert tree_digest(d / FINAL) == before == tree_digest(study.a / FINAL)
     assert dvc_status(d) == {}
@@ -230,34 +235,42 @@ def test_story3_a_deleted_checkpoint_is_restored_bit_identically(study: Study):
     assert "Nothing to be done" in snakemake_dry_run(d, TEST_CONFIG)
 
 
-def test_story4_a_damaged_cache_file_is_reported_not_used(study: Study):
+def test_story4_a_damaged_file_is_reported_not_used(study: Study):
     weights = "model.safetensors"
     good = tree_digest(study.a / FINAL)[weights]
-
-    # (a) Damaged on the remote: `dvc pull` re-hashes what it downloads, refuses the file and fails.
-    bad_remote = study.base / "remote-damaged"
-    shutil.copytree(study.remote, bad_remote)
-    rel = cache_file_of(study.a, FINAL, weights).relative_to(study.a / ".dvc" / "cache")
-    damage(bad_remote / rel, keep_mode=True)
     e = study.base / "E"
     sh(study.base, "git", "clone", "-q", str(study.a), str(e))
+
+    # (a) Damaged on the remote (same size). DVC 3.67 trusts what it downloads from a remote unless the remote
+    # has `verify = true`: the damaged file is checked out; `verify-cache` names it.
+    bad_remote = study.base / "remote-damaged"
+    shutil.copytree(study.remote, bad_remote)
+    damage(bad_remote / cache_file_of(study.a, FINAL, weights).relative_to(study.a / ".dvc" / "cache"), True)
     sh(e, "dvc", "remote", "modify", "--local", "lab", "url", str(bad_remote))
+    sh(e, "dvc", "pull")
+    assert tree_digest(e / FINAL)[weights] != good
+    proc = sh(e, *ACERL_DVC, "verify-cache", check=False)
+    assert proc.returncode == 1 and f"{FINAL}/{weights}" in proc.stderr
+
+    # ... with `verify = true` (docs/sharing.md) `dvc pull` re-hashes the download, refuses it and fails.
+    shutil.rmtree(e / ".dvc" / "cache")
+    remove(e / FINAL)
+    sh(e, "dvc", "remote", "modify", "--local", "lab", "verify", "true")
     proc = sh(e, "dvc", "pull", check=False)
-    assert proc.returncode != 0
-    assert FINAL in proc.stdout + proc.stderr
+    assert proc.returncode != 0 and FINAL in proc.stdout + proc.stderr
     assert not (e / FINAL / weights).exists()
     assert "train_policy-tiny-grpo-seed0" in dvc_status(e)
 
-    # (b) Damaged in the local cache, still read-only: DVC 3.67 trusts it without re-hashing ...
+    # (b) Damaged in the local cache, still read-only: DVC trusts it without re-hashing and checks it out ...
     sh(e, "dvc", "remote", "modify", "--local", "lab", "url", str(study.remote))
     sh(e, "dvc", "pull")
-    cached = cache_file_of(e, FINAL, weights)
-    damage(cached, keep_mode=True)
+    assert tree_digest(e / FINAL)[weights] == good
+    damage(cache_file_of(e, FINAL, weights), keep_mode=True)
     remove(e / FINAL)
     sh(e, "dvc", "checkout", FINAL)
-    assert tree_digest(e / FINAL)[weights] != good  # silently checked out
+    assert tree_digest(e / FINAL)[weights] != good
     assert dvc_status(e) == {}
-    # ... so `python -m acerl.dvc verify-cache` re-hashes: it names the damaged file, and repairs it.
+    # ... `verify-cache` names it; --repair, pull and a relinking checkout restore the original.
     proc = sh(e, *ACERL_DVC, "verify-cache", check=False)
     assert proc.returncode == 1 and f"{FINAL}/{weights}" in proc.stderr
     sh(e, *ACERL_DVC, "verify-cache", "--repair", check=False)

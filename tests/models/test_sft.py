@@ -62,7 +62,7 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor():
     assert lr_at(10, cfg) == pytest.approx(1.0)
     assert lr_at(99, cfg) == pytest.approx(0.1, abs=1e-3)
     values = [lr_at(s, cfg) for s in range(10, 100)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))
     with pytest.raises(ValueError, match="warmup_steps"):
         SFTConfig(steps=5, warmup_steps=6)
 
@@ -94,7 +94,9 @@ def test_sft_lowers_the_loss_and_the_saved_folder_reloads_exactly(tokenizer, dat
     assert [step for step, _ in curve] == [10, 20, 30, 40]
     assert curve[-1][1] < 0.6 * curve[0][1]
     out = save_hf_folder(tmp_path / "base", model, tokenizer, {"note": "test"})
-    assert (out / "model.safetensors").is_file() and json.loads((out / METRICS_FILE).read_text()) == {"note": "test"}
+    assert (out / "model.safetensors").is_file() and json.loads((out / METRICS_FILE).read_text()) == {
+        "note": "test"
+    }
     loaded = AutoModelForCausalLM.from_pretrained(out).eval()
     loaded_tok = AutoTokenizer.from_pretrained(out)
     texts = [build_prompt(r["problem"], "plain") + " " + r["solution"] for r in rows[:4]]

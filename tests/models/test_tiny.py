@@ -24,7 +24,9 @@ def test_same_seed_same_weights_and_global_rng_untouched(tokenizer):
     assert torch.equal(torch.rand(3), expected_next)
     b = build_tiny_model(SMALL, tokenizer, seed=0)
     c = build_tiny_model(SMALL, tokenizer, seed=1)
-    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(
+        torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
     assert not torch.equal(a.model.embed_tokens.weight, c.model.embed_tokens.weight)
 
 

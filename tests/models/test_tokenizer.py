@@ -22,8 +22,18 @@ def tokenizer():
 
 
 def test_special_token_ids(tokenizer):
-    assert [tokenizer.pad_token, tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token] == [PAD, BOS, EOS, UNK]
-    assert [tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id] == [0, 1, 2, 3]
+    assert [tokenizer.pad_token, tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token] == [
+        PAD,
+        BOS,
+        EOS,
+        UNK,
+    ]
+    assert [
+        tokenizer.pad_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        tokenizer.unk_token_id,
+    ] == [0, 1, 2, 3]
     assert len(tokenizer) == 4 + len(CHARSET) == 100
 
 

@@ -49,7 +49,9 @@ def read_jsonl(path: Path | str, required: Sequence[str] = DEFAULT_REQUIRED) -> 
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise DataFormatError(f"{path}:{lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
+                raise DataFormatError(
+                    f"{path}:{lineno}: invalid JSON ({err.msg} at column {err.colno})"
+                ) from None
             if not isinstance(row, dict):
                 raise DataFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             missing = [key for key in required if key not in row]

@@ -65,7 +65,9 @@ class Difficulty:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_steps <= self.max_steps:
-            raise ValueError(f"Difficulty needs 1 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}")
+            raise ValueError(
+                f"Difficulty needs 1 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}"
+            )
         if self.max_operand < 1 or self.max_factor < 2 or self.max_coef < 1 or self.max_const < 1:
             raise ValueError(f"Difficulty bounds too small: {self}")
         if self.max_value < max(self.max_operand, self.max_factor):
@@ -78,14 +80,14 @@ DIFFICULTIES: dict[str, Difficulty] = {
     "easy": Difficulty(
         min_steps=1,
         max_steps=2,
-        max_operand=9,
-        max_factor=5,
-        max_value=50,
+        max_operand=12,
+        max_factor=6,
+        max_value=60,
         allow_negative=False,
         linear_share=0.4,
-        max_coef=4,
-        max_root=9,
-        max_const=9,
+        max_coef=5,
+        max_root=10,
+        max_const=12,
     ),
     "medium": Difficulty(
         min_steps=2,
@@ -114,7 +116,13 @@ DIFFICULTIES: dict[str, Difficulty] = {
 }
 """Named presets; a split's difficulty is a preset name or a list of names (an equal mixture)."""
 
-DEFAULT_SIZES: dict[str, int] = {"synth_easy": 100, "synth_hard": 50, "heldout": 100, "train": 1000, "sft": 8000}
+DEFAULT_SIZES: dict[str, int] = {
+    "synth_easy": 100,
+    "synth_hard": 50,
+    "heldout": 100,
+    "train": 1000,
+    "sft": 8000,
+}
 DEFAULT_DIFFICULTIES: dict[str, str | list[str]] = {
     "synth_easy": "easy",
     "synth_hard": "hard",
@@ -156,13 +164,13 @@ def carry_error(op: str, a: int, b: int) -> int | None:
         da, db = _digits(a), _digits(b)
         n = max(len(da), len(db))
         da, db = da + [0] * (n - len(da)), db + [0] * (n - len(db))
-        return _from_digits([(x + y) % 10 for x, y in zip(da, db)])
+        return _from_digits([(x + y) % 10 for x, y in zip(da, db, strict=True)])
     if op == "-":
         if a < b:
             return None
         da, db = _digits(a), _digits(b)
         db = db + [0] * (len(da) - len(db))
-        return _from_digits([abs(x - y) for x, y in zip(da, db)])
+        return _from_digits([abs(x - y) for x, y in zip(da, db, strict=True)])
     if op == "*":
         if b > 9 and a <= 9:
             a, b = b, a
@@ -389,7 +397,9 @@ def worked_solution(
 
 
 # ------------------------------------------------------------------------------------------------ splits
-def resolve_difficulty(spec: str | Sequence[str] | Difficulty | Mapping[str, Any]) -> list[tuple[str, Difficulty]]:
+def resolve_difficulty(
+    spec: str | Sequence[str] | Difficulty | Mapping[str, Any],
+) -> list[tuple[str, Difficulty]]:
     """A split's difficulty spec -> ``[(name, Difficulty), ...]`` (problems draw uniformly from the list).
 
     ``spec`` is a preset name (:data:`DIFFICULTIES`), a list of preset names, a :class:`Difficulty`, or a
@@ -484,7 +494,9 @@ def write_splits(
         raise ValueError(f"split(s) {missing} have a size but no difficulty; add them to 'difficulties'")
     unknown_mistake = sorted(set(mistake_splits) - set(size_of))
     if unknown_mistake:
-        raise ValueError(f"mistake_splits names unknown split(s) {unknown_mistake}; splits: {sorted(size_of)}")
+        raise ValueError(
+            f"mistake_splits names unknown split(s) {unknown_mistake}; splits: {sorted(size_of)}"
+        )
     order = [s for s in SPLIT_ORDER if s in size_of] + sorted(set(size_of) - set(SPLIT_ORDER))
     seen: set[str] = set()
     paths: dict[str, Path] = {}
@@ -492,7 +504,9 @@ def write_splits(
         if size_of[split] == 0:
             continue
         rate = mistake_rate if split in mistake_splits else 0.0
-        rows = generate_split(split, size_of[split], seed, diff_of[split], rate, mistake_weights, exclude=seen)
+        rows = generate_split(
+            split, size_of[split], seed, diff_of[split], rate, mistake_weights, exclude=seen
+        )
         paths[split] = write_jsonl(Path(out_dir) / f"{split}.jsonl", rows)
         n_wrong = sum(r["mistake"] is not None for r in rows)
         logger.info("wrote %s: %d problems (%d with an injected mistake)", paths[split], len(rows), n_wrong)

@@ -58,7 +58,9 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"SFTConfig needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}")
+            raise ValueError(
+                f"SFTConfig needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}"
+            )
         if not 0 <= self.warmup_steps <= self.steps:
             raise ValueError(f"SFTConfig.warmup_steps must be in [0, steps], got {self.warmup_steps}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -92,7 +94,9 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dic
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-def response_token_stats(model: PreTrainedModel, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+def response_token_stats(
+    model: PreTrainedModel, batch: Mapping[str, torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
     """Teacher-forced per-sequence statistics over the response tokens.
 
     Returns ``(nll_sum, n_tokens, all_argmax)``, each ``(B,)``: summed NLL of the labelled tokens, their count,
@@ -180,7 +184,9 @@ def train_sft(
         raise ValueError("no SFT rows")
     examples = [encode_example(tokenizer, r["problem"], r["solution"], cfg.template) for r in rows]
     batches = shuffled_batches(len(examples), cfg.batch_size, seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+    )
     model.train()
     curve: list[tuple[int, float]] = []
     window: list[float] = []
@@ -208,7 +214,10 @@ def train_sft(
 
 # ------------------------------------------------------------------------------------------------ save
 def save_hf_folder(
-    out_dir: Path | str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, metrics: Mapping[str, Any]
+    out_dir: Path | str,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    metrics: Mapping[str, Any],
 ) -> Path:
     """Write model (safetensors), tokenizer and ``sft_metrics.json`` to ``out_dir`` atomically.
 
@@ -251,7 +260,9 @@ def prepare_tiny_base(
     model_cfg = model_cfg or TinyModelConfig()
     sft_cfg = sft_cfg or SFTConfig()
     rows = read_jsonl(sft_data, required=("problem", "solution"))
-    evals = {name: read_jsonl(path, required=("problem", "solution")) for name, path in (eval_data or {}).items()}
+    evals = {
+        name: read_jsonl(path, required=("problem", "solution")) for name, path in (eval_data or {}).items()
+    }
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

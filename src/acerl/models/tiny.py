@@ -30,7 +30,9 @@ class TinyModelConfig:
         if self.hidden_size % self.num_heads != 0:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
+            raise ValueError(
+                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}"
+            )
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -55,7 +57,9 @@ def llama_config(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) -> Ll
     )
 
 
-def build_tiny_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> LlamaForCausalLM:
+def build_tiny_model(
+    cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerBase, seed: int = 0
+) -> LlamaForCausalLM:
     """A freshly initialised tiny Llama (float32, train mode); same ``seed`` -> same weights."""
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
