@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -530,8 +531,6 @@ def _render_for(config_files: Sequence[str | Path], root: Path) -> str:
 def write_dvc_yaml(config_files: Sequence[str | Path], out: str | Path) -> Path:
     """Render ``dvc.yaml`` for ``config_files`` (relative to the folder of ``out``, where the stages will run)
     and write it atomically; returns ``Path(out)``."""
-    import os
-
     from acerl.report.io import atomic_write_text
 
     path = atomic_write_text(out, _render_for(config_files, Path(out).parent))

@@ -36,7 +36,7 @@ from acerl.config import load_config
 from acerl.train.checkpoint import list_checkpoints
 from acerl.train.metrics import read_metrics
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = pytest.mark.slurm
 
 TOTAL_STEPS = 24
 RESUME = re.compile(r"resuming from (\S+) \(step (\d+)\)")
