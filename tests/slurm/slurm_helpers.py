@@ -140,7 +140,8 @@ def find_local_cluster() -> LocalCluster | str:
         return f"no SLURM cluster: sinfo failed to run ({e})"
     states = proc.stdout.split()
     if proc.returncode != 0 or not states or states[0] != "up":
-        reason = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        reason = lines[-1] if lines else f"exit code {proc.returncode}"
         return (
             f"no SLURM cluster reachable (sinfo: {reason}); start one with: sudo scripts/slurm_local.sh start"
         )

@@ -286,11 +286,6 @@ def test_sbatch_gets_partition_account_nodes_memory_time_and_signal(
             assert expected in opts, (expected, opts)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the rules set the resource `gpus`, which snakemake-executor-plugin-slurm 2.x ignores; they must "
-    "also set gres='gpu:<gpus per node>' (see docs/cluster.md, 'GPUs'). Remove this mark once they do.",
-)
 def test_sbatch_requests_the_gpus_per_node(sbatch_calls: dict[str, list[str]], paper_cfg: Config) -> None:
     for model in ("qwen25_math_7b", "qwen3_8b_base"):
         opts = _options(sbatch_calls[f"rule_train_policy_wildcards_{model}_grpo_0"])

@@ -41,6 +41,16 @@ def res(rule_name, attr):
     return get
 
 
+def gres(rule_name):
+    """SLURM generic resources for the rule's GPUs ('gpu:N' per node; '' when none: the plugin then omits it)."""
+
+    def get(wildcards):
+        n = CFG.resources(rule_name, getattr(wildcards, "model", None)).gpus
+        return f"gpu:{n}" if n else ""
+
+    return get
+
+
 def log_path(rule_name, *parts):
     return str(Path("logs", rule_name, *parts).with_suffix(".log"))
 

@@ -19,6 +19,7 @@ rule diagnose:
         mem_mb=res("diagnose", "mem_mb"),
         runtime=res("diagnose", "runtime"),
         gpus=res("diagnose", "gpus"),
+        gres=gres("diagnose"),
     params:
         cmd=lambda w: stage_command("diagnose", CONFIG_FILES, ROOT, run=run_of(w)),
         diagnostics=(

@@ -18,6 +18,7 @@ rule sample:
         mem_mb=res("sample", "mem_mb"),
         runtime=res("sample", "runtime"),
         gpus=res("sample", "gpus"),
+        gres=gres("sample"),
     params:
         cmd=lambda w: stage_command(
             "sample", CONFIG_FILES, ROOT, run=run_of(w), benchmark=w.benchmark

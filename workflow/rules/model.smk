@@ -17,6 +17,7 @@ rule prepare_base:
         mem_mb=res("prepare_base", "mem_mb"),
         runtime=res("prepare_base", "runtime"),
         gpus=res("prepare_base", "gpus"),
+        gres=gres("prepare_base"),
     params:
         cmd=lambda w: stage_command("prepare_base", CONFIG_FILES, ROOT, model=w.model),
         base=lambda w: spec_json(

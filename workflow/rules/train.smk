@@ -19,6 +19,7 @@ rule train_policy:
         mem_mb=res("train_policy", "mem_mb"),
         runtime=res("train_policy", "runtime"),
         gpus=res("train_policy", "gpus"),
+        gres=gres("train_policy"),
         nodes=res("train_policy", "nodes"),
     params:
         cmd=lambda w: stage_command("train_policy", CONFIG_FILES, ROOT, run=run_of(w)),
