@@ -1,6 +1,6 @@
 # The ACE study as a Snakemake workflow: a table of contents.
 #   snakemake -c2 all                                              embedded default (CPU, minutes)
-#   snakemake --profile slurm --configfile config/paper.yaml all   the paper's grid on a SLURM cluster
+#   snakemake --profile slurm --configfile=config/paper.yaml all   the paper's grid on a SLURM cluster
 # Every rule calls the `acerl` CLI; paths come from acerl.paths; the config is validated by acerl.config.
 from snakemake.utils import min_version
 

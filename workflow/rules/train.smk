@@ -25,4 +25,4 @@ rule train_policy:
         cmd=lambda w: stage_command("train_policy", CONFIG_FILES, ROOT, run=run_of(w)),
         spec=run_spec,
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "exec {params.cmd} > {log} 2>&1"

@@ -44,7 +44,7 @@ METRICS_FILE = "sft_metrics.json"
 class SFTConfig:
     """Supervised fine-tuning settings of the tiny base model."""
 
-    steps: int = 600  # optimizer steps
+    steps: int = 450  # optimizer steps
     batch_size: int = 64  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate
     warmup_steps: int = 30  # linear warm-up from 0 to lr

@@ -14,13 +14,13 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    """Architecture of the tiny Llama (defaults: about 0.2M parameters)."""
+    """Architecture of the tiny Llama (defaults: 341K parameters)."""
 
-    hidden_size: int = 64  # model width d
-    num_layers: int = 3  # transformer blocks
+    hidden_size: int = 128  # model width d
+    num_layers: int = 2  # transformer blocks
     num_heads: int = 4  # attention heads (head dim = hidden_size / num_heads)
     num_kv_heads: int = 4  # key/value heads (= num_heads: plain multi-head attention)
-    intermediate_size: int = 192  # SwiGLU hidden width
+    intermediate_size: int = 256  # SwiGLU hidden width
     max_position_embeddings: int = 256  # longest prompt + response in tokens (characters)
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = True
