@@ -37,7 +37,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -394,7 +394,7 @@ def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]
     return stages
 
 
-def _eval_stages(cfg: Config, benchmark: str, run: Run, cmd: Any) -> list[Stage]:
+def _eval_stages(cfg: Config, benchmark: str, run: Run, cmd: Callable[..., str]) -> list[Stage]:
     parts = (benchmark, *_run_parts(run))
     generations = _p(paths.generations_file(ROOT, benchmark, run))
     scored = _p(paths.scored_file(ROOT, benchmark, run))
@@ -441,7 +441,7 @@ def _real_data_deps(cfg: Config) -> list[str]:
 
 def _base_deps(cfg: Config, model: str) -> list[str]:
     mc = cfg.models[model]
-    if mc.source == "tiny":  # SFT data; the benchmarks are scored after SFT (logged in the model folder)
+    if mc.source == "tiny":  # the SFT data, and the benchmarks the SFT'd model is scored on
         return [_p(paths.data_file(ROOT, s)) for s in ("sft", *cfg.evaluation.benchmarks)]
     return [Path(mc.path).as_posix()] if mc.path else []
 
