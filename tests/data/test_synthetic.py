@@ -138,7 +138,7 @@ def test_mistakes_give_a_wrong_box_at_the_configured_rate():
     for r in wrong:  # exactly one wrong computation for the step-level mistakes
         if r["mistake"] in ("off_by_one", "carry", "wrong_op"):
             assert wrong_steps(r["solution"]) == 1, r
-        else:  # copy / sign: arithmetic right, wrong operand or sign
+        else:  # copy / sign / early_stop: arithmetic right; wrong operand, sign, or a step skipped
             assert wrong_steps(r["solution"]) == 0, r
 
 
@@ -158,12 +158,15 @@ def test_worked_examples():
     assert arith.solve((1, "copy")) == ("3+4=7. 3*2=6. 6-5=1. \\boxed{1}", 1)
     assert arith.solve((1, "wrong_op")) == ("3+4=7. 7*2=9. 9-5=4. \\boxed{4}", 4)
     assert arith.solve((0, "off_by_one"), offset=-1) == ("3+4=6. 6*2=12. 12-5=7. \\boxed{7}", 7)
+    assert arith.solve((2, "early_stop")) == ("3+4=7. 7*2=14. \\boxed{14}", 14)
     assert arith.solve((0, "copy")) is None and arith.solve((0, "sign")) is None
+    assert arith.solve((0, "early_stop")) is None
     assert ArithProblem(start=12, ops=(("-", 3), ("-", 4))).text == "Compute 12-3-4."
     linear = LinearProblem(a=3, sign="+", b=4, c=19)
     assert linear.text == "Solve 3x+4=19." and linear.answer == 5
     assert linear.solve() == ("3x=19-4=15. x=15/3=5. \\boxed{5}", 5)
     assert linear.solve((1, "wrong_op")) == ("3x=19-4=15. x=15/3=45. \\boxed{45}", 45)
+    assert linear.solve((1, "early_stop")) == ("3x=19-4=15. \\boxed{15}", 15)
     assert LinearProblem(a=1, sign="-", b=4, c=9).solve() == ("x=9+4=13. \\boxed{13}", 13)
     assert LinearProblem(a=1, sign="-", b=4, c=9).solve((0, "sign")) == ("x=9-4=5. \\boxed{5}", 5)
     assert LinearProblem(a=2, sign="+", b=4, c=10).solve((1, "copy")) == (

@@ -17,6 +17,7 @@ from acerl.models.sft import (
     collate,
     encode_example,
     lr_at,
+    pack_examples,
     prepare_tiny_base,
     response_token_stats,
     save_hf_folder,
@@ -54,6 +55,46 @@ def test_encode_example_masks_the_prompt(tokenizer):
     assert batch["input_ids"].shape == (2, len(ids))
     assert batch["attention_mask"][1].tolist() == [1] * 5 + [0] * (len(ids) - 5)
     assert (batch["labels"][1] == IGNORE_INDEX).all()
+
+
+def packed_segments(packed: dict[str, torch.Tensor]) -> dict[tuple[int, ...], tuple[int, int]]:
+    """``{token ids of a packed example: (row, start)}``, read back from the position restarts."""
+    out = {}
+    for r, (ids, pos) in enumerate(
+        zip(packed["input_ids"].tolist(), packed["position_ids"].tolist(), strict=True)
+    ):
+        starts = [c for c, p in enumerate(pos) if p == 0] + [len(pos)]
+        for start, end in zip(starts[:-1], starts[1:], strict=True):
+            out[tuple(ids[start:end])] = (r, start)
+    return out
+
+
+def test_packed_batch_gives_the_padded_loss_and_logits(tokenizer, data):
+    rows = read_jsonl(data["sft"], required=("problem", "solution"))[:12]
+    examples = [encode_example(tokenizer, r["problem"], r["solution"]) for r in rows]
+    packed = pack_examples(examples, tokenizer.pad_token_id)
+    assert packed["input_ids"].shape[0] < len(examples)  # several examples share a row
+    assert packed["input_ids"].shape[1] <= 2 * max(len(ids) for ids, _ in examples)
+    n_labels = sum(sum(x != IGNORE_INDEX for x in labels) for _, labels in examples)
+    assert int((packed["labels"] != IGNORE_INDEX).sum()) == n_labels
+    segments = packed_segments(packed)
+    model = build_tiny_model(SMALL, tokenizer, seed=0).eval()
+    with torch.no_grad():
+        inputs = {
+            "input_ids": packed["input_ids"],
+            "position_ids": packed["position_ids"],
+            "use_cache": False,
+        }
+        packed_logits = model(**inputs).logits
+        for ids, _ in examples:  # an example's logits in its packed row equal a forward pass on it alone
+            row, start = segments[tuple(ids)]
+            alone = model(input_ids=torch.tensor([ids])).logits[0]
+            torch.testing.assert_close(
+                packed_logits[row, start : start + len(ids)], alone, atol=1e-5, rtol=1e-4
+            )
+        loss_packed = model(**packed, use_cache=False).loss
+        loss_padded = model(**collate(examples, tokenizer.pad_token_id), use_cache=False).loss
+    torch.testing.assert_close(loss_packed, loss_padded, atol=1e-5, rtol=1e-5)
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():

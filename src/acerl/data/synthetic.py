@@ -34,13 +34,25 @@ from acerl.data.io import write_jsonl
 
 logger = logging.getLogger(__name__)
 
-MistakeType = Literal["off_by_one", "carry", "wrong_op", "copy", "sign"]
-MISTAKE_TYPES: tuple[str, ...] = ("off_by_one", "carry", "wrong_op", "copy", "sign")
+MISTAKE_TYPES: tuple[str, ...] = ("off_by_one", "carry", "wrong_op", "copy", "sign", "early_stop")
 """``off_by_one``: a step's result is 1 too high or too low. ``carry``: a dropped carry or borrow
 (``27+15=32``; ``42-17=35``; ``14*3=32``). ``wrong_op``: the written step applies another operator
 (``7*2=9``; ``9-4=13``; ``x=15/3=45``). ``copy``: a stale number is copied in place of the previous result
 (``3+4=7. 3*2=6.``; ``x=19/3`` instead of ``15/3``). ``sign``: a constant moved across ``=`` keeps its sign
-(``3x=19+4``)."""
+(``3x=19+4``). ``early_stop``: the solution boxes an intermediate value and skips the remaining steps
+(``3+4=7. \\boxed{7}``; ``3x=19-4=15. \\boxed{15}``)."""
+
+DEFAULT_MISTAKE_WEIGHTS: dict[str, float] = {
+    "off_by_one": 1.0,
+    "carry": 1.0,
+    "wrong_op": 1.0,
+    "copy": 2.0,
+    "sign": 1.0,
+    "early_stop": 3.0,
+}
+"""Relative frequency of each mistake type (among the types that apply to a problem). Structural mistakes weigh
+more: the tiny model learns ``early_stop`` and ``copy`` as distinct modes, whereas digit-level mistakes blur
+into its own arithmetic slips (docs/tiny_task.md)."""
 
 _WRONG_OP = {"+": "-", "-": "+", "*": "+"}
 
@@ -218,6 +230,10 @@ class ArithProblem:
         parts: list[str] = []
         for i, (op, n) in enumerate(self.ops):
             kind = mistake[1] if mistake is not None and mistake[0] == i else None
+            if kind == "early_stop":
+                if i == 0:
+                    return None
+                break
             shown = left
             if kind == "copy":
                 if i == 0 or prev_left == left:
@@ -295,6 +311,9 @@ class LinearProblem:
         x = v // a
         if a != 1:
             shown = v
+            if step == 1 and kind == "early_stop":
+                parts.append(f"\\boxed{{{v}}}")
+                return " ".join(parts), v
             if step == 1:
                 if kind == "off_by_one":
                     x = v // a + offset
@@ -368,13 +387,13 @@ def worked_solution(
 ) -> tuple[str, str | None]:
     """The worked solution of ``problem``, carrying one mistake with probability ``mistake_rate``.
 
-    A mistake type is drawn by ``mistake_weights`` (default: equal) among the types that apply to the
-    problem, at a uniformly drawn step where it applies and changes the final answer. Returns
+    A mistake type is drawn by ``mistake_weights`` (default :data:`DEFAULT_MISTAKE_WEIGHTS`) among the types
+    that apply to the problem, at a uniformly drawn step where it applies and changes the final answer. Returns
     ``(solution, mistake_type or None)``; the solution ends in ``\\boxed{<final value>}``.
     """
     if not 0.0 <= mistake_rate <= 1.0:
         raise ValueError(f"mistake_rate must be in [0, 1], got {mistake_rate}")
-    weights = dict(mistake_weights) if mistake_weights is not None else dict.fromkeys(MISTAKE_TYPES, 1.0)
+    weights = dict(mistake_weights if mistake_weights is not None else DEFAULT_MISTAKE_WEIGHTS)
     unknown = sorted(set(weights) - set(MISTAKE_TYPES))
     if unknown:
         raise ValueError(f"unknown mistake type(s) {unknown}; valid: {', '.join(MISTAKE_TYPES)}")
@@ -477,7 +496,7 @@ def write_splits(
     seed: int = 0,
     sizes: Mapping[str, int] | None = None,
     difficulties: Mapping[str, Any] | None = None,
-    mistake_rate: float = 0.3,
+    mistake_rate: float = 0.5,
     mistake_weights: Mapping[str, float] | None = None,
     mistake_splits: Sequence[str] = ("sft",),
 ) -> dict[str, Path]:
