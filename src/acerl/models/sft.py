@@ -16,9 +16,6 @@ import argparse
 import json
 import logging
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -260,25 +257,11 @@ def save_hf_folder(
     tokenizer: PreTrainedTokenizerBase,
     metrics: Mapping[str, Any],
 ) -> Path:
-    """Write model (safetensors), tokenizer and ``sft_metrics.json`` to ``out_dir`` atomically.
+    """Write model (safetensors), tokenizer and ``sft_metrics.json`` to ``out_dir`` atomically (a killed job
+    leaves the old folder or none, never a partial one)."""
+    from acerl.train.checkpoint import save_hf_folder as save_atomic
 
-    Everything goes to a temporary sibling folder that then replaces ``out_dir`` (an older folder there is
-    removed first), so a killed job leaves either the old folder or none, never a partial one.
-    """
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return save_atomic(Path(out_dir), model, tokenizer, {METRICS_FILE: json.dumps(metrics, indent=2) + "\n"})
 
 
 def prepare_tiny_base(

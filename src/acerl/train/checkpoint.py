@@ -118,11 +118,15 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def save_hf_folder(out_dir: Path, model: torch.nn.Module, tokenizer: Any) -> Path:
-    """Save ``model`` (safetensors) and ``tokenizer`` as a loadable HF folder, atomically."""
+def save_hf_folder(
+    out_dir: Path, model: torch.nn.Module, tokenizer: Any, extra_files: dict[str, str] | None = None
+) -> Path:
+    """Save ``model`` (safetensors), ``tokenizer`` and ``extra_files`` (name -> text) as an HF folder, atomically."""
     with atomic_dir(Path(out_dir)) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
     return Path(out_dir)
 
 
