@@ -10,13 +10,16 @@ CORES ?= 2
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
+# The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: setup run test test-slow lint dryrun
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make run    - set up .venv and run the default experiment (snakemake -c$(CORES) all)"
-	@echo "make test   - set up .venv and run lint + the default test suite"
+	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~25 min"
+	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make setup  - only create/update .venv"
 
 setup: $(VENV)/.installed
@@ -45,16 +48,22 @@ lint: setup
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
-# The default suite (what CI runs): everything but the `slow`, `gpu` and `slurm` marks.
+# The README's test command (what CI runs): lint, then every test a CPU machine can run in one pytest session --
+# unit tests, the CI-scale study end to end (whole DAG, DVC stories, resume) and the SLURM tests on a local
+# cluster that scripts/run_tests.sh starts and stops (root + apt-get; otherwise they skip with the reason).
 test: lint
+	PYTHON=$(BIN)/python scripts/run_tests.sh $(PYTEST_ARGS)
+
+# The quick suite for development (a few minutes): everything but the `slow`, `gpu` and `slurm` marks.
+test-fast: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# The slow end-to-end tests: the whole DAG on config/test.yaml, SIGKILL resume equivalence, DVC stories.
+# Only the slow end-to-end tests (whole DAG, SIGKILL resume equivalence, DVC stories), no SLURM.
 test-slow: setup
-	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/pytest -m "slow and not slurm" $(PYTEST_ARGS)
 
 # A local one-node SLURM cluster (root; Debian packages) and the SLURM tests (docs/cluster.md).
-.PHONY: slurm-up slurm-down test-slurm
+.PHONY: slurm-up slurm-down test-slurm test-fast
 slurm-up:
 	scripts/slurm_local.sh start
 
@@ -62,4 +71,4 @@ slurm-down:
 	scripts/slurm_local.sh stop
 
 test-slurm: setup
-	PYTHON=$(BIN)/python scripts/ci_slurm.sh
+	ACERL_TEST_SLURM=1 PYTHON=$(BIN)/python scripts/run_tests.sh -m slurm tests/slurm $(PYTEST_ARGS)

@@ -36,3 +36,22 @@ def _torch_threads():
     except ImportError:
         pass
     yield
+
+
+@pytest.fixture(scope="session")
+def prepared_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch copy of the project where the test config's data and base models are prepared. Read-only:
+    copy it (``shutil.copytree(..., symlinks=True)``) before running anything in it."""
+    from study import prepare_study
+
+    return prepare_study(tmp_path_factory.mktemp("study") / "prepared")
+
+
+@pytest.fixture(scope="session")
+def ci_study(prepared_study: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole CI-scale study (``snakemake -c2 all --configfile=config/test.yaml``), run once per session
+    and shared by the whole-DAG test, the DVC stories and the SLURM comparison. Read-only, like
+    ``prepared_study``."""
+    from study import run_study
+
+    return run_study(prepared_study, tmp_path_factory.mktemp("study") / "ci")

@@ -6,38 +6,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
+from study import copy_project  # noqa: F401  (re-exported for the DVC tests)
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TEST_CONFIG = ("config/config.yaml", "config/test.yaml")
-
-
-def project_files(repo: Path = REPO) -> list[str]:
-    """The project's files as git sees them: tracked and untracked-but-not-ignored (the working tree)."""
-    out = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    return [f for f in out.split("\0") if f and (repo / f).is_file()]
-
-
-def copy_project(dest: Path, repo: Path = REPO) -> Path:
-    """Copy the project's files into ``dest`` (created)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for rel in project_files(repo):
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(repo / rel, target)
-    return dest
 
 
 def tool_env(workdir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:

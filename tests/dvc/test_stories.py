@@ -1,11 +1,13 @@
 """The lab's stories, end to end on the CI-scale study (config/test.yaml over config/config.yaml).
 
-A runs the whole study with ``dvc repro`` in a scratch git repository and pushes to a local directory remote
-(once for the module: about half an hour on a loaded 2-core machine). Then, each in its own ``git clone``:
+A is the session's CI-scale study (``snakemake -c2 all``, ``tests/study.py``) in a scratch git repository: it
+records the outputs with ``dvc commit`` and pushes them to a local directory remote. Then, each in its own
+``git clone``:
 
 1. B pulls: ``dvc status`` and ``snakemake -n`` have nothing to do; B regenerates the tables with no training or
    sampling, with DVC and with Snakemake.
-2. Changing an ACE alpha marks only that method's runs and what depends on them, the same jobs in both tools.
+2. Changing an ACE alpha marks only that method's runs and what depends on them, the same jobs in both tools;
+   ``dvc repro`` reruns exactly those, and Snakemake then agrees nothing is left.
 3. A deleted final checkpoint comes back bit-identical from ``dvc checkout``.
 4. A damaged file (on the remote, in the cache) is reported: what DVC 3.67 does, and ``verify-cache``.
 """
@@ -25,7 +27,6 @@ import yaml
 from dvc_helpers import (
     TEST_CONFIG,
     commit_all,
-    copy_project,
     descendants,
     dvc_stages,
     dvc_status,
@@ -54,17 +55,19 @@ class Study:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory) -> Study:
-    """A: the project copied into a fresh git repository, the CI-scale study run by ``dvc repro``, pushed."""
+def study(ci_study: Path, tmp_path_factory: pytest.TempPathFactory) -> Study:
+    """A: a copy of the session's CI-scale study (run by Snakemake, ``tests/study.py``) as a fresh git
+    repository whose outputs ``dvc commit`` records in ``dvc.lock`` (docs/sharing.md, "Using both tools"),
+    pushed to a local directory remote."""
     base = tmp_path_factory.mktemp("dvc-study")
     a, remote = base / "A", base / "remote"
-    copy_project(a)
+    shutil.copytree(ci_study, a, symlinks=True)
     write_dvc_yaml(TEST_CONFIG, a / "dvc.yaml")
     init_repo(a, remote)
-    commit_all(a, "the study")
-    sh(a, "dvc", "repro", timeout=4 * 3600)
+    sh(a, "dvc", "commit", "--force")
+    assert dvc_status(a) == {}, "dvc.lock does not describe what Snakemake produced"
+    commit_all(a, "the study and its results (dvc.lock)")
     sh(a, "dvc", "push")
-    commit_all(a, "results of the study (dvc.lock)")
     return Study(base, a, remote)
 
 
@@ -189,20 +192,7 @@ def test_story2_changing_an_ace_alpha_reruns_only_its_runs_in_both_tools(study: 
     config = c / "config" / "config.yaml"
     original = config.read_text()
 
-    # ACE-DAPO's alpha: a value inside the grid; dvc.yaml stays current.
-    set_alpha(config, "ace_dapo", 0.5)
-    sh(c, *ACERL_DVC, "check", *CONFIG_ARGS)
-    assert set(dvc_status(c)) == {"train_policy-tiny-ace_dapo-seed0", "report"}
-    expected = {"train_policy-tiny-ace_dapo-seed0", "report"} | {
-        f"{step}-{bench}-tiny-ace_dapo-seed0"
-        for step in ("sample", "grade", "passk")
-        for bench in ("synth_easy", "synth_hard")
-    }
-    assert stages_dvc_would_run(c) == expected
-    assert jobs_snakemake_would_run(c) == expected
-
     # ACE-GRPO's alpha also names the alpha sweep's runs (alpha 1.0 becomes run ace_grpo-alpha1): regenerate.
-    config.write_text(original)
     set_alpha(config, "ace_grpo", 2.0)
     assert sh(c, *ACERL_DVC, "check", *CONFIG_ARGS, check=False).returncode == 1
     sh(c, *ACERL_DVC, "write", *CONFIG_ARGS)
@@ -214,6 +204,32 @@ def test_story2_changing_an_ace_alpha_reruns_only_its_runs_in_both_tools(study: 
     }
     assert stages_dvc_would_run(c) == expected  # not ace_grpo-alpha0.5: that sweep point fixes its own alpha
     assert jobs_snakemake_would_run(c) == expected
+
+    # ACE-DAPO's alpha: a value inside the grid; dvc.yaml stays current.
+    config.write_text(original)
+    sh(c, "git", "checkout", "dvc.yaml")
+    set_alpha(config, "ace_dapo", 0.5)
+    sh(c, *ACERL_DVC, "check", *CONFIG_ARGS)
+    assert set(dvc_status(c)) == {"train_policy-tiny-ace_dapo-seed0", "report"}
+    expected = {"train_policy-tiny-ace_dapo-seed0", "report"} | {
+        f"{step}-{bench}-tiny-ace_dapo-seed0"
+        for step in ("sample", "grade", "passk")
+        for bench in ("synth_easy", "synth_hard")
+    }
+    assert stages_dvc_would_run(c) == expected
+    assert jobs_snakemake_would_run(c) == expected
+
+    # `dvc repro` reruns exactly those stages (training, sampling, grading, Pass@k, the report) ...
+    untouched = tree_digest(c / "runs/tiny/ace_grpo/seed0/final")
+    proc = sh(c, "dvc", "repro")
+    assert set(re.findall(r"Running stage '([^']+)'", proc.stdout)) == expected, proc.stdout
+    assert dvc_status(c) == {}
+    assert tree_digest(c / "runs/tiny/ace_grpo/seed0/final") == untouched
+    ace_dapo = "runs/tiny/ace_dapo/seed0/final"
+    assert tree_digest(c / ace_dapo) != tree_digest(study.a / ace_dapo)  # retrained with the new alpha
+    # ... and Snakemake, told what DVC ran, has nothing left to do either.
+    sh(c, *ACERL_DVC, "sync-snakemake", *CONFIG_ARGS)
+    assert "Nothing to be done" in snakemake_dry_run(c, TEST_CONFIG)
 
 
 def test_story3_a_deleted_checkpoint_is_restored_bit_identically(study: Study):

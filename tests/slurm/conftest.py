@@ -1,5 +1,5 @@
-"""Fixtures for the SLURM tests: the running local cluster (or a skip saying how to start one), and a local
-(no SLURM) run of the CI-scale pipeline to compare against."""
+"""Fixtures for the SLURM tests: the running local cluster (or a skip saying how to start one), prepared inputs
+and the session's local (no SLURM) run of the CI-scale pipeline to compare against (``tests/study.py``)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from slurm_helpers import (
-    SNAKEMAKE,
-    LocalCluster,
-    copy_workflow,
-    find_local_cluster,
-    run_bounded,
-    snakemake_env,
-    tail,
-)
-
-from acerl import paths
-from acerl.config import load_config
+from slurm_helpers import LocalCluster, find_local_cluster
 
 
 @pytest.fixture(scope="session")
@@ -30,40 +19,19 @@ def local_cluster() -> LocalCluster:
     return found
 
 
-TEST_CONFIG = "--configfile=config/test.yaml"
-
-
 @pytest.fixture(scope="session")
-def prepared_inputs(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the workflow where ``prepare_data`` and ``prepare_base`` ran locally for ``config/test.yaml``.
-
-    Depends on ``local_cluster`` only so that it is skipped (not computed) when there is no cluster.
-    """
-    wf = copy_workflow(tmp_path_factory.mktemp("prepared") / "wf")
-    cfg = load_config([wf / "config" / "config.yaml", wf / "config" / "test.yaml"])
-    targets = [str(paths.base_model_dir(".", model)) for model in cfg.study.main.models]
-    proc = run_bounded(
-        [str(SNAKEMAKE), "-c2", TEST_CONFIG, *targets],
-        cwd=wf,
-        env=snakemake_env(),
-        timeout_s=900,
-        log=wf / "snakemake-prepare.log",
-    )
-    assert proc.returncode == 0, tail(proc.stdout)
+def prepared_inputs(
+    local_cluster: LocalCluster, prepared_study: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A copy of the session's ``prepared_study`` (data and base models of ``config/test.yaml``, prepared
+    locally) to run SLURM jobs in. Depends on ``local_cluster`` so that it is skipped (not computed) when
+    there is no cluster."""
+    wf = tmp_path_factory.mktemp("prepared") / "wf"
+    shutil.copytree(prepared_study, wf, symlinks=True)
     return wf
 
 
 @pytest.fixture(scope="session")
-def local_reference(prepared_inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of ``prepared_inputs`` after ``snakemake -c2 --configfile=config/test.yaml all`` (no SLURM)."""
-    wf = tmp_path_factory.mktemp("local_reference") / "wf"
-    shutil.copytree(prepared_inputs, wf, symlinks=True)
-    proc = run_bounded(
-        [str(SNAKEMAKE), "-c2", TEST_CONFIG, "all"],
-        cwd=wf,
-        env=snakemake_env(),
-        timeout_s=1800,
-        log=wf / "snakemake-local.log",
-    )
-    assert proc.returncode == 0, tail(proc.stdout)
-    return wf
+def local_reference(local_cluster: LocalCluster, ci_study: Path) -> Path:
+    """The session's local (no SLURM) run of ``snakemake -c2 --configfile=config/test.yaml all``."""
+    return ci_study

@@ -7,58 +7,22 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
-SNAKEMAKE = VENV_BIN / "snakemake"
-INSTALLER = REPO / "scripts" / "install_slurm_profile.sh"
-WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "profiles")
-KILL_GRACE_S = (
-    10  # `timeout -k`: SIGKILL this long after SIGTERM (Snakemake may ignore SIGTERM while polling)
+from study import (  # noqa: F401  (re-exported for the SLURM tests)
+    KILL_GRACE_S,
+    REPO,
+    SNAKEMAKE,
+    TEST_CONFIG_ARG,
+    copy_workflow,
+    run_bounded,
+    snakemake_env,
+    tail,
 )
 
-
-def copy_workflow(dst: Path) -> Path:
-    """Copy the Snakefile, rules, configs and profiles (not results) into ``dst``; returns ``dst``."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for part in WORKFLOW_PARTS:
-        src = REPO / part
-        if src.is_dir():
-            shutil.copytree(src, dst / part, ignore=shutil.ignore_patterns("__pycache__", ".snakemake"))
-        elif src.is_file():
-            shutil.copy2(src, dst / part)
-    return dst
-
-
-def snakemake_env(xdg_config_home: Path | None = None) -> dict[str, str]:
-    """The environment of a Snakemake run: the venv's ``acerl`` first on PATH (SLURM jobs inherit it)."""
-    env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    if xdg_config_home is not None:
-        env["XDG_CONFIG_HOME"] = str(xdg_config_home)
-    for var in [v for v in env if v.startswith("SLURM_")]:  # a test run inside an allocation
-        del env[var]
-    return env
-
-
-def run_bounded(
-    cmd: list[str], *, cwd: Path, env: dict[str, str], timeout_s: int, log: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` under ``timeout -k``; stdout+stderr go to ``log`` (and ``.stdout``) as text."""
-    full = ["timeout", "-k", str(KILL_GRACE_S), str(timeout_s), *cmd]
-    proc = subprocess.run(full, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if log is not None:
-        log.write_text(proc.stdout)
-    return proc
-
-
-def tail(text: str, lines: int = 60) -> str:
-    return "\n".join(text.splitlines()[-lines:])
+INSTALLER = REPO / "scripts" / "install_slurm_profile.sh"
 
 
 # ------------------------------------------------------------------------------------------------ dry runs

@@ -3,35 +3,27 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from study import REPO, SNAKEMAKE, TEST_CONFIG_ARG, TEST_CONFIG_FILES, copy_workflow, snakemake_env
 
 from acerl import paths
 from acerl.config import load_config
 
-REPO = Path(__file__).resolve().parents[2]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles")
-
-
-def copy_workflow(dest: Path) -> Path:
-    for name in WORKFLOW_FILES:
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
-    return dest
-
 
 def snakemake(cwd: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run(
-        [*SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [str(SNAKEMAKE), *args],
+        cwd=cwd,
+        env=snakemake_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -87,12 +79,11 @@ def test_snakemake_config_override_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_whole_dag_on_test_config(tmp_path: Path) -> None:
-    """snakemake -c2 all on config/test.yaml: every table and figure, then nothing left to do."""
-    wd = copy_workflow(tmp_path)
-    proc = snakemake(wd, "-c2", "all", "--configfile=config/test.yaml")
-    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
-    cfg = load_config([wd / "config/config.yaml", wd / "config/test.yaml"])
+def test_whole_dag_on_test_config(ci_study: Path) -> None:
+    """snakemake -c2 all on config/test.yaml (the session's ``ci_study``): every Pass@k file, diagnostic,
+    table and figure, then nothing left to do."""
+    wd = ci_study
+    cfg = load_config([wd / f for f in TEST_CONFIG_FILES])
     for bench in cfg.evaluation.benchmarks:
         for run in cfg.base_runs() + cfg.runs():
             record = json.loads(paths.passk_file(wd, bench, run).read_text())
@@ -108,6 +99,6 @@ def test_whole_dag_on_test_config(tmp_path: Path) -> None:
         assert any(bench in t and t.endswith(".tex") for t in tables), tables
         assert any(bench in t and t.endswith(".md") for t in tables), tables
     assert any(f.endswith(".pdf") for f in figures) and any(f.endswith(".png") for f in figures)
-    again = snakemake(wd, "-n", "all", "--configfile=config/test.yaml")
+    again = snakemake(wd, "-n", "all", TEST_CONFIG_ARG)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr

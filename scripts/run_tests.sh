@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The whole test suite in one pytest session (what `make test` runs after lint, and so what CI runs): unit tests,
+# the CI-scale study end to end (whole DAG, DVC stories, SIGKILL resume) and the SLURM tests against a real
+# one-node cluster on localhost (scripts/slurm_local.sh), which this script starts and stops when it may.
+#
+# Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: -m "not gpu" (every test a CPU machine can run)
+# Environment:
+#   ACERL_TEST_SLURM      auto (default): use a running cluster; else start one when running as root with apt-get
+#                         (CI machines), else the SLURM tests skip with the reason. 1: start one or fail.
+#                         0: never start one (the SLURM tests skip unless a cluster is already running).
+#   ACERL_SLURM_ACCOUNTING  default 1 here: slurmdbd + MariaDB, so the profile polls with `sacct` like a
+#                         production cluster (0: no accounting, squeue status command; see scripts/slurm_local.sh)
+#   ACERL_TEST_TIMEOUT    seconds for the whole pytest run (default 3000); SIGKILL 30 s after SIGTERM
+#   PYTHON                interpreter with the package and pytest (default .venv/bin/python)
+# A cluster this script started is stopped on exit (success, failure, Ctrl-C), by pid; one it found running is
+# left alone.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+python="${PYTHON:-$repo/.venv/bin/python}"
+[[ -x "$python" ]] || { echo "run_tests: no Python at $python (run make setup, or set PYTHON)" >&2; exit 1; }
+export PATH="$(dirname "$python"):$PATH"
+export ACERL_SLURM_ACCOUNTING="${ACERL_SLURM_ACCOUNTING:-1}"
+mode="${ACERL_TEST_SLURM:-auto}"
+log() { echo "run_tests: $*" >&2; }
+
+started=0
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+  if [[ $started == 1 ]]; then "$here/slurm_local.sh" stop || log "stopping the SLURM cluster failed"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+start=$SECONDS
+if [[ "$mode" != 0 ]] && timeout -k 2 10 sinfo -h >/dev/null 2>&1; then
+  log "using the running SLURM cluster (sinfo answers); it is left running"
+elif [[ "$mode" == 1 ]] || { [[ "$mode" == auto ]] && [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null; }; then
+  log "starting a local one-node SLURM cluster (scripts/slurm_local.sh start; stopped at exit)"
+  started=1
+  timeout -k 10 900 "$here/slurm_local.sh" start
+  log "SLURM cluster up after $((SECONDS - start)) s"
+else
+  log "no SLURM cluster and not starting one (ACERL_TEST_SLURM=$mode, uid $(id -u)): the SLURM tests will skip"
+fi
+
+cd "$repo"
+args=("$@")
+[[ ${#args[@]} -gt 0 ]] || args=(-m "not gpu")
+rc=0
+timeout -k 30 "${ACERL_TEST_TIMEOUT:-3000}" "$python" -m pytest "${args[@]}" || rc=$?
+log "pytest exit code $rc after $((SECONDS - start)) s"
+exit "$rc"

@@ -1,0 +1,127 @@
+"""The CI-scale study the end-to-end tests share, and the helpers that run tools in a scratch copy of the project.
+
+One pytest session runs the study once (``snakemake -c2 all --configfile=config/test.yaml`` in a scratch copy,
+fixtures ``prepared_study`` and ``ci_study`` in ``tests/conftest.py``); the whole-DAG test checks it, the DVC
+stories record and share it (A's run), and the SLURM test compares a run through ``sbatch`` against it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from acerl import paths
+from acerl.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+SNAKEMAKE = VENV_BIN / "snakemake"
+WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "profiles")
+TEST_CONFIG_FILES = ("config/config.yaml", "config/test.yaml")
+TEST_CONFIG_ARG = "--configfile=config/test.yaml"
+KILL_GRACE_S = (
+    10  # `timeout -k`: SIGKILL this long after SIGTERM (Snakemake may ignore SIGTERM while polling)
+)
+STUDY_TIMEOUT_S = 2400  # the whole CI-scale study, locally (about 5 min on a quiet 2-core machine)
+
+
+def project_files(repo: Path = REPO) -> list[str]:
+    """The project's files as git sees them: tracked and untracked-but-not-ignored (the working tree)."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [f for f in out.split("\0") if f and (repo / f).is_file()]
+
+
+def copy_project(dest: Path, repo: Path = REPO) -> Path:
+    """Copy the project's files (no results, no caches) into ``dest`` (created); returns ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in project_files(repo):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / rel, target)
+    return dest
+
+
+def copy_workflow(dest: Path) -> Path:
+    """Copy only the Snakefile, rules, configs and profiles into ``dest``; returns ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in WORKFLOW_PARTS:
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part, ignore=shutil.ignore_patterns("__pycache__", ".snakemake"))
+        elif src.is_file():
+            shutil.copy2(src, dest / part)
+    return dest
+
+
+def snakemake_env(
+    xdg_config_home: Path | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a Snakemake run: the venv's ``acerl`` first on PATH (SLURM jobs inherit it), no
+    variables of an enclosing SLURM allocation."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    if xdg_config_home is not None:
+        env["XDG_CONFIG_HOME"] = str(xdg_config_home)
+    for var in [v for v in env if v.startswith("SLURM_")]:  # a test run inside an allocation
+        del env[var]
+    return {**env, **(extra or {})}
+
+
+def run_bounded(
+    cmd: list[str], *, cwd: Path, env: Mapping[str, str], timeout_s: int, log: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` under ``timeout -k``; stdout+stderr go to ``log`` (and ``.stdout``) as text."""
+    full = ["timeout", "-k", str(KILL_GRACE_S), str(timeout_s), *cmd]
+    proc = subprocess.run(
+        full, cwd=cwd, env=dict(env), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    if log is not None:
+        log.write_text(proc.stdout)
+    return proc
+
+
+def tail(text: str, lines: int = 60) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run_snakemake(
+    cwd: Path, *args: str, timeout_s: int = STUDY_TIMEOUT_S, log: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``snakemake <args>`` in the scratch project ``cwd`` (its own ``src`` imported); asserts success and
+    keeps the output in ``cwd/<log>``."""
+    proc = run_bounded(
+        [str(SNAKEMAKE), *args],
+        cwd=cwd,
+        env=snakemake_env(extra={"PYTHONPATH": str(cwd / "src")}),
+        timeout_s=timeout_s,
+        log=cwd / log if log else None,
+    )
+    assert proc.returncode == 0, f"snakemake {' '.join(args)} in {cwd} failed:\n{tail(proc.stdout)}"
+    return proc
+
+
+def prepare_study(dest: Path) -> Path:
+    """A scratch copy of the project in ``dest`` where ``prepare_data`` and ``prepare_base`` ran for the test
+    config (the inputs every run needs)."""
+    copy_project(dest)
+    cfg = load_config([dest / f for f in TEST_CONFIG_FILES])
+    models = sorted({r.model for r in cfg.runs() + cfg.base_runs()})
+    targets = [str(paths.base_model_dir(".", m)) for m in models]
+    run_snakemake(dest, "-c2", TEST_CONFIG_ARG, *targets, log="snakemake-prepare.log")
+    return dest
+
+
+def run_study(prepared: Path, dest: Path) -> Path:
+    """A copy of ``prepared`` in ``dest`` after ``snakemake -c2 all`` on the test config."""
+    shutil.copytree(prepared, dest, symlinks=True)
+    run_snakemake(dest, "-c2", TEST_CONFIG_ARG, "all", log="snakemake-all.log")
+    return dest
