@@ -137,3 +137,21 @@ def test_config_reference_doc_is_current() -> None:
     assert doc.read_text() == reference_markdown(), (
         "docs/config.md is stale: acerl config reference > docs/config.md"
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "environ", "expected"),
+    [(3, {"OMP_NUM_THREADS": "2"}, 3), ("job", {"OMP_NUM_THREADS": "2"}, 2), ("job", {}, 1)],
+)
+def test_torch_threads_number_or_the_jobs_threads(tmp_path: Path, setting, environ, expected) -> None:
+    d = base_dict()
+    d["compute"]["torch_threads"] = setting
+    assert load_config(write(tmp_path, d)).compute.threads(environ) == expected
+
+
+@pytest.mark.parametrize("bad", [0, "all"])
+def test_torch_threads_rejects_bad_values(tmp_path: Path, bad) -> None:
+    d = base_dict()
+    d["compute"]["torch_threads"] = bad
+    with pytest.raises(ConfigError, match=r"compute\.torch_threads"):
+        load_config(write(tmp_path, d))

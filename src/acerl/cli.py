@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace, cfg: Config) -> Run:
 def _threads(cfg: Config) -> int:
     import torch
 
-    n = cfg.compute.torch_threads
+    n = cfg.compute.threads()
     torch.set_num_threads(n)
     return n
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -290,13 +291,33 @@ class Resources(_Model):
 class ComputeConfig(_Model):
     backend: Literal["local", "verl"] = Field("local", description="trainer backend")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    torch_threads: int = Field(1, ge=1, description="torch intra-op threads per job on CPU")
+    torch_threads: int | Literal["job"] = Field(
+        1,
+        description="torch intra-op threads per job on CPU: a number, or 'job' for the threads Snakemake gives "
+        "the job (its OMP_NUM_THREADS: the rule's compute.resources threads; 1 outside Snakemake). CPU results "
+        "are bitwise reproducible only at the same thread count",
+    )
     resources: dict[str, Resources] = Field(
         default_factory=dict, description="per rule name; 'default' applies"
     )
     model_resources: dict[str, dict[str, Resources]] = Field(
         default_factory=dict, description="per model, per rule overrides (e.g. GPUs for a 7B model)"
     )
+
+    @field_validator("torch_threads")
+    @classmethod
+    def _positive_threads(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be >= 1 or 'job', got {v}")
+        return v
+
+    def threads(self, environ: Mapping[str, str] | None = None) -> int:
+        """The torch thread count of this job: ``torch_threads``, or with ``job`` the job's
+        ``OMP_NUM_THREADS`` (set by Snakemake to the rule's threads), 1 when it is unset."""
+        if self.torch_threads != "job":
+            return int(self.torch_threads)
+        value = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "")
+        return int(value) if value.isdigit() and int(value) >= 1 else 1
 
 
 class ReportConfig(_Model):

@@ -42,7 +42,7 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
             model_cfg,
             sft_cfg,
             seed=cfg.data.synthetic.seed,
-            threads=cfg.compute.torch_threads,
+            threads=cfg.compute.threads(),
             eval_data=evals,
             progress=progress,
         )
