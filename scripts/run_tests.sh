@@ -10,6 +10,8 @@
 #                         0: never start one (the SLURM tests skip unless a cluster is already running).
 #   ACERL_SLURM_ACCOUNTING  default 1 here: slurmdbd + MariaDB, so the profile polls with `sacct` like a
 #                         production cluster (0: no accounting, squeue status command; see scripts/slurm_local.sh)
+#   ACERL_SLURM_PROCTRACK default linuxproc here (not the last start's): SIGTERM then reaches the trainer, so the
+#                         preemption test can prove the checkpoint-on-SIGTERM path (cgroup skips it; docs/cluster.md)
 #   ACERL_TEST_TIMEOUT    seconds for the whole pytest run (default 3000); SIGKILL 30 s after SIGTERM
 #   PYTHON                interpreter with the package and pytest (default .venv/bin/python)
 # A cluster this script started is stopped on exit (success, failure, Ctrl-C), by pid; one it found running is
@@ -22,6 +24,7 @@ python="${PYTHON:-$repo/.venv/bin/python}"
 [[ -x "$python" ]] || { echo "run_tests: no Python at $python (run make setup, or set PYTHON)" >&2; exit 1; }
 export PATH="$(dirname "$python"):$PATH"
 export ACERL_SLURM_ACCOUNTING="${ACERL_SLURM_ACCOUNTING:-1}"
+export ACERL_SLURM_PROCTRACK="${ACERL_SLURM_PROCTRACK:-linuxproc}"
 mode="${ACERL_TEST_SLURM:-auto}"
 log() { echo "run_tests: $*" >&2; }
 
