@@ -168,19 +168,26 @@ def test_atomic_dir_leaves_nothing_on_error(tmp_path: Path):
     assert [p.name for p in final.iterdir()] == ["new.txt"] and list(tmp_path.iterdir()) == [final]
 
 
-def test_changed_settings_refuse_to_resume(tiny_root: Path, verifier: DigitVerifier):
-    from acerl.config import ConfigError
-
+def test_changed_settings_start_over_and_keep_the_old_state(tiny_root: Path, verifier: DigitVerifier):
+    """A rerun with other settings (what Snakemake or DVC do after a config change) trains from step 0; the
+    checkpoints of the old settings are moved aside, not resumed and not deleted."""
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
     train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
     shutil.rmtree(paths.policy_dir(tiny_root, run))
-    (paths.checkpoints_dir(tiny_root, run) / LATEST_FILE).write_text("step_000001\n")
+    ckpt_dir = paths.checkpoints_dir(tiny_root, run)
+    old_weights = (ckpt_dir / "step_000002" / "model.safetensors").read_bytes()
     changed = make_config(
         "models.tiny.train.total_steps=2", "models.tiny.train.save_every=1", "models.tiny.train.lr=0.5"
     )
-    with pytest.raises(ConfigError, match="different settings"):
-        train_run(changed, run, tiny_root, verifier=verifier, progress=False)
+    calls = verifier.calls
+    train_run(changed, run, tiny_root, verifier=verifier, progress=False)
+    assert verifier.calls > calls  # trained again, not resumed at step 2 of 2
+    assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]
+    assert [s for s, _ in list_checkpoints(ckpt_dir)] == [1, 2]
+    assert (ckpt_dir / "step_000002" / "model.safetensors").read_bytes() != old_weights
+    (superseded,) = paths.run_dir(tiny_root, run).glob("checkpoints.superseded-*")
+    assert (superseded / "step_000002" / "model.safetensors").read_bytes() == old_weights
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from acerl.verl_backend.launcher import (
     build_verl_command,
     collect_metrics,
     format_value,
+    supersede_if_settings_changed,
     train_run_verl,
     verl_overrides,
 )
@@ -307,6 +308,28 @@ def test_latest_step(tmp_path: Path) -> None:
     assert latest_step(tmp_path) is None
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("90\n")
     assert latest_step(tmp_path) == 90
+
+
+def test_changed_settings_move_verl_checkpoints_aside(paper_cfg, tmp_path: Path) -> None:
+    """verl would resume any checkpoint it finds: after a settings change the launcher moves them aside."""
+    from acerl.train.loop import SPEC_FILE
+
+    run = Run("qwen25_math_7b", "ace_dapo", 0)
+    ckpts = paths.checkpoints_dir(tmp_path, run)
+    (ckpts / "global_step_10").mkdir(parents=True)
+    (ckpts / "latest_checkpointed_iteration.txt").write_text("10\n")
+    spec = paths.run_dir(tmp_path, run) / SPEC_FILE
+    spec.write_text(json.dumps(paper_cfg.run_spec(run)))
+    assert not supersede_if_settings_changed(paper_cfg, run, tmp_path)  # same settings: resume
+    assert latest_step(ckpts) == 10
+
+    override = tmp_path / "alpha.yaml"
+    override.write_text("methods: {ace_dapo: {estimator: {alpha: 0.5}}}\n")
+    changed = load_config([*PAPER_CONFIGS, override])
+    assert supersede_if_settings_changed(changed, run, tmp_path)
+    assert latest_step(ckpts) is None
+    (moved,) = paths.run_dir(tmp_path, run).glob("checkpoints.superseded-*")
+    assert (moved / "global_step_10").is_dir() and latest_step(moved) == 10
 
 
 def test_collect_metrics_last_attempt_wins(tmp_path: Path) -> None:

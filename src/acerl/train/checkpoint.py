@@ -26,6 +26,7 @@ import random
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
+
+from acerl import paths
+from acerl.config import Run
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +50,12 @@ __all__ = [
     "get_rng_states",
     "list_checkpoints",
     "load_checkpoint",
+    "read_trainer_state",
     "remove_stale_temps",
     "save_checkpoint",
     "save_hf_folder",
     "set_rng_states",
+    "supersede_stale_state",
     "write_text_atomic",
 ]
 
@@ -247,4 +253,31 @@ def load_checkpoint(
             raise FileNotFoundError(f"{path} has no {REF_FILE}; it was not written with an EMA reference")
         load_model(ref_model, str(ref_file), strict=True, device=str(device))
     optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location=device, weights_only=True))
+    return read_trainer_state(path)
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """The trainer state of checkpoint folder ``path`` (step, run spec, ...) without loading any weights."""
     return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+
+
+def supersede_stale_state(root: Path, run: Run, ckpt: Path, also: tuple[Path, ...] = ()) -> list[Path]:
+    """Move the checkpoints and diagnostic snapshots of ``run`` (and the folders ``also``) aside because ``ckpt``
+    (the newest checkpoint) was written with other settings (the run spec changed, e.g. a new alpha): the run
+    starts again from step 0, and nothing is deleted. Returns the folders' new names
+    (``<name>.superseded-<UTC time>``)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved = []
+    for folder in (paths.checkpoints_dir(root, run), paths.diag_dir(root, run), *also):
+        if folder.exists():
+            target = folder.with_name(f"{folder.name}.superseded-{stamp}")
+            folder.rename(target)
+            moved.append(target)
+    logger.warning(
+        "%s: checkpoint %s was written with other settings (the run spec changed); starting again from step 0. "
+        "The old state was moved to %s: delete it once you no longer need it",
+        run.id,
+        ckpt,
+        ", ".join(map(str, moved)),
+    )
+    return moved

@@ -73,10 +73,12 @@ from acerl.train.checkpoint import (
     find_latest,
     get_rng_states,
     load_checkpoint,
+    read_trainer_state,
     remove_stale_temps,
     save_checkpoint,
     save_hf_folder,
     set_rng_states,
+    supersede_stale_state,
     write_text_atomic,
 )
 from acerl.train.data import PromptStream
@@ -719,12 +721,16 @@ def train_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / SPEC_FILE, json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
+    ckpt = find_latest(ckpt_dir)
+    if ckpt is not None and read_trainer_state(ckpt).get("spec") != spec_text:
+        supersede_stale_state(root, run, ckpt)
+        ckpt = None
+
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         dev = _resolve_device(device)
         state, data = init_state(root, run, setup, dev)
-        ckpt = find_latest(ckpt_dir)
         if ckpt is not None:
             _resume(state, ckpt, setup, spec_text, dev)
         elif 0 in setup.diagnostic_steps:
@@ -772,10 +778,9 @@ def init_state(
 def _resume(state: TrainState, ckpt: Path, setup: TrainSetup, spec_text: str, dev: torch.device) -> None:
     ref = state.ref_model if setup.reference == "ema" else None
     saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
-    if saved["spec"] != spec_text:
+    if saved["spec"] != spec_text:  # train_run moves such checkpoints aside first; this guards other callers
         raise ConfigError(
-            f"checkpoint {ckpt} was written by a run with different settings (run spec changed); "
-            f"restore the config or delete {ckpt.parent} to start over"
+            f"checkpoint {ckpt} was written by a run with different settings (run spec changed)"
         )
     state.scheduler.load_state_dict(saved["scheduler"])
     state.stream.load_state_dict(saved["data"])

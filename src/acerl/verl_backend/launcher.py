@@ -394,6 +394,24 @@ def _rotate_metrics(logs: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- export
+def supersede_if_settings_changed(cfg: Config, run: Run, root: Path | str) -> bool:
+    """verl resumes from whatever checkpoint it finds (``resume_mode=auto``). When the run spec differs from the
+    one saved beside those checkpoints (``run_spec.json``: a new alpha, learning rate, ...), move checkpoints and
+    snapshots aside (:func:`acerl.train.checkpoint.supersede_stale_state`) so the run starts again from step 0,
+    as the local trainer does. Returns True when it did."""
+    from acerl.train.checkpoint import supersede_stale_state
+    from acerl.train.loop import SPEC_FILE
+
+    ckpts = paths.checkpoints_dir(root, run)
+    saved = paths.run_dir(root, run) / SPEC_FILE
+    if latest_step(ckpts) is None or not saved.is_file():
+        return False
+    if json.loads(saved.read_text()) == json.loads(json.dumps(cfg.run_spec(run))):
+        return False
+    supersede_stale_state(Path(root), run, ckpts, also=(snapshot_dir(root, run),))
+    return True
+
+
 def export_run(
     cfg: Config,
     run: Run,
@@ -514,6 +532,7 @@ def train_run_verl(
             f"{run.id}: {res.nodes}-node training must run inside a SLURM allocation of {res.nodes} nodes "
             "(SLURM_JOB_NODELIST is not set)"
         )
+    supersede_if_settings_changed(cfg, run, root)
     if latest_step(paths.checkpoints_dir(root, run)) == cfg.models[run.model].train.total_steps:
         logger.info("%s: training finished earlier; exporting", run.id)
         return export_run(cfg, run, root, env=env, runner=runner)
