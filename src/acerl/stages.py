@@ -26,6 +26,20 @@ _SUBCOMMAND = {
 _QUIET = {"train_policy", "sample", "diagnose"}  # stages with a progress bar, silenced in batch jobs
 
 
+def portable_path(path: str | Path, workdir: str | Path = ".") -> str:
+    """``path`` relative to ``workdir`` when it lies inside it (as written otherwise).
+
+    Snakemake makes ``--configfile`` paths absolute; inside the commands (and so in every job's recorded
+    params) they would tie the results to one checkout's location, and a copy, a colleague's clone or a move
+    of the project would rerun every job. Relative paths keep the commands the same wherever the project is.
+    """
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path(workdir).resolve()))
+    except ValueError:
+        return str(path)
+
+
 def config_args(config_files: Sequence[str | Path]) -> list[str]:
     out: list[str] = []
     for f in config_files:

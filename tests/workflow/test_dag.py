@@ -102,3 +102,21 @@ def test_whole_dag_on_test_config(ci_study: Path) -> None:
     again = snakemake(wd, "-n", "all", TEST_CONFIG_ARG)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_config_files_enter_the_commands_relative_to_the_project(tmp_path: Path) -> None:
+    """Snakemake makes --configfile absolute; the jobs' commands (and so their recorded params) must not carry
+    the checkout's location, or a copied, cloned or moved project would rerun every job."""
+    wd = copy_workflow(tmp_path)
+    proc = snakemake(wd, "-n", "-p", "all", f"--configfile={wd / 'config' / 'test.yaml'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "acerl prepare-data --config config/config.yaml --config config/test.yaml --root ." in out
+    assert str(tmp_path) not in out.split("Job stats:")[1]
+
+
+def test_portable_path(tmp_path: Path) -> None:
+    from acerl.stages import portable_path
+
+    assert portable_path(tmp_path / "config" / "x.yaml", tmp_path) == "config/x.yaml"
+    assert portable_path("/elsewhere/x.yaml", tmp_path) == "/elsewhere/x.yaml"

@@ -4,12 +4,18 @@ from pathlib import Path
 
 from acerl import paths as P
 from acerl.config import Run, load_config, spec_json, validate
-from acerl.stages import stage_command
+from acerl.stages import portable_path, stage_command
 
 # The config files Snakemake merged (the workflow default first, then --configfile ones, which win), passed
-# verbatim to every `acerl` call so rules and CLI see one config.
+# to every `acerl` call so rules and CLI see one config; relative to the project (Snakemake makes them absolute),
+# so the jobs' recorded params do not change when the project is copied, cloned or moved.
 CONFIG_FILES = list(
-    dict.fromkeys(["config/config.yaml", *workflow.config_settings.configfiles])
+    dict.fromkeys(
+        [
+            "config/config.yaml",
+            *map(portable_path, workflow.config_settings.configfiles),
+        ]
+    )
 )
 CFG = validate(config, source=" + ".join(map(str, CONFIG_FILES)))
 if load_config(CONFIG_FILES).model_dump() != CFG.model_dump():
