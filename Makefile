@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 help:
 	@echo "make run    - set up .venv and run the default experiment (snakemake -c$(CORES) all)"
-	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~25 min"
+	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~20 min"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make setup  - only create/update .venv"
 

@@ -294,10 +294,10 @@ def report(
         "training step, the project's grader in-process as reward, CPU, one torch thread. "
         f"{args.steps} measured steps per trainer after {args.warmup} warm-up steps; medians.",
         "",
-        f"The 2-core machine was shared with other jobs (1-minute load average {min(loads):.1f}-{max(loads):.1f} "
-        "during the runs), so wall-clock times are inflated and noisy; CPU time of the process (`process_time`, "
-        "one thread) is the fairer measure of work. All trainers advance in lockstep (after each TRL step, one "
-        "step of every local variant), so load changes hit them alike.",
+        f"1-minute load average {min(loads):.1f}-{max(loads):.1f} during the runs (this process alone is 1): "
+        "with other jobs on the machine wall-clock times are inflated and noisy, and CPU time of the process "
+        "(`process_time`, one thread) is the fairer measure of work. All trainers advance in lockstep (after "
+        "each TRL step, one step of every local variant), so load changes hit them alike.",
         "",
         "| trainer | median wall s/step | median CPU s/step | steps/s (wall) | mean response length |",
         "|---|---|---|---|---|",
