@@ -38,6 +38,11 @@ def run_dir(root: Path | str, run: Run) -> Path:
     return Path(root) / "runs" / run.model / run.method / f"seed{run.seed}"
 
 
+def run_spec_file(root: Path | str, run: Run) -> Path:
+    """The settings a run was (last) started with: what decides whether its checkpoints can be resumed."""
+    return run_dir(root, run) / "run_spec.json"
+
+
 def policy_dir(root: Path | str, run: Run) -> Path:
     """The HF folder evaluated for a run: the final policy, or the base model for ``method == 'base'``."""
     if run.is_base:

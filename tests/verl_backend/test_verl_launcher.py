@@ -312,13 +312,11 @@ def test_latest_step(tmp_path: Path) -> None:
 
 def test_changed_settings_move_verl_checkpoints_aside(paper_cfg, tmp_path: Path) -> None:
     """verl would resume any checkpoint it finds: after a settings change the launcher moves them aside."""
-    from acerl.train.loop import SPEC_FILE
-
     run = Run("qwen25_math_7b", "ace_dapo", 0)
     ckpts = paths.checkpoints_dir(tmp_path, run)
     (ckpts / "global_step_10").mkdir(parents=True)
     (ckpts / "latest_checkpointed_iteration.txt").write_text("10\n")
-    spec = paths.run_dir(tmp_path, run) / SPEC_FILE
+    spec = paths.run_spec_file(tmp_path, run)
     spec.write_text(json.dumps(paper_cfg.run_spec(run)))
     assert not supersede_if_settings_changed(paper_cfg, run, tmp_path)  # same settings: resume
     assert latest_step(ckpts) == 10

@@ -106,7 +106,6 @@ ReferenceKind = Literal["initial", "ema"]
 OldLogprobs = Literal["recompute", "rollout"]
 DEFAULT_POLICY_LOSS = "vanilla"
 DEFAULT_EMA_DECAY = 0.99
-SPEC_FILE = "run_spec.json"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -719,7 +718,7 @@ def train_run(
     for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
         remove_stale_temps(folder)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / SPEC_FILE, json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(paths.run_spec_file(root, run), json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
     ckpt = find_latest(ckpt_dir)
     if ckpt is not None and read_trainer_state(ckpt).get("spec") != spec_text:
@@ -732,7 +731,7 @@ def train_run(
         dev = _resolve_device(device)
         state, data = init_state(root, run, setup, dev)
         if ckpt is not None:
-            _resume(state, ckpt, setup, spec_text, dev)
+            _resume(state, ckpt, setup, dev)
         elif 0 in setup.diagnostic_steps:
             save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
         _train_loop(state, setup, data, cfg, run, root, spec_text, verifier, progress)
@@ -775,13 +774,9 @@ def init_state(
     return state, data
 
 
-def _resume(state: TrainState, ckpt: Path, setup: TrainSetup, spec_text: str, dev: torch.device) -> None:
+def _resume(state: TrainState, ckpt: Path, setup: TrainSetup, dev: torch.device) -> None:
     ref = state.ref_model if setup.reference == "ema" else None
     saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
-    if saved["spec"] != spec_text:  # train_run moves such checkpoints aside first; this guards other callers
-        raise ConfigError(
-            f"checkpoint {ckpt} was written by a run with different settings (run spec changed)"
-        )
     state.scheduler.load_state_dict(saved["scheduler"])
     state.stream.load_state_dict(saved["data"])
     set_rng_states(saved["rng"], state.generator)

@@ -393,17 +393,15 @@ def _rotate_metrics(logs: Path) -> None:
         os.replace(current, target)
 
 
-# ---------------------------------------------------------------------------------------------- export
 def supersede_if_settings_changed(cfg: Config, run: Run, root: Path | str) -> bool:
     """verl resumes from whatever checkpoint it finds (``resume_mode=auto``). When the run spec differs from the
     one saved beside those checkpoints (``run_spec.json``: a new alpha, learning rate, ...), move checkpoints and
     snapshots aside (:func:`acerl.train.checkpoint.supersede_stale_state`) so the run starts again from step 0,
     as the local trainer does. Returns True when it did."""
     from acerl.train.checkpoint import supersede_stale_state
-    from acerl.train.loop import SPEC_FILE
 
     ckpts = paths.checkpoints_dir(root, run)
-    saved = paths.run_dir(root, run) / SPEC_FILE
+    saved = paths.run_spec_file(root, run)
     if latest_step(ckpts) is None or not saved.is_file():
         return False
     if json.loads(saved.read_text()) == json.loads(json.dumps(cfg.run_spec(run))):
@@ -412,6 +410,7 @@ def supersede_if_settings_changed(cfg: Config, run: Run, root: Path | str) -> bo
     return True
 
 
+# ---------------------------------------------------------------------------------------------- export
 def export_run(
     cfg: Config,
     run: Run,
@@ -538,11 +537,12 @@ def train_run_verl(
         return export_run(cfg, run, root, env=env, runner=runner)
     _check_steps(cfg, run, root)
     from acerl.train.checkpoint import write_text_atomic
-    from acerl.train.loop import SPEC_FILE
 
     run_dir, logs = paths.run_dir(root, run), verl_logs_dir(root, run)
     logs.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / SPEC_FILE, json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n")
+    write_text_atomic(
+        paths.run_spec_file(root, run), json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n"
+    )
     write_text_atomic(run_dir / COMMAND_FILE, json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
     proc = runner(launch, env={**os.environ, **env}, check=False)
