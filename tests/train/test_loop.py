@@ -23,6 +23,7 @@ from acerl.train.loop import (
     collect_rollouts,
     init_state,
     resolve_setup,
+    single_pass_update,
     update_policy,
 )
 
@@ -253,3 +254,57 @@ def test_reference_logprobs_equal_policy_logprobs_before_training(tmp_path: Path
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 64)
         ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 64)
         assert torch.equal(old, ref), method
+
+
+@pytest.mark.parametrize("method", ["ace_grpo", "dapo"])
+def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
+    tiny_root: Path, method: str, monkeypatch: pytest.MonkeyPatch
+):
+    """One epoch, one mini-batch, one micro-batch: log pi_old comes from the update's forward pass instead of
+    a separate teacher-forced pass -- one policy forward fewer per step, bitwise the same training."""
+    import acerl.train.loop as loop
+
+    cfg = make_config(
+        "models.tiny.train.mini_batch_size=4",
+        "models.tiny.train.micro_batch_size_per_gpu=16",  # 4 prompts x G=4: the whole batch in one pass
+    )
+    run = Run("tiny", method, 0)
+    results = {}
+    for single in (True, False):
+        if not single:  # the general path: a separate no-grad pass for log pi_old
+            monkeypatch.setattr(loop, "single_pass_update", lambda setup, rows: False)
+        setup = resolve_setup(cfg, run)
+        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+        forwards = [0]
+        state.model.register_forward_pre_hook(lambda *_, n=forwards: n.__setitem__(0, n[0] + 1))
+        records = []
+        for _ in range(3):
+            before = forwards[0]
+            records.append(loop.train_step(state, setup, data, DigitVerifier()))
+            records[-1]["policy_forwards"] = forwards[0] - before
+        results[single] = (records, [p.detach().clone() for p in state.model.parameters()])
+    batch = collect_rollouts(state, setup, data, DigitVerifier(), Timer()).batch
+    before = forwards[
+        0
+    ]  # model calls of one teacher-forced pass (prompt + responses when prompts are shared)
+    batch_logprobs(state.model, batch, 1.0, 16)
+    pass_calls = forwards[0] - before
+    (fused, w_fused), (separate, w_separate) = results[True], results[False]
+    assert all(torch.equal(a, b) for a, b in zip(w_fused, w_separate, strict=True))
+    assert all(r["train/groups"] > 0 for r in fused)  # every step updated
+    for a, b in zip(_no_timing(fused), _no_timing(separate), strict=True):
+        assert b.pop("policy_forwards") - a.pop("policy_forwards") == pass_calls
+        assert a.keys() == b.keys()
+        assert all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a), a
+    if method == "ace_grpo":  # step 1 samples from pi_ref itself: c_i = 0 exactly on the single-pass path too
+        assert fused[0]["ace/confidence_mean_neg"] == 0.0
+
+
+def test_single_pass_update_needs_one_pass(tiny_root: Path):
+    run = Run("tiny", "grpo", 0)
+    setup = resolve_setup(make_config(), run)  # 2 mini-batches of 2 prompts: not a single pass
+    assert not single_pass_update(setup, 16) and single_pass_update(setup, 4)
+    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+    with pytest.raises(ValueError, match="single forward pass"):
+        update_policy(state, setup, ro.batch, None, None, lambda old: old)

@@ -28,7 +28,7 @@ import re
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +98,7 @@ __all__ = [
     "init_state",
     "resolve_setup",
     "train_run",
+    "single_pass_update",
     "train_step",
     "update_policy",
 ]
@@ -128,9 +129,10 @@ class TrainSetup:
         ref_ema_decay: EMA decay per training step (``reference == "ema"``).
         policy_loss: name in :data:`acerl.algos.losses.POLICY_LOSSES`.
         needs_reference: reference log-probs are computed (KL loss on, or the estimator takes them).
-        old_logprobs: where ``log pi_old`` comes from: ``recompute`` (a teacher-forced pass of the policy
-            before the update, as verl does; exact, so ``c_i = 0`` at step 0) or ``rollout`` (the sampler's
-            own log-probs: one forward pass less, equal up to float rounding).
+        old_logprobs: where ``log pi_old`` comes from: ``recompute`` (the policy's teacher-forced log-probs
+            before the update, as verl computes them; exact, so ``c_i = 0`` at step 0; when the update is a
+            single forward pass they are taken from that pass, see :func:`single_pass_update`) or
+            ``rollout`` (the sampler's own log-probs: equal up to float rounding).
     """
 
     hyper: TrainHyper
@@ -445,13 +447,24 @@ def batch_logprobs(
 # --------------------------------------------------------------------------------------------------------------
 
 
+def single_pass_update(setup: TrainSetup, rows: int) -> bool:
+    """Whether updating on ``rows`` sequences is one forward/backward pass: one epoch, one mini-batch, one
+    micro-batch (the embedded default). Then ``log pi_old`` -- the policy's log-probs before the update --
+    are exactly the (detached) log-probs of that pass, and a separate teacher-forced pass is redundant."""
+    h = setup.hyper
+    return h.ppo_epochs == 1 and rows <= min(h.mini_batch_size * h.group_size, h.micro_batch_size_per_gpu)
+
+
+OnPolicyAdvantages = Callable[[Tensor], Tensor]
+
+
 def update_policy(
     state: TrainState,
     setup: TrainSetup,
     batch: RolloutBatch,
-    old_logprobs: Tensor,
+    old_logprobs: Tensor | None,
     ref_logprobs: Tensor | None,
-    advantages: Tensor,
+    advantages: Tensor | OnPolicyAdvantages,
 ) -> dict[str, float]:
     """``ppo_epochs`` passes over the batch in mini-batches of ``mini_batch_size`` groups, one AdamW step
     each, gradients accumulated over micro-batches of ``micro_batch_size_per_gpu`` sequences (verl's actor).
@@ -461,8 +474,14 @@ def update_policy(
 
     Args:
         old_logprobs, advantages: (B, T); ref_logprobs: (B, T) or None (no KL term).
+        old_logprobs=None: on-policy single pass (:func:`single_pass_update` must hold): ``log pi_old`` is the
+            detached log-probs of the update's own forward pass (zeros on padding, as
+            :func:`batch_logprobs` returns them) and ``advantages`` is a function of them returning (B, T)
+            (ACE's ``c_i`` needs ``log pi_old``).
     """
     h, fam = setup.hyper, setup.family
+    if old_logprobs is None and not single_pass_update(setup, batch.response_mask.shape[0]):
+        raise ValueError("old_logprobs=None needs an update that is a single forward pass")
     loss_fn = POLICY_LOSSES.get(setup.policy_loss)
     mask = batch.response_mask
     b = mask.shape[0]
@@ -482,6 +501,11 @@ def update_policy(
                     state.model, ids, attn, t, temperature=h.temperature, with_entropy=epoch == 0
                 )
                 m = mask[rows, :t]
+                if old_logprobs is None:  # on-policy single pass: rows is the whole batch, t its width
+                    old_mb = logprobs.detach().masked_fill(~m.bool(), 0.0)
+                    adv_mb = advantages(old_mb) if callable(advantages) else advantages
+                else:
+                    old_mb, adv_mb = old_logprobs[rows, :t], advantages[rows, :t]  # type: ignore[index]
                 if entropy is not None:  # entropy of the policy that sampled the batch (first pass)
                     entropy_sum += float((entropy * m).sum())
                     entropy_tokens += int(m.sum())
@@ -491,9 +515,9 @@ def update_policy(
                     "loss_scale_factor": h.max_response_length,
                 }
                 out = loss_fn(
-                    old_logprobs[rows, :t],
+                    old_mb,
                     logprobs,
-                    advantages[rows, :t],
+                    adv_mb,
                     m,
                     fam.loss_agg_mode,
                     clip_ratio_low=fam.clip_ratio_low,
@@ -611,21 +635,32 @@ def train_step(
         batch = ro.batch
         mask = batch.response_mask
         # Alg. 1 line 8 inputs: log pi_old (the sampling policy) and log pi_ref of every response token
+        in_update = setup.old_logprobs == "recompute" and single_pass_update(setup, len(batch))
         with timer("logprobs"):
+            old: Tensor | None = None
             if setup.old_logprobs == "rollout":
                 old = batch.logprobs
-            else:
+            elif not in_update:
                 old, _ = batch_logprobs(state.model, batch, h.temperature, h.micro_batch_size_per_gpu)
             ref = None
             if state.ref_model is not None:
                 ref, _ = batch_logprobs(state.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu)
-        # Alg. 1 lines 6-9: GRPO group advantages, ACE amplification of negative ones (registry by name)
-        with timer("advantage"):
-            out = compute_advantages(est.name, ro.scores, ro.group_ids, old, ref, mask, **est.kwargs())
-            advantages = out.token_level(mask)
-        # Alg. 1 lines 11-13: clipped surrogate + beta * KL, AdamW steps
-        with timer("update"):
-            metrics.update(update_policy(state, setup, batch, old, ref, advantages))
+        computed: dict[str, Any] = {}
+
+        def advantages_from(old_lp: Tensor) -> Tensor:
+            # Alg. 1 lines 6-9: GRPO group advantages, ACE amplification of negative ones (registry by name)
+            with timer("advantage"):
+                out = compute_advantages(est.name, ro.scores, ro.group_ids, old_lp, ref, mask, **est.kwargs())
+            computed.update(old=old_lp, out=out)
+            return out.token_level(mask)
+
+        # Alg. 1 lines 11-13: clipped surrogate + beta * KL, AdamW steps (log pi_old from the update's own
+        # forward pass when that is the only one: same values, one pass less)
+        update_start = time.perf_counter()
+        advantages = advantages_from if old is None else advantages_from(old)
+        metrics.update(update_policy(state, setup, batch, old, ref, advantages))
+        timer.seconds["update"] += time.perf_counter() - update_start - timer.seconds["advantage"]
+        old, out = computed["old"], computed["out"]
         metrics.update(_advantage_metrics(out.advantages, mask))
         if ref is not None:
             metrics.update(_confidence_metrics(out, old, ref, mask, est))
