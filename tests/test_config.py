@@ -100,6 +100,32 @@ def test_run_grid_default_config() -> None:
     assert cfg.base_runs() == [Run("tiny", BASE_METHOD, 0)]
 
 
+def test_evaluations_follow_the_tables() -> None:
+    """Base + main grid on every benchmark (Tables 1-2); sweep / ablation-only runs on their table's one."""
+    cfg = load_config(REPO / "config" / "config.yaml")
+    pairs = cfg.evaluations()
+    assert len(pairs) == len(set(pairs))
+    by_bench = {b: {r.id for bb, r in pairs if bb == b} for b in ("synth_easy", "synth_hard")}
+    main = {f"tiny/{m}/seed{s}" for m in ("grpo", "dapo", "ace_grpo", "ace_dapo") for s in (0, 1, 2)}
+    assert by_bench["synth_hard"] == main | {"tiny/base/seed0"}
+    extra = {f"tiny/ace_grpo-alpha{a}/seed0" for a in ("0", "0.1", "0.5", "2", "5")}
+    extra |= {f"tiny/ace_grpo_relu/seed{s}" for s in (0, 1, 2)}
+    assert by_bench["synth_easy"] == main | {"tiny/base/seed0"} | extra
+    assert cfg.table_benchmark("alpha_sweep") == cfg.table_benchmark("ablation") == "synth_easy"
+
+
+def test_table_benchmark_is_chosen_and_checked(tmp_path: Path) -> None:
+    d = base_dict()
+    d["study"]["ablation"]["benchmark"] = "synth_hard"
+    cfg = load_config(write(tmp_path, d))
+    assert cfg.table_benchmark("ablation") == "synth_hard"
+    relu = {b for b, r in cfg.evaluations() if r.method == "ace_grpo_relu"}
+    assert relu == {"synth_hard"}
+    d["study"]["alpha_sweep"]["benchmark"] = "heldout"
+    with pytest.raises(ConfigError, match=r"study.alpha_sweep.benchmark: 'heldout' is not one of"):
+        load_config(write(tmp_path, d))
+
+
 def test_alpha_variant_key() -> None:
     assert alpha_variant_key("ace_grpo", 1.0, 1.0) == "ace_grpo"
     assert alpha_variant_key("ace_grpo", 0.1, 1.0) == "ace_grpo-alpha0.1"

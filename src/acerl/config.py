@@ -225,12 +225,22 @@ class AlphaSweep(_Model):
     method: str = Field(..., description="ACE method whose alpha is varied")
     alphas: list[float]
     seeds: list[int]
+    benchmark: str | None = Field(
+        None,
+        description="benchmark of Table 3; the sweep's runs are evaluated on it only "
+        "(default: the first of evaluation.benchmarks, as the paper reports MATH-500)",
+    )
 
 
 class Ablation(_Model):
     model: str
     methods: list[str] = Field(..., description="e.g. [grpo, ace_grpo_relu, ace_grpo]")
     seeds: list[int]
+    benchmark: str | None = Field(
+        None,
+        description="benchmark of Table 4; the ablation's runs are evaluated on it only "
+        "(default: the first of evaluation.benchmarks, as the paper reports MATH-500)",
+    )
 
 
 class DiagnosticsConfig(_Model):
@@ -380,6 +390,13 @@ class Config(_Model):
                 raise ValueError(
                     f"evaluation.benchmarks[{i}]: unknown benchmark {b!r}; valid: {', '.join(valid_bench)}"
                 )
+        for key, part in (("alpha_sweep", s.alpha_sweep), ("ablation", s.ablation)):
+            if part is not None and part.benchmark is not None:
+                if part.benchmark not in self.evaluation.benchmarks:
+                    raise ValueError(
+                        f"study.{key}.benchmark: {part.benchmark!r} is not one of evaluation.benchmarks "
+                        f"({', '.join(self.evaluation.benchmarks)})"
+                    )
         return self
 
     # ---- derived values --------------------------------------------------------------------------
@@ -446,6 +463,45 @@ class Config(_Model):
                 for method in s.diagnostics.methods:
                     add(model, method, s.diagnostics.seeds)
         return list(seen.values())
+
+    def table_benchmark(self, part: Literal["alpha_sweep", "ablation"]) -> str:
+        """The benchmark Table 3 (``alpha_sweep``) or Table 4 (``ablation``) reports."""
+        chosen = getattr(self.study, part)
+        return (chosen.benchmark if chosen else None) or self.evaluation.benchmarks[0]
+
+    def evaluations(self) -> list[tuple[str, Run]]:
+        """Every (benchmark, run) the reports need Pass@k of, benchmark-major, in a stable order.
+
+        The base models and the main grid's runs on every benchmark (Tables 1-2, Pass@k curves); the alpha
+        sweep's and the ablation's runs on their table's benchmark only (Tables 3-4; the paper reports both on
+        MATH-500); diagnostic-only runs on none (Figs. 2-3 use their diagnostics).
+        """
+        s = self.study
+        main = {(m, me, seed) for m in s.main.models for me in s.main.methods for seed in s.main.seeds}
+        wanted: dict[tuple[str, str, int], set[str]] = {}
+        for run in self.base_runs() + self.runs():
+            key = (run.model, run.method, run.seed)
+            if run.is_base or key in main:
+                wanted[key] = set(self.evaluation.benchmarks)
+        if s.alpha_sweep:
+            default = self.methods[s.alpha_sweep.method].estimator.alpha
+            bench = self.table_benchmark("alpha_sweep")
+            for alpha in s.alpha_sweep.alphas:
+                method = alpha_variant_key(s.alpha_sweep.method, alpha, default)
+                for seed in s.alpha_sweep.seeds:
+                    wanted.setdefault((s.alpha_sweep.model, method, seed), set()).add(bench)
+        if s.ablation:
+            bench = self.table_benchmark("ablation")
+            for method in s.ablation.methods:
+                for seed in s.ablation.seeds:
+                    wanted.setdefault((s.ablation.model, method, seed), set()).add(bench)
+        runs = self.base_runs() + self.runs()
+        return [
+            (b, r)
+            for b in self.evaluation.benchmarks
+            for r in runs
+            if b in wanted.get((r.model, r.method, r.seed), ())
+        ]
 
     def base_runs(self) -> list[Run]:
         """Untrained base models evaluated (method 'base', seed 0)."""

@@ -300,8 +300,10 @@ def _policy_dep(run: Run) -> str:
     return _p(paths.policy_dir(ROOT, run))
 
 
-def _eval_runs(cfg: Config) -> list[Run]:
-    return cfg.base_runs() + cfg.runs()
+def _eval_runs(cfg: Config, benchmark: str | None = None) -> list[Run]:
+    """Runs evaluated (on ``benchmark``, or on any benchmark)."""
+    runs = [r for b, r in cfg.evaluations() if benchmark in (None, b)]
+    return list(dict.fromkeys(runs))
 
 
 def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]:
@@ -348,9 +350,8 @@ def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]
                 outs=tuple(outs),
             )
         )
-    for benchmark in cfg.evaluation.benchmarks:
-        for run in _eval_runs(cfg):
-            stages += _eval_stages(cfg, benchmark, run, cmd)
+    for benchmark, run in cfg.evaluations():
+        stages += _eval_stages(cfg, benchmark, run, cmd)
     for run in cfg.diagnostic_runs():
         stages.append(
             Stage(
@@ -365,9 +366,7 @@ def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]
                 outs=(Out(_p(paths.diagnostics_file(ROOT, run))),),
             )
         )
-    report_deps = [
-        _p(paths.passk_file(ROOT, b, r)) for b in cfg.evaluation.benchmarks for r in _eval_runs(cfg)
-    ]
+    report_deps = [_p(paths.passk_file(ROOT, b, r)) for b, r in cfg.evaluations()]
     report_deps += [_p(paths.diagnostics_file(ROOT, r)) for r in cfg.diagnostic_runs()]
     if cfg.report.compare_to_paper:
         report_deps.append(_p(paths.results_dir(ROOT) / "paper"))
@@ -426,7 +425,7 @@ def _eval_stages(cfg: Config, benchmark: str, run: Run, cmd: Callable[..., str])
 
 
 def _models_used(cfg: Config) -> list[str]:
-    used = {r.model for r in _eval_runs(cfg)} | {r.model for r in cfg.diagnostic_runs()}
+    used = {r.model for r in cfg.base_runs() + cfg.runs()}
     return [m for m in cfg.models if m in used]
 
 
@@ -452,7 +451,7 @@ def _plots(cfg: Config) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for benchmark in cfg.evaluation.benchmarks:
         for model in _models_used(cfg):
-            files = [_passk_curve_file(benchmark, r) for r in _eval_runs(cfg) if r.model == model]
+            files = [_passk_curve_file(benchmark, r) for r in _eval_runs(cfg, benchmark) if r.model == model]
             if files and all(f is not None for f in files):
                 out.append(
                     {

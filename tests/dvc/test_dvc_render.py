@@ -70,9 +70,12 @@ def test_one_stage_per_job_with_commands_from_stages_and_paths_from_paths():
     cfg = _cfg()
     files = list(DEFAULT_CONFIG_FILES)
     stages = {s.name: s for s in build_stages(cfg, files)}
-    runs, evaluated = cfg.runs(), cfg.base_runs() + cfg.runs()
-    n_bench = len(cfg.evaluation.benchmarks)
-    assert len(stages) == 2 + len(runs) + 3 * n_bench * len(evaluated) + len(cfg.diagnostic_runs()) + 1
+    runs = cfg.runs()
+    # sample, grade, passk for base + 12 main runs on both benchmarks, the 8 sweep / ablation-only runs on one
+    assert len(cfg.evaluations()) == 13 * 2 + 8
+    assert len(stages) == 2 + len(runs) + 3 * len(cfg.evaluations()) + len(cfg.diagnostic_runs()) + 1
+    assert "sample-synth_easy-tiny-ace_grpo_relu-seed0" in stages
+    assert "sample-synth_hard-tiny-ace_grpo_relu-seed0" not in stages
     run = Run("tiny", "ace_grpo-alpha0.5", 0)
     train = stages["train_policy-tiny-ace_grpo-alpha0_5-seed0"]
     assert train.cmd == stage_command("train_policy", files, ".", run=run)

@@ -73,16 +73,9 @@ def policy_input(wildcards):
     return str(P.policy_dir(ROOT, run_of(wildcards)))
 
 
-def eval_runs():
-    return CFG.base_runs() + CFG.runs()
-
-
 def all_passk_files():
-    return [
-        str(P.passk_file(ROOT, b, r))
-        for b in CFG.evaluation.benchmarks
-        for r in eval_runs()
-    ]
+    """Pass@k of every (benchmark, run) the reports need (acerl.config.Config.evaluations)."""
+    return [str(P.passk_file(ROOT, b, r)) for b, r in CFG.evaluations()]
 
 
 def all_diagnostics_files():

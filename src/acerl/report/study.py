@@ -59,14 +59,13 @@ def report_spec(cfg: Config) -> ReportSpec:
             base = _baseline_of(cfg, method, list(main.methods))
             if base is not None:
                 comparisons[method] = base
-    first_bench = cfg.evaluation.benchmarks[0]
     alpha = None
     if cfg.study.alpha_sweep is not None:
         s = cfg.study.alpha_sweep
         default = cfg.methods[s.method].estimator.alpha
         alpha = AlphaSweepSpec(
             model=s.model,
-            benchmark=first_bench,
+            benchmark=cfg.table_benchmark("alpha_sweep"),
             methods={alpha_variant_key(s.method, a, default): float(a) for a in s.alphas},
             default_alpha=default,
         )
@@ -74,7 +73,9 @@ def report_spec(cfg: Config) -> ReportSpec:
     if cfg.study.ablation is not None:
         ab = cfg.study.ablation
         ablation = AblationSpec(
-            model=ab.model, benchmark=first_bench, methods={m: _ablation_label(cfg, m) for m in ab.methods}
+            model=ab.model,
+            benchmark=cfg.table_benchmark("ablation"),
+            methods={m: _ablation_label(cfg, m) for m in ab.methods},
         )
     ace_alphas = [
         cfg.method(m).estimator.alpha for m in main.methods if cfg.method(m).estimator.name == "ace"
@@ -133,8 +134,7 @@ def report_study(cfg: Config, root: str | Path) -> list[Path]:
 
     Runs whose files are missing are left out with a warning (the Snakemake rule only starts once all exist).
     """
-    runs = cfg.base_runs() + cfg.runs()
-    wanted = [paths.passk_file(root, b, r) for b in cfg.evaluation.benchmarks for r in runs]
+    wanted = [paths.passk_file(root, b, r) for b, r in cfg.evaluations()]
     diag_wanted = [paths.diagnostics_file(root, r) for r in cfg.diagnostic_runs()]
     passk_files = [p for p in wanted if p.is_file()]
     diag_files = [p for p in diag_wanted if p.is_file()]
