@@ -222,6 +222,8 @@ def test_score_matches_sampling_logprobs(sampler):
     ent = sampler.mean_token_entropy(prompts, [c.token_ids for c in comps], temperature=0.8)
     assert len(ent) == len(comps) and all(0 < e < math.log(len(sampler.tokenizer)) for e in ent)
     assert math.isnan(sampler.mean_token_entropy(PROMPTS[:1], [[]])[0])
+    both = sampler.score_with_entropy(prompts, [c.token_ids for c in comps], temperature=0.8)
+    assert both == (scored, ent)  # one pass, the same values
 
 
 def test_from_pretrained(tmp_path: Path, tokenizer):

@@ -68,11 +68,16 @@ SamplerFactory = Callable[[Path], Sampler]
 
 @runtime_checkable
 class EntropySampler(Protocol):
-    """A sampler that can also compute mean per-token full-vocabulary entropies (the HF backend)."""
+    """A sampler that can also compute mean per-token full-vocabulary entropies (the HF backend), alone or
+    with the log-probs in the same pass."""
 
     def mean_token_entropy(
         self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0
     ) -> list[float]: ...
+
+    def score_with_entropy(
+        self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0
+    ) -> tuple[list[list[float]], list[float]]: ...
 
 
 @dataclass(frozen=True)
@@ -205,9 +210,10 @@ def diagnose_checkpoint(
         flat_prompts = [q for q, group in zip(prompts, groups, strict=True) for _ in group]
         rollouts = [c for group in groups for c in group]
         responses = [list(c.token_ids) for c in rollouts]
-        policy_lp = smp.score(flat_prompts, responses, temperature)
-        if isinstance(smp, EntropySampler):
-            entropies = smp.mean_token_entropy(flat_prompts, responses, temperature)
+        if isinstance(smp, EntropySampler):  # log-probs and entropies from one pass
+            policy_lp, entropies = smp.score_with_entropy(flat_prompts, responses, temperature)
+        else:
+            policy_lp = smp.score(flat_prompts, responses, temperature)
     finally:
         _close(smp)
     if entropies is None:

@@ -612,5 +612,14 @@ class HFSampler:
     ) -> list[float]:
         """Mean over each response's tokens of the full-vocabulary entropy (nats) of the next-token
         distribution ``softmax(logits / temperature)`` (paper Sec. 6.2 entropy); NaN for an empty response."""
+        return self.score_with_entropy(prompts, responses, temperature)[1]
+
+    def score_with_entropy(
+        self, prompts: list[str], responses: list[list[int]], temperature: float = 1.0
+    ) -> tuple[list[list[float]], list[float]]:
+        """:meth:`score` and :meth:`mean_token_entropy` from one teacher-forced pass (the same values)."""
         rows = self._teacher_forced(prompts, responses, temperature, True)
-        return [float(ent.mean()) if ent is not None and ent.numel() else math.nan for _, ent in rows]
+        logprobs = [lp.tolist() for lp, _ in rows]
+        return logprobs, [
+            float(ent.mean()) if ent is not None and ent.numel() else math.nan for _, ent in rows
+        ]
