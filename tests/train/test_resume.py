@@ -103,7 +103,9 @@ def test_preemption_signal_checkpoints_and_exits_75(
 ):
     method = "grpo"
     run = Run("tiny", method, 0)
-    proc = _start(tiny_root, method)
+    # 0.5 s per grading call: the remaining steps outlast this process's polling even on a loaded machine (with
+    # 0.05 s a busy CI box once let the child finish all steps before the signal was sent)
+    proc = _start(tiny_root, method, delay=0.5)
     metrics = paths.train_metrics_file(tiny_root, run)
     _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1, proc)
     os.kill(proc.pid, sig)
