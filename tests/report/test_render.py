@@ -203,3 +203,24 @@ def test_report_study_from_the_pipeline_files(tmp_path):
         "hyperparameters",
     ]  # no overlap with the paper's models
     _check_outputs(out, tables, ALL_FIGURES, formats=("png",))
+
+
+def test_alpha_table_rows_use_the_sweeps_seeds_only(tmp_path, synthetic_runs, synthetic_spec):
+    """The default alpha's run is also a main-grid run with more seeds: its Table 3 row must average the
+    sweep's seeds only, like every other row."""
+    sweep = synthetic_spec.alpha_sweep
+    spec = dataclasses.replace(synthetic_spec, alpha_sweep=dataclasses.replace(sweep, seeds=(0,)))
+    render_all(tmp_path / "one", spec=spec, runs=synthetic_runs, formats=("png",))
+    render_all(tmp_path / "all", spec=synthetic_spec, runs=synthetic_runs, formats=("png",))
+    runs = synthetic_runs
+    cell = runs[(runs["benchmark"] == "bench_a") & (runs["model"] == "m_large") & (runs["k"] == 1)]
+    seed0 = cell[(cell["method"] == "ace_grpo") & (cell["seed"] == 0)]["pass_at_k"].iloc[0] * 100
+    mean = cell[cell["method"] == "ace_grpo"]["pass_at_k"].mean() * 100
+    assert round(seed0, 1) != round(mean, 1)
+
+    def default_row(out: Path) -> str:
+        md = (out / "tables" / "alpha_sensitivity.md").read_text()
+        return next(line for line in md.splitlines() if "(default)" in line)
+
+    assert f"**{seed0:.1f}** |" in default_row(tmp_path / "one")
+    assert f"**{mean:.1f}** |" in default_row(tmp_path / "all")

@@ -168,10 +168,13 @@ def render_all(
                 )
         if spec.alpha_sweep is not None:
             a = spec.alpha_sweep
+            sweep_agg = agg
+            if runs is not None and a.seeds is not None:  # every row over the sweep's seeds only
+                sweep_agg = aggregate_seeds(runs[runs["seed"].isin(a.seeds)])
             w.table(
                 "alpha sensitivity (Table 3)",
                 lambda: tables.alpha_table(
-                    agg, model=a.model, benchmark=a.benchmark, alpha_methods=a.methods, names=names,
+                    sweep_agg, model=a.model, benchmark=a.benchmark, alpha_methods=a.methods, names=names,
                     default_alpha=a.default_alpha, zero_label=a.zero_label, ks=a.ks,
                 ),
             )  # fmt: skip

@@ -54,7 +54,12 @@ class DisplayNames:
 
 @dataclass(frozen=True)
 class AlphaSweepSpec:
-    """Table 3: Pass@k of ``model`` on ``benchmark`` for each method key of ``methods`` (key -> its alpha)."""
+    """Table 3: Pass@k of ``model`` on ``benchmark`` for each method key of ``methods`` (key -> its alpha).
+
+    ``seeds``: the sweep's seeds; every row is averaged over these only (the default alpha's run is usually
+    also a main-grid run with more seeds, which would otherwise make its row an average over more seeds than
+    the others). ``None``: all seeds present.
+    """
 
     model: str
     benchmark: str
@@ -62,6 +67,7 @@ class AlphaSweepSpec:
     default_alpha: float = 1.0
     zero_label: str | None = "GRPO"  # alpha = 0 is standard GRPO: "0.0 (GRPO)"
     ks: tuple[int, ...] = (1, 32)
+    seeds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", MappingProxyType({k: float(v) for k, v in self.methods.items()}))

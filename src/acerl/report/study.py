@@ -68,6 +68,7 @@ def report_spec(cfg: Config) -> ReportSpec:
             benchmark=cfg.table_benchmark("alpha_sweep"),
             methods={alpha_variant_key(s.method, a, default): float(a) for a in s.alphas},
             default_alpha=default,
+            seeds=tuple(s.seeds),
         )
     ablation = None
     if cfg.study.ablation is not None:
