@@ -7,7 +7,7 @@ a frozen reference, AdamW, one optimizer step per training step, the project's g
 reward, CPU, one torch thread.
 
 All trainers advance in lockstep: after each TRL step (from a TRL callback, outside TRL's timing), one step
-of every local variant (GRPO and ACE-GRPO, each with recomputed and with rollout old log-probs; same seed, so
+of every local variant (GRPO and ACE-GRPO, each with `recompute` and with `rollout` old log-probs; same seed, so
 identical rollouts at step 1), so load from other processes hits all of them alike. Step times are medians
 over the measured steps (warm-up steps excluded).
 
@@ -310,9 +310,10 @@ def report(
     lines += [
         "",
         f"Speed-up of the local trainer over TRL (GRPO): **{speedup['cpu']:.2f}x** in CPU time "
-        f"({speedup['wall']:.2f}x wall) with verl's recomputed old log-probs (the default); "
+        f"({speedup['wall']:.2f}x wall) with the default `old_logprobs=recompute` (verl's values; here the update "
+        "is one forward pass, so they come from that pass, no extra forward); "
         f"**{speedup_r['cpu']:.2f}x** CPU ({speedup_r['wall']:.2f}x wall) with the sampler's log-probs as old "
-        "log-probs (`old_logprobs=rollout`, one forward pass less; TRL does the same when on-policy).",
+        "log-probs (`old_logprobs=rollout`; TRL does the same when on-policy).",
         "",
         f"ACE overhead, controlled ({len(ace['grpo'])} repetitions in ABBA order on one identical rollout batch, "
         "CPU seconds of log-probs + advantages + update):",
