@@ -435,34 +435,36 @@ class Config(_Model):
     def family(self, method_key: str) -> FamilyConfig:
         return self.families[self.method(method_key).family]
 
+    def _part_runs(self) -> dict[str, list[Run]]:
+        """The runs each part of the study asks for: ``main``, ``alpha_sweep``, ``ablation``, ``diagnostics``
+        (a run may appear in several parts)."""
+        s = self.study
+        parts: dict[str, list[Run]] = {
+            "main": [
+                Run(m, me, seed) for m in s.main.models for me in s.main.methods for seed in s.main.seeds
+            ]
+        }
+        if s.alpha_sweep:
+            sw = s.alpha_sweep
+            default = self.methods[sw.method].estimator.alpha
+            parts["alpha_sweep"] = [
+                Run(sw.model, alpha_variant_key(sw.method, a, default), seed)
+                for a in sw.alphas
+                for seed in sw.seeds
+            ]
+        if s.ablation:
+            ab = s.ablation
+            parts["ablation"] = [Run(ab.model, me, seed) for me in ab.methods for seed in ab.seeds]
+        if s.diagnostics:
+            d = s.diagnostics
+            parts["diagnostics"] = [
+                Run(m, me, seed) for m in d.models for me in d.methods for seed in d.seeds
+            ]
+        return parts
+
     def runs(self) -> list[Run]:
         """Every training run the study needs (deduplicated, in a stable order)."""
-        seen: dict[tuple[str, str, int], Run] = {}
-
-        def add(model: str, method: str, seeds: Iterable[int]) -> None:
-            for seed in seeds:
-                seen.setdefault((model, method, seed), Run(model, method, seed))
-
-        s = self.study
-        for model in s.main.models:
-            for method in s.main.methods:
-                add(model, method, s.main.seeds)
-        if s.alpha_sweep:
-            base_alpha = self.methods[s.alpha_sweep.method].estimator.alpha
-            for alpha in s.alpha_sweep.alphas:
-                add(
-                    s.alpha_sweep.model,
-                    alpha_variant_key(s.alpha_sweep.method, alpha, base_alpha),
-                    s.alpha_sweep.seeds,
-                )
-        if s.ablation:
-            for method in s.ablation.methods:
-                add(s.ablation.model, method, s.ablation.seeds)
-        if s.diagnostics:
-            for model in s.diagnostics.models:
-                for method in s.diagnostics.methods:
-                    add(model, method, s.diagnostics.seeds)
-        return list(seen.values())
+        return list(dict.fromkeys(r for part in self._part_runs().values() for r in part))
 
     def table_benchmark(self, part: Literal["alpha_sweep", "ablation"]) -> str:
         """The benchmark Table 3 (``alpha_sweep``) or Table 4 (``ablation``) reports."""
@@ -476,32 +478,15 @@ class Config(_Model):
         sweep's and the ablation's runs on their table's benchmark only (Tables 3-4; the paper reports both on
         MATH-500); diagnostic-only runs on none (Figs. 2-3 use their diagnostics).
         """
-        s = self.study
-        main = {(m, me, seed) for m in s.main.models for me in s.main.methods for seed in s.main.seeds}
-        wanted: dict[tuple[str, str, int], set[str]] = {}
-        for run in self.base_runs() + self.runs():
-            key = (run.model, run.method, run.seed)
-            if run.is_base or key in main:
-                wanted[key] = set(self.evaluation.benchmarks)
-        if s.alpha_sweep:
-            default = self.methods[s.alpha_sweep.method].estimator.alpha
-            bench = self.table_benchmark("alpha_sweep")
-            for alpha in s.alpha_sweep.alphas:
-                method = alpha_variant_key(s.alpha_sweep.method, alpha, default)
-                for seed in s.alpha_sweep.seeds:
-                    wanted.setdefault((s.alpha_sweep.model, method, seed), set()).add(bench)
-        if s.ablation:
-            bench = self.table_benchmark("ablation")
-            for method in s.ablation.methods:
-                for seed in s.ablation.seeds:
-                    wanted.setdefault((s.ablation.model, method, seed), set()).add(bench)
+        parts = self._part_runs()
+        wanted: dict[Run, set[str]] = {
+            r: set(self.evaluation.benchmarks) for r in self.base_runs() + parts["main"]
+        }
+        for part in ("alpha_sweep", "ablation"):
+            for r in parts.get(part, []):
+                wanted.setdefault(r, set()).add(self.table_benchmark(part))  # type: ignore[arg-type]
         runs = self.base_runs() + self.runs()
-        return [
-            (b, r)
-            for b in self.evaluation.benchmarks
-            for r in runs
-            if b in wanted.get((r.model, r.method, r.seed), ())
-        ]
+        return [(b, r) for b in self.evaluation.benchmarks for r in runs if b in wanted.get(r, ())]
 
     def base_runs(self) -> list[Run]:
         """Untrained base models evaluated (method 'base', seed 0)."""
