@@ -34,10 +34,10 @@ from typing import Any
 import torch
 from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
-from transformers.cache_utils import Cache, DynamicLayer
 
 from acerl.algos.losses import entropy_from_logits, token_logprobs
 from acerl.generate.base import Completion, SamplingParams
+from acerl.generate.decoding import make_decoder
 
 logger = logging.getLogger(__name__)
 
@@ -209,62 +209,6 @@ def sample_next_token(
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-class _BufferLayer(DynamicLayer):
-    """A KV-cache layer writing into buffers sized for the whole generation: no per-step concatenation
-    (``DynamicLayer`` re-allocates and copies its keys and values on every token)."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
-        b, h, _, d = key_states.shape
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self._k = key_states.new_empty(b, h, self.capacity, d)
-        self._v = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
-        self.is_initialized = True
-
-    def _views(self) -> None:
-        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
-
-    def update(
-        self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[Tensor, Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n = key_states.shape[-2]
-        if self.length + n > self.capacity:
-            raise RuntimeError(f"KV buffer of {self.capacity} positions is full")
-        self._k[:, :, self.length : self.length + n].copy_(key_states)
-        self._v[:, :, self.length : self.length + n].copy_(value_states)
-        self.length += n
-        self._views()
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: Tensor) -> None:
-        if self.is_initialized:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self._views()
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        if self.is_initialized:
-            self._k = self._k.repeat_interleave(repeats, dim=0)
-            self._v = self._v.repeat_interleave(repeats, dim=0)
-            self._views()
-
-
-def _make_cache(model: torch.nn.Module, capacity: int) -> Cache:
-    """Preallocated KV cache for full-attention decoders; transformers' ``DynamicCache`` for anything else
-    (sliding-window or hybrid layers)."""
-    cfg = model.config.get_text_config(decoder=True)
-    layer_types = getattr(cfg, "layer_types", None) or []
-    windowed = getattr(cfg, "sliding_window", None) or getattr(cfg, "attention_chunk_size", None)
-    if windowed or any(t != "full_attention" for t in layer_types):
-        return DynamicCache(config=model.config)
-    return Cache(layers=[_BufferLayer(capacity) for _ in range(cfg.num_hidden_layers)])
-
-
 def sample_batch(
     model: torch.nn.Module,
     prompt_ids: Sequence[Sequence[int]],
@@ -277,6 +221,7 @@ def sample_batch(
     pad_id: int,
     generator: torch.Generator | None = None,
     compact_below: int = 4,
+    lean: bool = True,
 ) -> RolloutBatch:
     """Sample ``n`` responses per prompt with a KV cache (rows ordered prompt-major: row ``i * n + j``).
 
@@ -293,12 +238,24 @@ def sample_batch(
         max_new_tokens: response budget; eos_id: stop token; pad_id: padding id.
         generator: seeded random source (on the model's device); ``None`` uses torch's global one.
         compact_below: drop finished rows when they are at least ``1 / compact_below`` of the cache rows.
+        lean: decode Llama-family models with :class:`acerl.generate.decoding.LlamaFamilyDecoder` (the same
+            modules, prompt KV shared by each prompt's rows); ``False`` calls the model's forward per token.
 
     Returns:
         :class:`RolloutBatch` with B = B0 * n rows.
     """
     batch = _sample_batch(
-        model, prompt_ids, n, temperature, top_p, max_new_tokens, eos_id, pad_id, generator, compact_below
+        model,
+        prompt_ids,
+        n,
+        temperature,
+        top_p,
+        max_new_tokens,
+        eos_id,
+        pad_id,
+        generator,
+        compact_below,
+        lean,
     )
     # clone outside inference mode: inference tensors cannot take part in autograd (the trainer's loss)
     return RolloutBatch(*(getattr(batch, f.name).clone() for f in dataclasses.fields(batch)))
@@ -316,6 +273,7 @@ def _sample_batch(
     pad_id: int,
     generator: torch.Generator | None,
     compact_below: int,
+    lean: bool,
 ) -> RolloutBatch:
     if n < 1 or max_new_tokens < 1:
         raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
@@ -325,19 +283,11 @@ def _sample_batch(
     position_ids = position_ids_from_mask(attention_mask)
     p_len = input_ids.shape[1]
 
-    # prefill each prompt once, then give each of its n rows a copy of its KV cache
-    cache = _make_cache(model, p_len + max_new_tokens)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    logits = out.logits[:, -1, :]
+    # prefill each prompt once; its n rows then continue from its KV cache
+    decoder = make_decoder(model, p_len + max_new_tokens, lean=lean)
+    logits = decoder.prefill(input_ids, attention_mask, position_ids)
+    decoder.expand(n)
     if n > 1:
-        cache.batch_repeat_interleave(n)
         input_ids, attention_mask, position_ids, logits = (
             x.repeat_interleave(n, dim=0) for x in (input_ids, attention_mask, position_ids, logits)
         )
@@ -349,7 +299,6 @@ def _sample_batch(
 
     active = torch.arange(b, device=device)  # original row of each cache row
     finished = torch.zeros(b, dtype=torch.bool, device=device)  # cache rows that already emitted EOS
-    mask = torch.cat([attention_mask, attention_mask.new_ones((b, max_new_tokens))], dim=-1)  # grows by views
     next_pos = position_ids[:, -1] + 1
     for t in range(max_new_tokens):
         tokens, lp = sample_next_token(logits, temperature, top_p, generator)
@@ -365,17 +314,9 @@ def _sample_batch(
             break
         if int(finished.sum()) * compact_below >= finished.numel():  # enough dead rows: drop them
             keep = (~finished).nonzero().squeeze(-1)
-            cache.batch_select_indices(keep)
-            active, tokens, mask, next_pos = active[keep], tokens[keep], mask[keep], next_pos[keep]
-            finished = finished[keep]
-        out = model(
-            input_ids=tokens[:, None],
-            attention_mask=mask[:, : p_len + t + 1],
-            position_ids=next_pos[:, None],
-            past_key_values=cache,
-            use_cache=True,
-        )
-        logits = out.logits[:, -1, :]
+            decoder.select(keep)
+            active, tokens, next_pos, finished = active[keep], tokens[keep], next_pos[keep], finished[keep]
+        logits = decoder.step(tokens, next_pos)
         next_pos = next_pos + 1
 
     t_len = int(lengths.max())

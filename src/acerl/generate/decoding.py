@@ -1,0 +1,282 @@
+"""The token-by-token decode step of :func:`acerl.generate.hf.sample_batch`: one interface, two implementations.
+
+- :class:`HFDecoder` calls the transformers model's forward for every token (any causal LM);
+- :class:`LlamaFamilyDecoder` runs the same transformers modules of a Llama-family decoder (Llama, Mistral
+  without sliding window, Qwen2, Qwen3: embedding, rotary embedding, RMSNorms, projections, MLP, LM head) on
+  the new token and does the attention over the KV cache itself. It skips what a forward call builds on every
+  token (4-D masks, cache bookkeeping, output capture), which on small models is most of a decode step.
+
+Both compute the same logits up to float rounding (``tests/generate/test_decoding.py`` compares them at every
+step on Llama, Qwen2 and Qwen3 configurations with grouped-query attention, biases, q/k norms, left padding and
+dropped rows); the prefill is the model's own forward in both.
+
+Protocol (``B0`` prompts, ``n`` rows each, rows prompt-major):
+``prefill(input_ids, attention_mask, position_ids) -> (B0, V)`` next-token logits of the left-padded prompts;
+``expand(n)`` is called once after it (row ``i * n + j`` then continues prompt ``i``); ``step(tokens, positions)
+-> (B, V)`` appends one token to each row in the cache (``positions``: its position id) and returns the next
+logits; ``select(keep)`` keeps only the given rows of the cache (indices into its current rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
+
+__all__ = ["Decoder", "HFDecoder", "LlamaFamilyDecoder", "make_decoder", "supports_llama_family"]
+
+#: transformers model types whose decoder layer is exactly pre-norm attention (q/k/v projections, optional
+#: per-head q/k RMSNorm, rotate-half RoPE) + pre-norm gated MLP, with full causal attention.
+LLAMA_FAMILY = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+class Decoder(Protocol):
+    def prefill(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor: ...
+
+    def expand(self, n: int) -> None: ...
+
+    def step(self, tokens: Tensor, positions: Tensor) -> Tensor: ...
+
+    def select(self, keep: Tensor) -> None: ...
+
+
+class _BufferLayer(DynamicLayer):
+    """A KV-cache layer writing into buffers sized for the whole generation: no per-step concatenation
+    (``DynamicLayer`` re-allocates and copies its keys and values on every token)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        b, h, _, d = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self._k = key_states.new_empty(b, h, self.capacity, d)
+        self._v = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def update(
+        self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if self.length + n > self.capacity:
+            raise RuntimeError(f"KV buffer of {self.capacity} positions is full")
+        self._k[:, :, self.length : self.length + n].copy_(key_states)
+        self._v[:, :, self.length : self.length + n].copy_(value_states)
+        self.length += n
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._views()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self._k = self._k.repeat_interleave(repeats, dim=0)
+            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self._views()
+
+
+def _text_config(model: torch.nn.Module) -> Any:
+    return model.config.get_text_config(decoder=True)
+
+
+def _full_attention(model: torch.nn.Module) -> bool:
+    cfg = _text_config(model)
+    layer_types = getattr(cfg, "layer_types", None) or []
+    windowed = getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
+    return not (
+        windowed
+        or getattr(cfg, "attention_chunk_size", None)
+        or any(t != "full_attention" for t in layer_types)
+    )
+
+
+def make_cache(model: torch.nn.Module, capacity: int) -> Cache:
+    """Preallocated KV cache for full-attention decoders; transformers' ``DynamicCache`` for anything else
+    (sliding-window or hybrid layers)."""
+    if not _full_attention(model):
+        return DynamicCache(config=model.config)
+    return Cache(layers=[_BufferLayer(capacity) for _ in range(_text_config(model).num_hidden_layers)])
+
+
+class HFDecoder:
+    """Every token through the transformers model's own forward with a KV cache (any causal LM)."""
+
+    def __init__(self, model: torch.nn.Module, capacity: int) -> None:
+        self.model = model
+        self.capacity = capacity
+        self.cache = make_cache(model, capacity)
+
+    def prefill(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        # the mask of every step is a prefix view of this one: [prompt mask | ones]
+        self.width = attention_mask.shape[1]
+        self.mask = torch.cat(
+            [attention_mask, attention_mask.new_ones(attention_mask.shape[0], self.capacity - self.width)],
+            dim=-1,
+        )
+        return out.logits[:, -1, :]
+
+    def expand(self, n: int) -> None:
+        if n > 1:
+            self.cache.batch_repeat_interleave(n)
+            self.mask = self.mask.repeat_interleave(n, dim=0)
+
+    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        self.width += 1
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask[:, : self.width],
+            position_ids=positions[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1, :]
+
+    def select(self, keep: Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+        self.mask = self.mask[keep]
+
+
+def supports_llama_family(model: torch.nn.Module) -> bool:
+    """Whether :class:`LlamaFamilyDecoder` computes exactly this model's forward (else use :class:`HFDecoder`)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in LLAMA_FAMILY or not _full_attention(model):
+        return False
+    inner = getattr(model, "model", None)
+    if inner is None or not all(hasattr(inner, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return False
+    if getattr(cfg, "pretraining_tp", 1) != 1 or getattr(cfg, "partial_rotary_factor", 1.0) != 1.0:
+        return False
+    return all(
+        hasattr(layer, "self_attn") and hasattr(layer, "mlp") and hasattr(layer.self_attn, "q_proj")
+        for layer in inner.layers
+    )
+
+
+class _Layer:
+    """One decoder layer's modules, its fused q/k/v projection and its KV buffer."""
+
+    def __init__(self, layer: torch.nn.Module, kv: _BufferLayer) -> None:
+        attn = layer.self_attn
+        self.norm1, self.norm2, self.mlp, self.o_proj = (
+            layer.input_layernorm,
+            layer.post_attention_layernorm,
+            layer.mlp,
+            attn.o_proj,
+        )
+        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        projs = (attn.q_proj, attn.k_proj, attn.v_proj)
+        self.sizes = [p.weight.shape[0] for p in projs]
+        self.w_qkv = torch.cat([p.weight for p in projs])
+        biases = [p.bias for p in projs]
+        self.b_qkv = (
+            None
+            if all(b is None for b in biases)
+            else torch.cat(
+                [
+                    p.bias if p.bias is not None else p.weight.new_zeros(n)
+                    for p, n in zip(projs, self.sizes, strict=True)
+                ]
+            )
+        )
+        self.scaling = float(attn.scaling)
+        self.kv = kv
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate-half RoPE (the Llama family's ``apply_rotary_pos_emb``) of (B, heads, D) by (B, 1, D) cos / sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class LlamaFamilyDecoder(HFDecoder):
+    """Decode steps of a Llama-family transformers model without its per-call machinery.
+
+    The prefill is the model's own forward into the same preallocated cache as :class:`HFDecoder`; each decode
+    step then runs the model's own modules (embedding, rotary embedding, RMSNorms, projections, MLP, LM head)
+    on the new tokens and computes the attention over the cache itself (two batched products and a softmax,
+    with an additive mask for the prompts' left padding). No per-step mask tensors, cache objects or
+    output wrappers are built, which is most of a decode step's cost on small models.
+    """
+
+    def __init__(self, model: torch.nn.Module, capacity: int) -> None:
+        if not supports_llama_family(model):
+            raise ValueError(f"{type(model).__name__} is not a supported Llama-family decoder")
+        super().__init__(model, capacity)
+        self.inner = model.model
+        cfg = _text_config(model)
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.group = self.heads // self.kv_heads
+        self.layers = [
+            _Layer(layer, kv)
+            for layer, kv in zip(self.inner.layers[: cfg.num_hidden_layers], self.cache.layers, strict=True)
+        ]
+
+    def prefill(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
+        logits = super().prefill(input_ids, attention_mask, position_ids)
+        # additive attention bias over the whole buffer: -inf on the prompts' left padding, (B, 1, 1, capacity)
+        bias = torch.zeros(self.mask.shape, dtype=logits.dtype, device=logits.device)
+        self.bias = bias.masked_fill(self.mask == 0, float("-inf"))[:, None, None, :]
+        return logits
+
+    def expand(self, n: int) -> None:
+        super().expand(n)
+        if n > 1:
+            self.bias = self.bias.repeat_interleave(n, dim=0)
+
+    def select(self, keep: Tensor) -> None:
+        super().select(keep)
+        self.bias = self.bias[keep]
+
+    def _attention(self, layer: _Layer, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """q (B, H, D), k / v (B, Hkv, D) of the new token -> (B, H * D) attention output over the cache."""
+        b, width = q.shape[0], self.width
+        keys, values = layer.kv.update(k[:, :, None], v[:, :, None])  # (B, Hkv, width, D)
+        q = q.view(b, self.kv_heads, self.group, self.head_dim) * layer.scaling
+        probs = torch.softmax(q @ keys.transpose(-1, -2) + self.bias[..., :width], dim=-1)
+        return (probs @ values).reshape(b, self.heads * self.head_dim)
+
+    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        self.width += 1
+        h = self.inner.embed_tokens(tokens[:, None])  # (B, 1, hidden)
+        cos, sin = self.inner.rotary_emb(h, position_ids=positions[:, None])  # (B, 1, D)
+        b, d = tokens.shape[0], self.head_dim
+        for layer in self.layers:
+            q, k, v = F.linear(layer.norm1(h), layer.w_qkv, layer.b_qkv).split(layer.sizes, dim=-1)
+            q, k, v = q.view(b, self.heads, d), k.view(b, self.kv_heads, d), v.view(b, self.kv_heads, d)
+            if layer.q_norm is not None:
+                q, k = layer.q_norm(q), layer.k_norm(k)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            h = h + layer.o_proj(self._attention(layer, q, k, v))[:, None, :]
+            h = h + layer.mlp(layer.norm2(h))
+        return self.model.lm_head(self.inner.norm(h))[:, -1, :]
+
+
+def make_decoder(model: torch.nn.Module, capacity: int, *, lean: bool = True) -> Decoder:
+    """:class:`LlamaFamilyDecoder` where supported (and ``lean``), else :class:`HFDecoder`."""
+    if lean and supports_llama_family(model):
+        return LlamaFamilyDecoder(model, capacity)
+    return HFDecoder(model, capacity)
