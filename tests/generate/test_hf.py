@@ -266,3 +266,25 @@ def test_shared_prompt_forward_equals_full_forward(model, tokenizer):
     torch.testing.assert_close(ent_a, ent_b, atol=2e-5, rtol=0)
     for a, b in zip(g_a, g_b, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_top_p_samples_the_renormalised_nucleus():
+    """Empirical frequencies of top-p sampling: the nucleus renormalised, nothing outside it."""
+    logits = torch.tensor([[2.0, 1.5, 0.0, -1.0, -3.0]]).log_softmax(-1).repeat(20000, 1)
+    probs = logits[0].exp().double()
+    g = torch.Generator().manual_seed(0)
+    for top_p in (0.5, 0.8, 0.95):
+        tokens, _ = sample_next_token(logits, 1.0, top_p, g)
+        mass_before = probs.cumsum(-1) - probs  # tokens are already sorted by probability
+        nucleus = torch.where(mass_before < top_p, probs, 0.0)
+        freq = torch.bincount(tokens, minlength=5).double() / len(tokens)
+        torch.testing.assert_close(freq, nucleus / nucleus.sum(), atol=0.012, rtol=0)
+        assert (freq[nucleus == 0] == 0).all()
+
+
+def test_zero_weight_tokens_are_never_drawn():
+    logits = torch.full((5000, 7), float("-inf"))
+    logits[:, 2], logits[:, 5] = 0.0, 1.0
+    tokens, lp = sample_next_token(logits, 1.0, 1.0, torch.Generator().manual_seed(1))
+    assert set(tokens.unique().tolist()) == {2, 5}
+    assert torch.isfinite(lp).all()
