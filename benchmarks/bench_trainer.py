@@ -359,7 +359,9 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="markdown report to write")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    from acerl.runtime import configure_torch
+
+    configure_torch(1)  # as every pipeline job: one thread, denormals flushed (for TRL too: same process)
     import logging
 
     logging.basicConfig(level=logging.WARNING)

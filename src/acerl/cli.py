@@ -59,10 +59,10 @@ def _run(args: argparse.Namespace, cfg: Config) -> Run:
 
 
 def _threads(cfg: Config) -> int:
-    import torch
+    from acerl.runtime import configure_torch
 
     n = cfg.compute.threads()
-    torch.set_num_threads(n)
+    configure_torch(n)
     return n
 
 

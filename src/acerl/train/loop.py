@@ -69,6 +69,7 @@ from acerl.generate.hf import (
     sample_batch,
 )
 from acerl.prompts import build_prompt
+from acerl.runtime import configure_torch
 from acerl.train.checkpoint import (
     find_latest,
     get_rng_states,
@@ -729,7 +730,8 @@ def train_run(
     Args:
         cfg, run: the validated config and the (model, method, seed) to train.
         root: work directory (``data/``, ``models/``, ``runs/``).
-        device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for the run (restored after).
+        device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for the run (restored after;
+            denormals are flushed to zero from then on, :func:`acerl.runtime.configure_torch`).
         progress: show a tqdm bar.
         verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
         reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.
@@ -761,7 +763,7 @@ def train_run(
         ckpt = None
 
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    configure_torch(threads)
     try:
         dev = _resolve_device(device)
         state, data = init_state(root, run, setup, dev)

@@ -1,0 +1,31 @@
+"""Process-wide torch settings of a job: threads and flushed denormals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_configure_torch_sets_threads_and_flushes_denormals():
+    code = (
+        "import torch\n"
+        "from acerl.runtime import configure_torch\n"
+        "tiny = torch.tensor([1e-39], dtype=torch.float32)\n"
+        "assert tiny.item() != 0.0  # a denormal before\n"
+        "configure_torch(2)\n"
+        "assert torch.get_num_threads() == 2\n"
+        "assert (tiny * 1.0).item() == 0.0  # flushed by arithmetic after\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_configure_torch_rejects_zero_threads():
+    from acerl.runtime import configure_torch
+
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        configure_torch(0)
