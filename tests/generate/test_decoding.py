@@ -43,9 +43,9 @@ CONFIGS = {
 }
 
 
-def _model(cfg) -> torch.nn.Module:
+def _model(cfg, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).eval()
+    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
     with torch.no_grad():  # larger than init weights so that float differences would show
         for p in model.parameters():
             p.mul_(8.0) if p.dim() > 1 else p.add_(torch.randn_like(p) * 0.1)
@@ -57,9 +57,14 @@ def _prompts(vocab: int) -> list[list[int]]:
     return [torch.randint(1, vocab, (n,), generator=g).tolist() for n in (5, 9, 2)]
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_lean_step_logits_equal_transformers_forward(name):
-    model = _model(CONFIGS[name])
+@pytest.mark.parametrize(
+    ("name", "dtype"), [(name, torch.float32) for name in sorted(CONFIGS)] + [("llama-gqa", torch.bfloat16)]
+)
+def test_lean_step_logits_equal_transformers_forward(name, dtype):
+    model = _model(CONFIGS[name], dtype)
+    tol = (
+        {"atol": 2e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.0}
+    )  # a few bf16 ulps of logits ~4
     assert supports_llama_family(model)
     if name == "qwen2-bias":
         assert model.model.layers[0].self_attn.q_proj.bias is not None
@@ -84,7 +89,8 @@ def test_lean_step_logits_equal_transformers_forward(name):
             expected, got = ref.step(tokens, next_pos), lean.step(tokens, next_pos)
             assert got.shape == expected.shape == (rows, model.config.vocab_size)
             assert expected.abs().max() > 1.0  # logits large enough for a real comparison
-            torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-5, msg=f"{name}: step {t}")
+            assert got.dtype == expected.dtype == dtype
+            torch.testing.assert_close(got, expected, **tol, msg=f"{name}: step {t}")
             next_pos = next_pos + 1
 
 

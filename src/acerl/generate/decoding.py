@@ -238,7 +238,7 @@ class LlamaFamilyDecoder(HFDecoder):
     def prefill(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
         logits = super().prefill(input_ids, attention_mask, position_ids)
         # additive attention bias over the whole buffer: -inf on the prompts' left padding, (B, 1, 1, capacity)
-        bias = torch.zeros(self.mask.shape, dtype=logits.dtype, device=logits.device)
+        bias = torch.zeros(self.mask.shape, dtype=torch.float32, device=logits.device)
         self.bias = bias.masked_fill(self.mask == 0, float("-inf"))[:, None, None, :]
         return logits
 
@@ -256,7 +256,9 @@ class LlamaFamilyDecoder(HFDecoder):
         b, width = q.shape[0], self.width
         keys, values = layer.kv.update(k[:, :, None], v[:, :, None])  # (B, Hkv, width, D)
         q = q.view(b, self.kv_heads, self.group, self.head_dim) * layer.scaling
-        probs = torch.softmax(q @ keys.transpose(-1, -2) + self.bias[..., :width], dim=-1)
+        # softmax in float32 whatever the model's dtype, as transformers' attention functions do
+        scores = (q @ keys.transpose(-1, -2)).float() + self.bias[..., :width]
+        probs = torch.softmax(scores, dim=-1).to(values.dtype)
         return (probs @ values).reshape(b, self.heads * self.head_dim)
 
     def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
