@@ -175,7 +175,7 @@ def supports_llama_family(model: torch.nn.Module) -> bool:
 
 
 class _Layer:
-    """One decoder layer's modules, its fused q/k/v projection and its KV buffer."""
+    """One decoder layer's modules, its fused q/k/v (and gate/up) projections and its KV buffer."""
 
     def __init__(self, layer: torch.nn.Module, kv: _BufferLayer) -> None:
         attn = layer.self_attn
@@ -202,6 +202,28 @@ class _Layer:
         )
         self.scaling = float(attn.scaling)
         self.kv = kv
+        mlp = layer.mlp
+        self.w_gate_up = None
+        if all(hasattr(mlp, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")) and all(
+            getattr(p, "bias", None) is None for p in (mlp.gate_proj, mlp.up_proj)
+        ):  # gated MLP: down(act(gate(x)) * up(x)), gate and up as one matmul
+            self.w_gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+            self.act, self.down = mlp.act_fn, mlp.down_proj
+
+    def mlp_out(self, x: Tensor) -> Tensor:
+        if self.w_gate_up is None:
+            return self.mlp(x)
+        gate, up = F.linear(x, self.w_gate_up).chunk(2, dim=-1)
+        return self.down(self.act(gate) * up)
+
+
+def _rms_norm(module: torch.nn.Module, x: Tensor) -> Tensor:
+    """A transformers ``*RMSNorm`` module as one fused op (``weight * x / sqrt(mean(x^2) + eps)``, computed in
+    float32 and cast back, as the module does); other norm modules are called as they are."""
+    eps = getattr(module, "variance_epsilon", None)
+    if type(module).__name__.endswith("RMSNorm") and eps is not None and x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), module.weight, eps)
+    return module(x)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -214,10 +236,13 @@ class LlamaFamilyDecoder(HFDecoder):
     """Decode steps of a Llama-family transformers model without its per-call machinery.
 
     The prefill is the model's own forward into the same preallocated cache as :class:`HFDecoder`; each decode
-    step then runs the model's own modules (embedding, rotary embedding, RMSNorms, projections, MLP, LM head)
-    on the new tokens and computes the attention over the cache itself (two batched products and a softmax,
-    with an additive mask for the prompts' left padding). No per-step mask tensors, cache objects or
-    output wrappers are built, which is most of a decode step's cost on small models.
+    step then runs the model's modules and weights (embedding, rotary embedding, projections, LM head; RMSNorms
+    as ``F.rms_norm`` with the module's weight and epsilon; q/k/v and the MLP's gate/up projections each as one
+    matmul over the concatenated weights) on the new tokens and computes the attention over the cache itself
+    (two batched products and a float32 softmax, with an additive mask for the prompts' left padding). No
+    per-step mask tensors, cache objects or output wrappers are built, which is most of a decode step's cost
+    on small models. The concatenated weights are taken when the decoder is built (one per ``sample_batch``
+    call), so a model trained between calls is always decoded with its current weights.
     """
 
     def __init__(self, model: torch.nn.Module, capacity: int) -> None:
@@ -265,16 +290,19 @@ class LlamaFamilyDecoder(HFDecoder):
         self.width += 1
         h = self.inner.embed_tokens(tokens[:, None])  # (B, 1, hidden)
         cos, sin = self.inner.rotary_emb(h, position_ids=positions[:, None])  # (B, 1, D)
-        b, d = tokens.shape[0], self.head_dim
+        b, d, hq, hk = tokens.shape[0], self.head_dim, self.heads, self.kv_heads
         for layer in self.layers:
-            q, k, v = F.linear(layer.norm1(h), layer.w_qkv, layer.b_qkv).split(layer.sizes, dim=-1)
-            q, k, v = q.view(b, self.heads, d), k.view(b, self.kv_heads, d), v.view(b, self.kv_heads, d)
+            qkv = F.linear(_rms_norm(layer.norm1, h), layer.w_qkv, layer.b_qkv).view(b, hq + 2 * hk, d)
+            v = qkv[:, hq + hk :]
             if layer.q_norm is not None:
-                q, k = layer.q_norm(q), layer.k_norm(k)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+                q = _rotate(layer.q_norm(qkv[:, :hq]), cos, sin)
+                k = _rotate(layer.k_norm(qkv[:, hq : hq + hk]), cos, sin)
+            else:  # q and k rotated together
+                qk = _rotate(qkv[:, : hq + hk], cos, sin)
+                q, k = qk[:, :hq], qk[:, hq:]
             h = h + layer.o_proj(self._attention(layer, q, k, v))[:, None, :]
-            h = h + layer.mlp(layer.norm2(h))
-        return self.model.lm_head(self.inner.norm(h))[:, -1, :]
+            h = h + layer.mlp_out(_rms_norm(layer.norm2, h))
+        return self.model.lm_head(_rms_norm(self.inner.norm, h))[:, -1, :]
 
 
 def make_decoder(model: torch.nn.Module, capacity: int, *, lean: bool = True) -> Decoder:
