@@ -1,9 +1,9 @@
 """The token-by-token decode step of :func:`acerl.generate.hf.sample_batch`: one interface, two implementations.
 
 - :class:`HFDecoder` calls the transformers model's forward for every token (any causal LM);
-- :class:`LlamaFamilyDecoder` runs the same transformers modules of a Llama-family decoder (Llama, Mistral
-  without sliding window, Qwen2, Qwen3: embedding, rotary embedding, RMSNorms, projections, MLP, LM head) on
-  the new token and does the attention over the KV cache itself. It skips what a forward call builds on every
+- :class:`LlamaFamilyDecoder` runs the same transformers modules and weights of a Llama-family decoder (Llama,
+  Mistral without sliding window, Qwen2, Qwen3: embedding, rotary embedding, RMSNorms, projections, MLP, LM
+  head) on the new token and does the attention over the KV cache itself. It skips what a forward call builds on every
   token (4-D masks, cache bookkeeping, output capture), which on small models is most of a decode step.
 
 Both compute the same logits up to float rounding (``tests/generate/test_decoding.py`` compares them at every
@@ -94,11 +94,11 @@ def _text_config(model: torch.nn.Module) -> Any:
 
 
 def _full_attention(model: torch.nn.Module) -> bool:
+    """Every layer attends to the whole sequence (no sliding window, chunked or hybrid layers)."""
     cfg = _text_config(model)
     layer_types = getattr(cfg, "layer_types", None) or []
-    windowed = getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
     return not (
-        windowed
+        getattr(cfg, "sliding_window", None)
         or getattr(cfg, "attention_chunk_size", None)
         or any(t != "full_attention" for t in layer_types)
     )

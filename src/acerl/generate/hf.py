@@ -249,8 +249,8 @@ def sample_batch(
         max_new_tokens: response budget; eos_id: stop token; pad_id: padding id.
         generator: seeded random source (on the model's device); ``None`` uses torch's global one.
         compact_below: drop finished rows when they are at least ``1 / compact_below`` of the cache rows.
-        lean: decode Llama-family models with :class:`acerl.generate.decoding.LlamaFamilyDecoder` (the same
-            modules, prompt KV shared by each prompt's rows); ``False`` calls the model's forward per token.
+        lean: decode Llama-family models with :class:`acerl.generate.decoding.LlamaFamilyDecoder` (the model's
+            own weights without a transformers forward call per token); ``False`` calls the forward per token.
 
     Returns:
         :class:`RolloutBatch` with B = B0 * n rows.
