@@ -52,6 +52,9 @@ def _batch(
     ref = old + torch.randn(bs, resp_len, generator=g) * 0.5
     old[mask == 0] = float("nan")  # padding must not leak
     uids = np.array([f"uid-{i // group_size}" for i in range(bs)], dtype=object)
+    acc = (
+        scores > 0
+    ).numpy()  # the grader's verdict (reward_extra_info["acc"], merged by the legacy trainer)
     perm = torch.randperm(bs, generator=g)  # groups interleaved, as after verl's balance_batch
     return DataProto.from_dict(
         tensors={
@@ -60,7 +63,7 @@ def _batch(
             "old_log_probs": old[perm],
             "ref_log_prob": ref[perm],
         },
-        non_tensors={"uid": uids[perm.numpy()]},
+        non_tensors={"uid": uids[perm.numpy()], "acc": acc[perm.numpy()]},
     )
 
 
@@ -82,14 +85,19 @@ def test_estimator_registered_and_shim_installed() -> None:
     assert not hasattr(ray_trainer.compute_advantage.__wrapped__, "__wrapped__")
 
 
+@pytest.mark.usefixtures("requires_ace_amplify")
 @pytest.mark.parametrize("signed", [False, True])
-@pytest.mark.parametrize("ace", [{}, {"alpha": 2.0, "modulation": "relu", "length_normalize": False}])
+@pytest.mark.parametrize(
+    "ace",
+    [{}, {"alpha": 2.0, "modulation": "relu", "length_normalize": False, "amplify": "negative_advantage"}],
+)
 def test_shim_matches_ace_advantages(signed: bool, ace: dict) -> None:
     data = _batch(seed=1 + signed, signed=signed)
     expected_inputs = data.batch.clone()
     uids = data.non_tensor_batch["uid"].copy()
+    acc = torch.from_numpy(data.non_tensor_batch["acc"].astype(bool))
     out = ray_trainer.compute_advantage(data, adv_estimator="ace", config=_algo_config(**ace))
-    params = {"alpha": 1.0, "modulation": "softplus", "length_normalize": True, **ace}
+    params = {"alpha": 1.0, "modulation": "softplus", "length_normalize": True, "amplify": "incorrect", **ace}
     mask = expected_inputs["response_mask"]
     seq = ace_advantages(
         expected_inputs["token_level_rewards"].sum(-1),
@@ -97,6 +105,7 @@ def test_shim_matches_ace_advantages(signed: bool, ace: dict) -> None:
         expected_inputs["old_log_probs"],
         expected_inputs["ref_log_prob"],
         mask,
+        correct=acc,
         **params,
     )
     expected = seq[:, None] * mask
@@ -124,6 +133,7 @@ def test_grpo_path_unchanged() -> None:
     assert torch.equal(through_shim.batch["advantages"], direct)
 
 
+@pytest.mark.usefixtures("requires_ace_amplify")
 def test_alpha_zero_equals_verl_grpo() -> None:
     a, b = _batch(seed=7), _batch(seed=7)
     ace = ray_trainer.compute_advantage(a, adv_estimator="ace", config=_algo_config(alpha=0.0))
@@ -131,6 +141,7 @@ def test_alpha_zero_equals_verl_grpo() -> None:
     torch.testing.assert_close(ace.batch["advantages"], grpo.batch["advantages"], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.usefixtures("requires_ace_amplify")
 def test_token_granularity_and_std_switch() -> None:
     data = _batch(seed=3)
     out = ray_trainer.compute_advantage(
@@ -147,6 +158,91 @@ def test_token_granularity_and_std_switch() -> None:
             "advantages"
         ],
     )
+
+
+def _overlong_group() -> DataProto:
+    """One DAPO group after verl's ``dapo`` reward manager: two correct short answers (+1), a correct answer
+    whose overlong penalty took its reward to 0 (below the group mean 0.25: A < 0), one wrong answer (-1)."""
+    scores = torch.tensor([1.0, 1.0, 0.0, -1.0])
+    mask = torch.ones(4, 5, dtype=torch.int64)
+    rewards = torch.zeros(4, 5)
+    rewards[:, -1] = scores
+    old = torch.full((4, 5), -0.5)
+    return DataProto.from_dict(
+        tensors={
+            "token_level_rewards": rewards,
+            "response_mask": mask,
+            "old_log_probs": old,
+            "ref_log_prob": old - 1,
+        },
+        non_tensors={"uid": np.array(["g"] * 4, dtype=object)},
+    )
+
+
+@pytest.mark.usefixtures("requires_ace_amplify")
+def test_ace_amplifies_only_incorrect_rollouts_with_verl_acc() -> None:
+    """Defect 7: a correct but overlong rollout with A < 0 is not amplified under ``amplify=incorrect`` (the
+    verdict comes from verl's ``acc``: legacy trainer in ``non_tensor_batch``, V1 through the step context);
+    ``amplify=negative_advantage`` amplifies it. ACE's summaries reach the step-metrics dict."""
+    acc = np.array([True, True, True, False])
+    grpo = grpo_advantages(torch.tensor([1.0, 1.0, 0.0, -1.0]), torch.zeros(4, dtype=torch.long))
+    assert grpo[2] < 0  # the overlong correct answer is below its group's mean
+
+    legacy = _overlong_group()
+    legacy.non_tensor_batch["acc"] = acc
+    out_legacy = ray_trainer.compute_advantage(legacy, adv_estimator="ace", config=_algo_config())
+    metrics: dict = {}
+    with plugin.ace_step_context(acc, metrics):
+        out_v1 = ray_trainer.compute_advantage(_overlong_group(), adv_estimator="ace", config=_algo_config())
+    for out in (out_legacy, out_v1):
+        adv = out.batch["advantages"][:, 0]
+        torch.testing.assert_close(adv[:3], grpo[:3])  # correct rollouts: GRPO's advantage
+        assert adv[3] < grpo[3]  # the incorrect one is amplified (c = 1 > 0: multiplier 1 + softplus(1))
+    assert metrics["ace/negative_frac"] == pytest.approx(0.5)
+    assert set(metrics) >= {"ace/confidence_mean_neg", "ace/multiplier_mean_neg"}
+
+    with plugin.ace_step_context(acc, None):
+        neg = ray_trainer.compute_advantage(
+            _overlong_group(), adv_estimator="ace", config=_algo_config(amplify="negative_advantage")
+        ).batch["advantages"][:, 0]
+    assert neg[2] < grpo[2] and neg[3] < grpo[3]
+
+
+@pytest.mark.usefixtures("requires_ace_amplify")
+def test_missing_verdicts_are_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="correct"):
+        ray_trainer.compute_advantage(_overlong_group(), adv_estimator="ace", config=_algo_config())
+    with pytest.raises(ValueError, match="3 verdicts"), plugin.ace_step_context([True, False, True], None):
+        ray_trainer.compute_advantage(_overlong_group(), adv_estimator="ace", config=_algo_config())
+
+
+def test_correct_from_extra_fields() -> None:
+    """V1 keeps ``reward_extra_info`` inside each row's ``extra_fields`` (plain dict or tensordict wrapper)."""
+    from tensordict import NonTensorData
+
+    rows = [
+        {"reward_extra_info": {"acc": True, "score": 1.0}},
+        NonTensorData({"reward_extra_info": {"acc": False}}),
+    ]
+    assert plugin.correct_from_extra_fields(rows, ["a_0_0", "a_1_0"]).tolist() == [True, False]
+    with pytest.raises(ValueError, match=r"rollout 'b_1_0' has no reward_extra_info\['acc'\]"):
+        plugin.correct_from_extra_fields([rows[0], {"reward_extra_info": {}}], ["b_0_0", "b_1_0"])
+
+
+def test_ace_config_amplify() -> None:
+    assert plugin.AceConfig().amplify == "incorrect"
+    with pytest.raises(ValueError, match="amplify must be one of incorrect, negative_advantage"):
+        plugin.AceConfig(amplify="negative")
+
+
+def test_v1_trainer_compute_advantage_wrapped() -> None:
+    """The V1 trainer's ``PPOTrainer._compute_advantage`` is wrapped once (idempotent install)."""
+    trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
+    method = trainer_base.PPOTrainer.__dict__["_compute_advantage"]
+    assert getattr(method, "_acerl_logprob_shim", False)
+    plugin.install()
+    assert trainer_base.PPOTrainer.__dict__["_compute_advantage"] is method
+    assert not hasattr(method.__wrapped__, "__wrapped__")
 
 
 def test_missing_reference_logprobs_is_a_clear_error() -> None:

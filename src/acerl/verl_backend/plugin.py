@@ -22,12 +22,23 @@ which does two things:
    import it later get the shim. Processes that never import ``ray_trainer`` (FSDP / vLLM workers) pay
    nothing.
 
+3. **Feeds the grader's verdict and collects ACE's statistics.** With ``amplify="incorrect"`` (the paper's
+   Def. 2) ACE amplifies a rollout only when the grader marked it wrong; the verdict is the reward manager's
+   ``acc`` (``acerl.grading.reward.compute_score`` returns it, measured before DAPO's overlong penalty). The
+   legacy trainer merges ``acc`` into ``data.non_tensor_batch``; the V1 trainer's ``_compute_advantage`` does
+   not fetch it from TransferQueue, so the plugin wraps ``PPOTrainer._compute_advantage``
+   (``verl/trainer/ppo/v1/trainer_base.py``): for ACE it reads every row's ``extra_fields.reward_extra_info.acc``
+   (as the V1 replay buffer reads the ``filter_groups`` metric) and hands it, and the trainer's step-metrics
+   dict, to the shim through :func:`ace_step_context`. ACE's summaries (``ace/negative_frac``,
+   ``ace/amplified_frac``, ``ace/confidence_mean_neg``, ...) are added to that dict, so they reach verl's
+   loggers (``metrics.jsonl``).
+
 ACE's parameters are verl config keys under ``algorithm.ace`` (:class:`AceConfig`)::
 
     algorithm.adv_estimator=ace
     algorithm._target_=acerl.verl_backend.plugin.AceAlgoConfig
     +algorithm.ace.alpha=1.0 +algorithm.ace.modulation=softplus +algorithm.ace.length_normalize=True
-    +algorithm.ace.granularity=sequence +algorithm.ace.eps=1e-6
+    +algorithm.ace.granularity=sequence +algorithm.ace.eps=1e-6 +algorithm.ace.amplify=incorrect
 
 ``algorithm.norm_adv_by_std_in_grpo`` (verl's own key) selects std normalisation as for GRPO. verl's typed
 ``AlgoConfig`` rejects unknown keys when ``algorithm`` is converted with ``omega_conf_to_dataclass`` (0.9.1's
@@ -42,11 +53,13 @@ the shim raises a clear error instead of computing a wrong advantage.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.abc
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Optional
@@ -68,7 +81,9 @@ __all__ = [
     "AceAlgoConfig",
     "AceConfig",
     "ace_config_from",
+    "ace_step_context",
     "compute_ace_outcome_advantage",
+    "correct_from_extra_fields",
     "install",
     "make_compute_advantage_shim",
     "shim_installed",
@@ -78,6 +93,10 @@ ESTIMATOR_NAME = "ace"
 LOGPROB_ESTIMATORS: frozenset[str] = frozenset({ESTIMATOR_NAME})
 """Estimators the shim calls with ``old_log_probs`` and ``ref_log_prob`` (all others go to verl unchanged)."""
 RAY_TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
+V1_TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
+CORRECT_KEY = "acc"
+"""``reward_extra_info`` key holding the grader's verdict (``acerl.grading.reward.compute_score``)."""
+AMPLIFY_CHOICES: tuple[str, ...] = ("incorrect", "negative_advantage")
 _SHIM_FLAG = "_acerl_logprob_shim"
 
 
@@ -92,6 +111,8 @@ class AceConfig(BaseConfig):
         length_normalize: use ``c_i / T_i`` (paper default) instead of the sequence sum.
         granularity: ``sequence`` (paper main experiments) or ``token`` (App. C variant).
         eps: added to the group std (verl's GRPO epsilon).
+        amplify: which rollouts ACE amplifies: ``incorrect`` (paper Def. 2: graded wrong by ``acc`` and
+            ``A_i < 0``) or ``negative_advantage`` (every ``A_i < 0``); see docs/algorithms.md.
     """
 
     alpha: float = 1.0
@@ -99,6 +120,7 @@ class AceConfig(BaseConfig):
     length_normalize: bool = True
     granularity: str = "sequence"
     eps: float = 1e-6
+    amplify: str = "incorrect"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.alpha, int | float) and self.alpha >= 0):
@@ -113,6 +135,10 @@ class AceConfig(BaseConfig):
             )
         if not (isinstance(self.eps, int | float) and self.eps > 0):
             raise ValueError(f"algorithm.ace.eps must be > 0, got {self.eps!r}")
+        if self.amplify not in AMPLIFY_CHOICES:
+            raise ValueError(
+                f"algorithm.ace.amplify must be one of {', '.join(AMPLIFY_CHOICES)}, got {self.amplify!r}"
+            )
 
 
 @dataclass
@@ -161,6 +187,8 @@ def compute_ace_outcome_advantage(
     config: Any = None,
     old_log_probs: torch.Tensor | None = None,
     ref_log_prob: torch.Tensor | None = None,
+    correct: torch.Tensor | None = None,
+    metrics: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl estimator ``"ace"``: ACE advantages (paper Eq. ``eq:ace_advantage``) in verl's layout.
@@ -176,6 +204,9 @@ def compute_ace_outcome_advantage(
             ``norm_adv_by_std_in_grpo``).
         old_log_probs: (bs, resp_len) rollout-policy log-probs (passed by the shim).
         ref_log_prob: (bs, resp_len) reference log-probs (passed by the shim).
+        correct: (bs,) bool, the grader's verdict before any reward shaping (verl's ``acc``; passed by the
+            shim); needed by ``algorithm.ace.amplify=incorrect``.
+        metrics: a dict that receives ACE's summaries (``ace/...``): the trainer's step metrics.
 
     Returns:
         ``(advantages, returns)``, both (bs, resp_len), equal, zero on padding.
@@ -201,12 +232,77 @@ def compute_ace_outcome_advantage(
         granularity=params.granularity,  # type: ignore[arg-type]
         eps=float(params.eps),
         norm_by_std=norm_by_std,
+        amplify=params.amplify,
+        correct=correct,
     )
     adv = out.advantages if out.advantages.dim() == 2 else out.advantages.unsqueeze(-1)
     adv = adv * response_mask
+    stats = out.metrics()
+    if metrics is not None:
+        metrics.update(stats)
     if logger.isEnabledFor(logging.INFO):
-        logger.info("ace: %s", {k: round(v, 4) for k, v in out.metrics().items()})
+        logger.info("ace: %s", {k: round(v, 4) for k, v in stats.items()})
     return adv, adv
+
+
+# ------------------------------------------------------------------------------------ step context
+@dataclass
+class _StepContext:
+    correct: np.ndarray | None
+    metrics: dict[str, Any] | None
+
+
+_STEP: contextvars.ContextVar[_StepContext | None] = contextvars.ContextVar("acerl_ace_step", default=None)
+
+
+@contextlib.contextmanager
+def ace_step_context(
+    correct: Sequence[bool] | np.ndarray | None, metrics: dict[str, Any] | None
+) -> Iterator[None]:
+    """Within this context the shim gives ACE ``correct`` (one verdict per row of the batch passed to
+    ``compute_advantage``, in its order) and adds ACE's summaries to ``metrics``. The V1 trainer wrapper
+    (:func:`_patch_v1_trainer`) opens it around ``PPOTrainer._compute_advantage``."""
+    verdicts = None if correct is None else np.asarray(correct, dtype=bool)
+    token = _STEP.set(_StepContext(correct=verdicts, metrics=metrics))
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def correct_from_extra_fields(extra_fields: Sequence[Any], keys: Sequence[str]) -> np.ndarray:
+    """(B,) bool verdicts from V1 TransferQueue ``extra_fields`` rows (``reward_extra_info[acc]``), read as the
+    V1 replay buffer reads ``filter_groups.metric``; ``keys`` name the rows in errors."""
+    out = np.zeros(len(extra_fields), dtype=bool)
+    for i, value in enumerate(extra_fields):
+        fields_ = getattr(value, "data", value)
+        info = fields_.get("reward_extra_info", {}) if isinstance(fields_, Mapping) else {}
+        if CORRECT_KEY not in info:
+            raise ValueError(
+                f"ACE (algorithm.ace.amplify=incorrect): rollout {keys[i]!r} has no reward_extra_info[{CORRECT_KEY!r}]; "
+                f"the reward function must return a dict with {CORRECT_KEY!r} (acerl.grading.reward.compute_score "
+                "does: reward.custom_reward_function.path=pkg://acerl.grading.reward), or set "
+                "algorithm.ace.amplify=negative_advantage"
+            )
+        out[i] = bool(info[CORRECT_KEY])
+    return out
+
+
+def _batch_correct(data: Any, name: str) -> torch.Tensor | None:
+    """The verdicts for ``data``'s rows: ``non_tensor_batch['acc']`` (legacy trainer) or the step context."""
+    verdicts = data.non_tensor_batch.get(CORRECT_KEY) if hasattr(data, "non_tensor_batch") else None
+    if verdicts is None:
+        ctx = _STEP.get()
+        verdicts = None if ctx is None else ctx.correct
+    if verdicts is None:
+        return None
+    verdicts = np.asarray(verdicts).astype(bool)
+    if verdicts.shape != (len(data),):
+        raise ValueError(
+            f"advantage estimator {name!r}: {verdicts.shape[0] if verdicts.ndim else 0} verdicts ({CORRECT_KEY!r}) "
+            f"for a batch of {len(data)} rollouts"
+        )
+    return torch.from_numpy(verdicts)
 
 
 # ----------------------------------------------------------------------------------------------- shim
@@ -253,6 +349,7 @@ def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., A
         if "uid" not in data.non_tensor_batch:
             raise ValueError(f"advantage estimator {name!r} needs the group index non_tensor_batch['uid']")
         fn = core_algos.get_adv_estimator_fn(name)
+        ctx = _STEP.get()
         advantages, returns = fn(
             token_level_rewards=data.batch["token_level_rewards"],
             response_mask=data.batch["response_mask"],
@@ -260,6 +357,8 @@ def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., A
             config=config,
             old_log_probs=data.batch["old_log_probs"],
             ref_log_prob=data.batch["ref_log_prob"],
+            correct=_batch_correct(data, name),
+            metrics=None if ctx is None else ctx.metrics,
         )
         data.batch["advantages"] = advantages
         data.batch["returns"] = returns
@@ -286,11 +385,51 @@ def _patch_ray_trainer(module: Any) -> None:
             logger.debug("acerl: compute_advantage shim bound in %s", name)
 
 
+def _patch_v1_trainer(module: Any) -> None:
+    """Wrap ``PPOTrainer._compute_advantage`` of the V1 trainer: for ACE, read each row's grader verdict
+    (``extra_fields.reward_extra_info.acc``) from TransferQueue and open :func:`ace_step_context` with it and
+    the step's metrics dict around verl's own method."""
+    cls = getattr(module, "PPOTrainer", None)
+    original = None if cls is None else cls.__dict__.get("_compute_advantage")
+    if original is None:
+        raise RuntimeError(
+            f"{module.__name__} has no PPOTrainer._compute_advantage: this plugin targets verl 0.9.1"
+        )
+    if getattr(original, _SHIM_FLAG, False):
+        return
+
+    def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
+        algorithm = self.config.algorithm
+        if _estimator_name(algorithm.adv_estimator) not in LOGPROB_ESTIMATORS:
+            return original(self, batch, metrics)
+        correct = None
+        if ace_config_from(algorithm).amplify == "incorrect":
+            rows = module.tq.kv_batch_get(
+                keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
+            )
+            correct = correct_from_extra_fields(list(rows["extra_fields"]), batch.keys)
+        with ace_step_context(correct, metrics):
+            return original(self, batch, metrics)
+
+    _compute_advantage.__doc__ = (original.__doc__ or "") + "\n\n(acerl: ACE's verdicts and step metrics)"
+    _compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(_compute_advantage, _SHIM_FLAG, True)
+    cls._compute_advantage = _compute_advantage
+
+
+_PATCHES: dict[str, Callable[[Any], None]] = {
+    RAY_TRAINER_MODULE: _patch_ray_trainer,
+    V1_TRAINER_MODULE: _patch_v1_trainer,
+}
+"""verl modules the plugin patches, each right after it has executed (or at once if already imported)."""
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Import hook: once ``verl.trainer.ppo.ray_trainer`` has executed, install the shim into it."""
+    """Import hook: once a module of :data:`_PATCHES` has executed, patch it."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != RAY_TRAINER_MODULE:
+        patch = _PATCHES.get(fullname)
+        if patch is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -307,7 +446,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             original_exec(module)
-            _patch_ray_trainer(module)
+            patch(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's own loader instance
         return spec
@@ -334,17 +473,28 @@ def install() -> None:
     """
     logger.setLevel(os.environ.get("ACERL_VERL_LOG_LEVEL", "INFO"))
     _register_estimator()
-    module = sys.modules.get(RAY_TRAINER_MODULE)
-    if module is not None and "compute_advantage" in module.__dict__:
-        _patch_ray_trainer(module)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+    for name, patch in _PATCHES.items():
+        module = sys.modules.get(name)
+        if module is not None and _module_executed(module, name):
+            patch(module)
+    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchOnImport())
 
 
+def _module_executed(module: Any, name: str) -> bool:
+    """Whether ``module`` has finished executing (its patched attribute exists)."""
+    attr = "compute_advantage" if name == RAY_TRAINER_MODULE else "PPOTrainer"
+    return attr in module.__dict__
+
+
 def shim_installed() -> bool:
-    """True when ``ray_trainer`` is imported and its ``compute_advantage`` is the shim."""
+    """True when ``ray_trainer`` is imported and its ``compute_advantage`` is the shim (and, when the V1 trainer
+    is imported, its ``PPOTrainer._compute_advantage`` is wrapped)."""
     module = sys.modules.get(RAY_TRAINER_MODULE)
-    return module is not None and getattr(module.__dict__.get("compute_advantage"), _SHIM_FLAG, False)
+    if module is None or not getattr(module.__dict__.get("compute_advantage"), _SHIM_FLAG, False):
+        return False
+    v1 = sys.modules.get(V1_TRAINER_MODULE)
+    return v1 is None or getattr(v1.PPOTrainer.__dict__.get("_compute_advantage"), _SHIM_FLAG, False)
 
 
 # The one piece of import-time work in the package: this module exists to be imported by

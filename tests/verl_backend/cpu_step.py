@@ -1,0 +1,409 @@
+"""Test infrastructure: one verl 0.9.1 training step on CPU with verl's own components, for each method.
+
+Run in a fresh process by ``test_verl_cpu_step.py`` (``python cpu_step.py WORKDIR``) with the environment a
+Ray worker of the launcher gets (``VERL_USE_EXTERNAL_MODULES`` naming the ACE plugin, plus this directory's
+CPU platform, :mod:`cpu_platform`). For each of GRPO, DAPO, ACE-GRPO and ACE-DAPO it takes the launcher's
+Hydra overrides for a paper run (``verl_overrides``), points them at a tiny Llama and CPU-sized batches, and
+runs what the V1 trainer runs in one step (``verl/trainer/ppo/v1/trainer_base.py:_step_once``):
+
+1. prompts: verl's ``RLHFDataset`` over the parquet ``prepare_verl_data`` writes (prompt length filter on);
+2. rollouts: fixed responses per prompt (correct / wrong / correct but overlong), packed into a ``DataProto``
+   with verl's agent-loop layout (left-padded prompts, right-padded responses, masks, position ids, ``uid``);
+3. rewards: verl's ``RewardLoopWorker`` with the reward manager the overrides select (``naive`` or ``dapo``
+   with overlong shaping) calling ``acerl.grading.reward.compute_score``; ``rm_scores`` as the agent loop
+   places them;
+4. old and reference log-probs: verl's ``ActorRolloutRefWorker`` (engine FSDP2 worker) on CPU, called with
+   the TensorDict the trainer builds (``left_right_2_no_padding``);
+5. advantages: ``v1/utils.compute_advantage_for_multi_trajectories`` with ``config.algorithm``, as
+   ``PPOTrainer._compute_advantage`` calls it (the plugin's shim is what that module holds);
+6. one ``update_actor`` call through the worker (verl's ``ppo_loss``: policy loss + ``agg_loss``).
+
+Writes ``WORKDIR/result_<method>.pt`` (tensors of every stage, torch.save of plain tensors/lists) and
+``WORKDIR/result_<method>.json`` (scalars); the test checks them against ``acerl`` code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import verl  # noqa: F401  (loads VERL_USE_EXTERNAL_MODULES: the ACE plugin and the CPU platform)
+
+METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")
+PAPER_MODEL = "qwen25_math_7b"
+GROUP_SIZE = 4
+N_PROMPTS = 3
+MAX_PROMPT_LEN = 400
+MAX_RESPONSE_LEN = 64
+OVERLONG_BUFFER = 16
+MAX_ANSWER_CHARS = 8
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def build_model(folder: Path) -> Path:
+    """A tiny Llama (``acerl.models``) with the character tokenizer and a ChatML chat template."""
+    from acerl.models.tiny import TinyModelConfig, build_tiny_model
+    from acerl.models.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer(model_max_length=1024)
+    tok.chat_template = CHATML
+    model = build_tiny_model(TinyModelConfig(max_position_embeddings=1024), tok, seed=0)
+    model.config.attn_implementation = "sdpa"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def prepare_data(root: Path, shared: Path, paper_cfg) -> Path:
+    """``prepare_verl_data`` on a few real MATH-500 problems (as ``data/train.jsonl`` and benchmark files)."""
+    from acerl import paths
+    from acerl.data.real import prepare_verl_data, verl_train_file
+
+    rows = [json.loads(line) for line in (shared / "math500.jsonl").read_text().splitlines()[:40]]
+    rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]} for r in rows]
+    rows = [r for r in rows if len(r["answer"]) <= MAX_ANSWER_CHARS]
+    for name in ["train", *paper_cfg.benchmark_names]:
+        f = paths.data_file(root, name)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prepare_verl_data(paper_cfg, root, [PAPER_MODEL])
+    return verl_train_file(root, PAPER_MODEL)
+
+
+def cpu_overrides(model_dir: Path) -> list[str]:
+    """What changes from the paper run to a CPU step (later overrides win in Hydra)."""
+    a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+    return [
+        f"actor_rollout_ref.model.path={model_dir}",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        f"data.max_prompt_length={MAX_PROMPT_LEN}",
+        f"data.max_response_length={MAX_RESPONSE_LEN}",
+        f"data.train_batch_size={N_PROMPTS}",
+        f"{a}.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        f"+{a}.fsdp_config.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}",
+        "+actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        f"{a}.ppo_mini_batch_size={N_PROMPTS}",
+        f"{a}.ppo_micro_batch_size_per_gpu=4",
+        f"{a}.use_dynamic_bsz=False",
+        f"{r}.log_prob_use_dynamic_bsz=False",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False",
+        f"{r}.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        f"{a}.optim.lr=1e-3",
+        f"{r}.n={GROUP_SIZE}",
+        f"+reward.reward_kwargs.max_resp_len={MAX_RESPONSE_LEN}",
+        f"+reward.reward_kwargs.overlong_buffer_cfg.len={OVERLONG_BUFFER}",
+        "+reward.custom_reward_function.reward_kwargs.grader_workers=1",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+    ]
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    config_dir = Path(verl.__file__).parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return hydra_compose("ppo_trainer", overrides=overrides)
+
+
+def dedupe_overrides(overrides: list[str]) -> list[str]:
+    """Hydra rejects a key given twice with ``+``; keep the last value of each key (the CPU one)."""
+    last: dict[str, str] = {}
+    for ov in overrides:
+        key = ov.split("=", 1)[0].lstrip("+")
+        last[key] = ov
+    out, seen = [], set()
+    for ov in overrides:
+        key = ov.split("=", 1)[0].lstrip("+")
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen = last[key]
+        if ov.startswith("+") and not chosen.startswith("+"):
+            chosen = "+" + chosen
+        out.append(chosen)
+    return out
+
+
+def responses_for(answer: str, j: int) -> list[str]:
+    """Per prompt: two short correct answers, one correct but overlong (past ``max_resp_len - buffer``, so
+    DAPO's shaping pulls its reward below the group mean), one wrong; lengths differ between prompts."""
+    boxed = f"\\boxed{{{answer}}}"
+    long_len = MAX_RESPONSE_LEN - 1 - j  # with EOS: MAX_RESPONSE_LEN - j tokens
+    return [
+        f"The answer is {boxed}.",
+        "Step " * j + f"So {boxed}",
+        "Let me think. " + "." * (long_len - len("Let me think. ") - len(boxed)) + boxed,
+        "I think the answer is \\boxed{0.123}." if j % 2 else "No idea.",
+    ]
+
+
+def pack_rollouts(tokenizer, prompts: list[list[int]], responses: list[list[int]], uids: list[str]):
+    """verl's agent-loop layout (``AgentLoopWorker._agent_loop_postprocess`` / ``_postprocess``)."""
+    from verl import DataProto
+    from verl.utils.model import compute_position_id_with_mask
+
+    bs = len(prompts)
+    p_len = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    prompt_ids = torch.full((bs, p_len), pad, dtype=torch.long)
+    prompt_mask = torch.zeros((bs, p_len), dtype=torch.long)
+    resp_ids = torch.full((bs, MAX_RESPONSE_LEN), pad, dtype=torch.long)
+    resp_mask = torch.zeros((bs, MAX_RESPONSE_LEN), dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        prompt_ids[i, p_len - len(p) :] = torch.tensor(p)
+        prompt_mask[i, p_len - len(p) :] = 1
+        resp_ids[i, : len(r)] = torch.tensor(r)
+        resp_mask[i, : len(r)] = 1
+    attention_mask = torch.cat([prompt_mask, resp_mask], dim=1)
+    input_ids = torch.cat([prompt_ids, resp_ids], dim=1)
+    position_ids = compute_position_id_with_mask(attention_mask)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": resp_ids,
+            "response_mask": resp_mask,
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+        },
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
+
+
+def compute_rewards(config, batch, dataset_rows):
+    """verl's reward loop worker on the batch; ``rm_scores`` placed on the last response token."""
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    data = batch
+    for key in ("data_source", "reward_model", "extra_info"):
+        data.non_tensor_batch[key] = np.array([row[key] for row in dataset_rows], dtype=object)
+    worker = RewardLoopWorker(config)
+    outputs = worker.loop.run_until_complete(worker.compute_score_batch(data))  # the worker's own loop
+    scores = torch.tensor([o["reward_score"] for o in outputs], dtype=torch.float32)
+    acc = np.array([bool(o["reward_extra_info"]["acc"]) for o in outputs])
+    prompt_length = data.batch["prompts"].size(1)
+    last = data.batch["attention_mask"][:, prompt_length:].sum(dim=1) - 1
+    rm_scores = torch.zeros_like(data.batch["response_mask"], dtype=torch.float32)
+    rm_scores[torch.arange(len(data)), last] = scores
+    data.batch["rm_scores"] = rm_scores
+    data.non_tensor_batch["acc"] = acc
+    return data, scores, acc
+
+
+def log_probs(worker_call, batch, *, calculate_entropy: bool, temperature: float):
+    """The trainer's ``_compute_old_log_prob`` / ``_compute_ref_log_prob`` conversion around a worker call."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+    td = left_right_2_no_padding(batch.to_tensordict())
+    tu.assign_non_tensor(td, calculate_entropy=calculate_entropy, compute_loss=False, temperature=temperature)
+    out = worker_call(td)
+    lp = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
+    return lp
+
+
+def update_actor(worker, config, batch):
+    """``_update_actor`` of the legacy trainer (the V1 trainer sets the same keys on the batch meta)."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    a = config.actor_rollout_ref.actor
+    mini = a.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
+    td = left_right_2_no_padding(batch.to_tensordict())
+    tu.assign_non_tensor(
+        td,
+        calculate_entropy=True,
+        distillation_use_topk=False,
+        distillation_only=False,
+        global_batch_size=mini,
+        mini_batch_size=mini,
+        epochs=a.ppo_epochs,
+        seed=a.data_loader_seed,
+        dataloader_kwargs={"shuffle": a.shuffle},
+        compute_loss=True,
+        temperature=config.actor_rollout_ref.rollout.temperature,
+    )
+    out = worker.update_actor(td)
+    return tu.get(out, "metrics")
+
+
+def hf_log_probs(model_dir: Path, batch) -> torch.Tensor:
+    """Response-token log-probs from a plain transformers forward and ``acerl.algos.losses.token_logprobs``."""
+    from transformers import AutoModelForCausalLM
+
+    from acerl.algos.losses import token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, torch_dtype=torch.float32, attn_implementation="sdpa"
+    )
+    model.eval()
+    ids, mask, pos = batch.batch["input_ids"], batch.batch["attention_mask"], batch.batch["position_ids"]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    t = batch.batch["responses"].size(1)
+    return token_logprobs(logits[:, -t - 1 : -1], ids[:, -t:])
+
+
+def params_of(worker) -> dict[str, torch.Tensor]:
+    module = worker.actor.engine.module
+    return {
+        k: v.detach().clone().full_tensor() if hasattr(v, "full_tensor") else v.detach().clone()
+        for k, v in module.state_dict().items()
+    }
+
+
+def run_method(method: str, work: Path, model_dir: Path, train_file: Path, paper_cfg) -> None:
+    from omegaconf import open_dict
+    from verl.trainer.ppo.v1 import utils as v1_utils
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    from acerl.config import Run
+    from acerl.verl_backend.launcher import verl_overrides
+
+    run = Run(model=PAPER_MODEL, method=method, seed=0)
+    overrides = dedupe_overrides([*verl_overrides(paper_cfg, run, work), *cpu_overrides(model_dir)])
+    config = compose(overrides)
+    config.data.train_files = [str(train_file)]
+    tokenizer = __import__("transformers").AutoTokenizer.from_pretrained(model_dir)
+
+    t0 = time.perf_counter()
+    # 1. prompts through verl's dataset (chat template, prompt length filter)
+    dataset = RLHFDataset(data_files=[str(train_file)], tokenizer=tokenizer, config=config.data)
+    rows = [dataset[i] for i in range(N_PROMPTS)]
+    # 2. rollouts
+    prompts, responses, uids, row_of = [], [], [], []
+    for j, row in enumerate(rows):
+        ids = tokenizer.apply_chat_template(
+            list(row["raw_prompt"]),
+            add_generation_prompt=True,
+            tokenize=True,
+            **dict(config.data.get("apply_chat_template_kwargs", {}) or {}),
+        )
+        ids = list(ids["input_ids"]) if isinstance(ids, dict) or hasattr(ids, "keys") else list(ids)
+        answer = row["reward_model"]["ground_truth"]
+        for text in responses_for(answer, j):
+            r = tokenizer(text, add_special_tokens=False)["input_ids"][: MAX_RESPONSE_LEN - 1]
+            r = r + [tokenizer.eos_token_id]
+            prompts.append(ids)
+            responses.append(r)
+            uids.append(f"uid-{j}")
+            row_of.append(row)
+    batch = pack_rollouts(tokenizer, prompts, responses, uids)
+    # 3. rewards
+    batch, scores, acc = compute_rewards(config, batch, row_of)
+    t_reward = time.perf_counter()
+    # 4. log-probs through verl's worker
+    temp = float(config.actor_rollout_ref.rollout.temperature)
+    actor = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor")
+    actor.init_model()
+    old = log_probs(actor.compute_log_prob, batch, calculate_entropy=True, temperature=temp)
+    batch.batch["old_log_probs"] = old
+    ref_lp = None
+    if config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward:
+        ref = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="ref")
+        ref.init_model()
+        ref_lp = log_probs(ref.compute_ref_log_prob, batch, calculate_entropy=False, temperature=temp)
+        batch.batch["ref_log_prob"] = ref_lp
+    t_logprob = time.perf_counter()
+    # 5. advantages as PPOTrainer._compute_advantage computes them
+    batch.batch["token_level_scores"] = batch.batch["rm_scores"]
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    keys = [f"{u}_{i % GROUP_SIZE}_0" for i, u in enumerate(uids)]  # V1: {uid}_{session_id}_{turn}
+    with open_dict(config):
+        adv_data = v1_utils.compute_advantage_for_multi_trajectories(
+            batch,
+            batch_keys=keys,
+            adv_estimator=config.algorithm.adv_estimator,
+            gamma=config.algorithm.gamma,
+            lam=config.algorithm.lam,
+            num_repeat=config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=config.algorithm.get("norm_adv_by_std_in_grpo", True),
+            config=config.algorithm,
+        )
+    # 6. one update through the worker
+    before = params_of(actor)
+    metrics = update_actor(actor, config, adv_data)
+    after = params_of(actor)
+    t_update = time.perf_counter()
+    moved = {k: float((after[k] - before[k]).abs().max()) for k in before}
+    a = config.actor_rollout_ref.actor
+    torch.save(
+        {
+            "old_log_probs": old,
+            "ref_log_prob": ref_lp,
+            "hf_log_probs": hf_log_probs(model_dir, batch),
+            "response_mask": batch.batch["response_mask"],
+            "attention_mask": batch.batch["attention_mask"],
+            "rm_scores": batch.batch["rm_scores"],
+            "scores": scores,
+            "acc": torch.tensor(acc),
+            "advantages": adv_data.batch["advantages"],
+            "group": torch.tensor([int(u.split("-")[1]) for u in uids]),
+            "response_lengths": torch.tensor([len(r) for r in responses]),
+        },
+        work / f"result_{method}.pt",
+    )
+    result = {
+        "method": method,
+        "adv_estimator": str(config.algorithm.adv_estimator),
+        "ace": dict(config.algorithm.get("ace") or {}),
+        "norm_by_std": bool(config.algorithm.norm_adv_by_std_in_grpo),
+        "reward_manager": config.reward.reward_manager.name,
+        "loss_agg_mode": a.loss_agg_mode,
+        "clip_ratio_low": a.clip_ratio_low,
+        "clip_ratio_high": a.clip_ratio_high,
+        "clip_ratio_c": a.clip_ratio_c,
+        "use_kl_loss": bool(a.use_kl_loss),
+        "kl_loss_coef": float(a.kl_loss_coef),
+        "dataset_len": len(dataset),
+        "prompt_texts": [tokenizer.decode(p) for p in prompts[::GROUP_SIZE]],
+        "problems": [r["extra_info"]["id"] for r in rows],
+        "metrics": {
+            k: (float(np.mean(v)) if isinstance(v, list) else float(v))
+            for k, v in metrics.items()
+            if isinstance(v, (int, float, list))
+        },
+        "moved": moved,
+        "seconds": {
+            "data_reward": t_reward - t0,
+            "workers_logprobs": t_logprob - t_reward,
+            "update": t_update - t_logprob,
+        },
+    }
+    (work / f"result_{method}.json").write_text(json.dumps(result, indent=1))
+
+
+def main(argv: list[str]) -> None:
+    from cpu_platform import ignore_trl, init_gloo_process_group, unpin_fsdp2_offload
+
+    from acerl.config import load_config
+
+    work, shared, repo = Path(argv[0]), Path(argv[1]), Path(argv[2])
+    methods = argv[3].split(",") if len(argv) > 3 else list(METHODS)
+    init_gloo_process_group(int(os.environ.get("MASTER_PORT", "29591")))
+    unpin_fsdp2_offload()
+    ignore_trl()
+    paper_cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "paper.yaml"])
+    model_dir = build_model(work / "model")
+    train_file = prepare_data(work, shared, paper_cfg)
+    for method in methods:
+        run_method(method, work, model_dir, train_file, paper_cfg)
+    print("cpu_step: done", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
