@@ -69,19 +69,9 @@ def apply_overrides():
     return _apply_overrides
 
 
-def ace_amplify_merged() -> bool:
-    """Whether ``acerl.algos`` has the shared ``amplify`` / ``correct`` interface of ACE (issue 13's change to
-    ``ace_advantages_with_stats``), which the verl plugin calls."""
-    import inspect
-
-    from acerl.algos.advantages import ace_advantages_with_stats
-
-    return "correct" in inspect.signature(ace_advantages_with_stats).parameters
-
-
 @pytest.fixture
 def requires_ace_amplify() -> None:
-    """Skip a test that runs ACE through the verl plugin until ``ace_advantages_with_stats(amplify=, correct=)``
-    is merged (the plugin passes both; see docs/verl.md, 'Which rollouts ACE amplifies')."""
-    if not ace_amplify_merged():
-        pytest.skip("needs acerl.algos.advantages.ace_advantages_with_stats(amplify=, correct=) (issue 13)")
+    """:func:`ace_interface.require_ace_amplify` as a fixture."""
+    from ace_interface import require_ace_amplify
+
+    require_ace_amplify()

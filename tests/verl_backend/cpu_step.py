@@ -24,6 +24,7 @@ Writes ``WORKDIR/result_<method>.pt`` (tensors of every stage, torch.save of pla
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -38,7 +39,7 @@ METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")
 PAPER_MODEL = "qwen25_math_7b"
 GROUP_SIZE = 4
 N_PROMPTS = 3
-MAX_PROMPT_LEN = 400
+MAX_PROMPT_LEN = 256
 MAX_RESPONSE_LEN = 64
 OVERLONG_BUFFER = 16
 MAX_ANSWER_CHARS = 8
@@ -48,14 +49,17 @@ CHATML = (
 )
 
 
-def build_model(folder: Path) -> Path:
+def build_model(folder: Path, seed: int = 0) -> Path:
     """A tiny Llama (``acerl.models``) with the character tokenizer and a ChatML chat template."""
     from acerl.models.tiny import TinyModelConfig, build_tiny_model
     from acerl.models.tokenizer import build_char_tokenizer
 
-    tok = build_char_tokenizer(model_max_length=1024)
+    tok = build_char_tokenizer(model_max_length=512)
     tok.chat_template = CHATML
-    model = build_tiny_model(TinyModelConfig(max_position_embeddings=1024), tok, seed=0)
+    arch = TinyModelConfig(
+        hidden_size=64, intermediate_size=128, num_heads=2, num_kv_heads=2, max_position_embeddings=512
+    )
+    model = build_tiny_model(arch, tok, seed=seed)
     model.config.attn_implementation = "sdpa"
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -67,7 +71,7 @@ def prepare_data(root: Path, shared: Path, paper_cfg) -> Path:
     from acerl import paths
     from acerl.data.real import prepare_verl_data, verl_train_file
 
-    rows = [json.loads(line) for line in (shared / "math500.jsonl").read_text().splitlines()[:40]]
+    rows = [json.loads(line) for line in (shared / "math500.jsonl").read_text().splitlines()[:60]]
     rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]} for r in rows]
     rows = [r for r in rows if len(r["answer"]) <= MAX_ANSWER_CHARS]
     for name in ["train", *paper_cfg.benchmark_names]:
@@ -99,7 +103,7 @@ def cpu_overrides(model_dir: Path) -> list[str]:
         "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False",
         f"{r}.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        f"{a}.optim.lr=1e-3",
+        f"{a}.optim.lr=1e-2",
         f"{r}.n={GROUP_SIZE}",
         f"+reward.reward_kwargs.max_resp_len={MAX_RESPONSE_LEN}",
         f"+reward.reward_kwargs.overlong_buffer_cfg.len={OVERLONG_BUFFER}",
@@ -193,14 +197,15 @@ def compute_rewards(config, batch, dataset_rows):
     worker = RewardLoopWorker(config)
     outputs = worker.loop.run_until_complete(worker.compute_score_batch(data))  # the worker's own loop
     scores = torch.tensor([o["reward_score"] for o in outputs], dtype=torch.float32)
-    acc = np.array([bool(o["reward_extra_info"]["acc"]) for o in outputs])
+    extra_fields = [
+        {"reward_extra_info": o["reward_extra_info"]} for o in outputs
+    ]  # V1's TransferQueue field
     prompt_length = data.batch["prompts"].size(1)
     last = data.batch["attention_mask"][:, prompt_length:].sum(dim=1) - 1
     rm_scores = torch.zeros_like(data.batch["response_mask"], dtype=torch.float32)
     rm_scores[torch.arange(len(data)), last] = scores
     data.batch["rm_scores"] = rm_scores
-    data.non_tensor_batch["acc"] = acc
-    return data, scores, acc
+    return data, scores, extra_fields
 
 
 def log_probs(worker_call, batch, *, calculate_entropy: bool, temperature: float):
@@ -265,13 +270,20 @@ def params_of(worker) -> dict[str, torch.Tensor]:
     }
 
 
-def run_method(method: str, work: Path, model_dir: Path, train_file: Path, paper_cfg) -> None:
+def run_method(
+    method: str, work: Path, model_dir: Path, ref_dir: Path, train_file: Path, paper_cfg, cache: dict
+) -> None:
+    """One V1 step for ``method``; ``cache`` keeps what every method shares (rollouts, rewards per reward
+    manager, reference log-probs)."""
     from omegaconf import open_dict
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.trainer.ppo.v1 import utils as v1_utils
+    from verl.utils.config import omega_conf_to_dataclass
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     from acerl.config import Run
+    from acerl.verl_backend import plugin
     from acerl.verl_backend.launcher import verl_overrides
 
     run = Run(model=PAPER_MODEL, method=method, seed=0)
@@ -281,49 +293,73 @@ def run_method(method: str, work: Path, model_dir: Path, train_file: Path, paper
     tokenizer = __import__("transformers").AutoTokenizer.from_pretrained(model_dir)
 
     t0 = time.perf_counter()
-    # 1. prompts through verl's dataset (chat template, prompt length filter)
-    dataset = RLHFDataset(data_files=[str(train_file)], tokenizer=tokenizer, config=config.data)
-    rows = [dataset[i] for i in range(N_PROMPTS)]
-    # 2. rollouts
-    prompts, responses, uids, row_of = [], [], [], []
-    for j, row in enumerate(rows):
-        ids = tokenizer.apply_chat_template(
-            list(row["raw_prompt"]),
-            add_generation_prompt=True,
-            tokenize=True,
-            **dict(config.data.get("apply_chat_template_kwargs", {}) or {}),
+    if "batch" not in cache:  # prompts and rollouts are the same for every method
+        # 1. prompts through verl's dataset (chat template, prompt length filter)
+        dataset = RLHFDataset(data_files=[str(train_file)], tokenizer=tokenizer, config=config.data)
+        rows = [dataset[i] for i in range(N_PROMPTS)]
+        # 2. rollouts
+        prompts, responses, uids, row_of = [], [], [], []
+        for j, row in enumerate(rows):
+            ids = tokenizer.apply_chat_template(
+                list(row["raw_prompt"]),
+                add_generation_prompt=True,
+                tokenize=True,
+                **dict(config.data.get("apply_chat_template_kwargs", {}) or {}),
+            )
+            ids = list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids)
+            answer = row["reward_model"]["ground_truth"]
+            for text in responses_for(answer, j):
+                r = tokenizer(text, add_special_tokens=False)["input_ids"][: MAX_RESPONSE_LEN - 1]
+                prompts.append(ids)
+                responses.append([*r, tokenizer.eos_token_id])
+                uids.append(f"uid-{j}")
+                row_of.append(row)
+        cache.update(
+            batch=pack_rollouts(tokenizer, prompts, responses, uids),
+            rows=rows,
+            row_of=row_of,
+            uids=uids,
+            dataset_len=len(dataset),
+            prompt_texts=[tokenizer.decode(p) for p in prompts[::GROUP_SIZE]],
+            response_lengths=torch.tensor([len(r) for r in responses]),
         )
-        ids = list(ids["input_ids"]) if isinstance(ids, dict) or hasattr(ids, "keys") else list(ids)
-        answer = row["reward_model"]["ground_truth"]
-        for text in responses_for(answer, j):
-            r = tokenizer(text, add_special_tokens=False)["input_ids"][: MAX_RESPONSE_LEN - 1]
-            r = r + [tokenizer.eos_token_id]
-            prompts.append(ids)
-            responses.append(r)
-            uids.append(f"uid-{j}")
-            row_of.append(row)
-    batch = pack_rollouts(tokenizer, prompts, responses, uids)
-    # 3. rewards
-    batch, scores, acc = compute_rewards(config, batch, row_of)
+    batch = copy.deepcopy(cache["batch"])
+    uids, rows = cache["uids"], cache["rows"]
+    # 3. rewards (one reward worker per reward manager)
+    manager = config.reward.reward_manager.name
+    if ("rewards", manager) not in cache:
+        cache["rewards", manager] = compute_rewards(config, copy.deepcopy(batch), cache["row_of"])
+    rewarded, scores, extra_fields = cache["rewards", manager]
+    batch = copy.deepcopy(rewarded)
     t_reward = time.perf_counter()
-    # 4. log-probs through verl's worker
+    # 4. log-probs through verl's worker: a fresh actor per method; one reference worker for all
     temp = float(config.actor_rollout_ref.rollout.temperature)
     actor = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor")
     actor.init_model()
     old = log_probs(actor.compute_log_prob, batch, calculate_entropy=True, temperature=temp)
     batch.batch["old_log_probs"] = old
-    ref_lp = None
-    if config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward:
-        ref = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="ref")
+    assert config.actor_rollout_ref.actor.use_kl_loss  # the launcher keeps the reference policy on
+    if "ref_lp" not in cache:
+        ref_config = copy.deepcopy(config.actor_rollout_ref)
+        ref_config.model.path = str(ref_dir)  # a reference unlike the policy (as at any step after the first)
+        ref = ActorRolloutRefWorker(config=ref_config, role="ref")
         ref.init_model()
-        ref_lp = log_probs(ref.compute_ref_log_prob, batch, calculate_entropy=False, temperature=temp)
-        batch.batch["ref_log_prob"] = ref_lp
+        cache["ref_lp"] = log_probs(
+            ref.compute_ref_log_prob, batch, calculate_entropy=False, temperature=temp
+        )
+        cache["hf"] = hf_log_probs(model_dir, batch)
+        cache["hf_ref"] = hf_log_probs(ref_dir, batch)
+    ref_lp = cache["ref_lp"]
+    batch.batch["ref_log_prob"] = ref_lp
     t_logprob = time.perf_counter()
     # 5. advantages as PPOTrainer._compute_advantage computes them
     batch.batch["token_level_scores"] = batch.batch["rm_scores"]
     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
     keys = [f"{u}_{i % GROUP_SIZE}_0" for i, u in enumerate(uids)]  # V1: {uid}_{session_id}_{turn}
-    with open_dict(config):
+    step_metrics: dict = {}
+    # what the plugin's PPOTrainer._compute_advantage wrapper does after reading extra_fields from TransferQueue
+    correct = plugin.correct_from_extra_fields(extra_fields, keys)
+    with open_dict(config), plugin.ace_step_context(correct, step_metrics):
         adv_data = v1_utils.compute_advantage_for_multi_trajectories(
             batch,
             batch_keys=keys,
@@ -339,24 +375,36 @@ def run_method(method: str, work: Path, model_dir: Path, train_file: Path, paper
     metrics = update_actor(actor, config, adv_data)
     after = params_of(actor)
     t_update = time.perf_counter()
+    new = log_probs(actor.compute_log_prob, batch, calculate_entropy=False, temperature=temp)
+    actor_cfg = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    mask = batch.batch["response_mask"]
+    verl_loss, verl_loss_metrics = get_policy_loss_fn(actor_cfg.policy_loss.get("loss_mode", "vanilla"))(
+        old_log_prob=old,
+        log_prob=new,
+        advantages=adv_data.batch["advantages"],
+        response_mask=mask.bool(),
+        loss_agg_mode=actor_cfg.loss_agg_mode,
+        config=actor_cfg,
+    )
     moved = {k: float((after[k] - before[k]).abs().max()) for k in before}
     a = config.actor_rollout_ref.actor
-    torch.save(
-        {
-            "old_log_probs": old,
-            "ref_log_prob": ref_lp,
-            "hf_log_probs": hf_log_probs(model_dir, batch),
-            "response_mask": batch.batch["response_mask"],
-            "attention_mask": batch.batch["attention_mask"],
-            "rm_scores": batch.batch["rm_scores"],
-            "scores": scores,
-            "acc": torch.tensor(acc),
-            "advantages": adv_data.batch["advantages"],
-            "group": torch.tensor([int(u.split("-")[1]) for u in uids]),
-            "response_lengths": torch.tensor([len(r) for r in responses]),
-        },
-        work / f"result_{method}.pt",
-    )
+    tensors = {
+        "old_log_probs": old,
+        "new_log_probs": new,
+        "hf_ref_log_probs": cache["hf_ref"],
+        "correct": torch.from_numpy(correct),
+        "ref_log_prob": ref_lp,
+        "hf_log_probs": cache["hf"],
+        "responses": batch.batch["responses"],
+        "response_mask": batch.batch["response_mask"],
+        "attention_mask": batch.batch["attention_mask"],
+        "rm_scores": batch.batch["rm_scores"],
+        "scores": scores,
+        "advantages": adv_data.batch["advantages"],
+        "group": torch.tensor([int(u.split("-")[1]) for u in uids]),
+        "response_lengths": cache["response_lengths"],
+    }
+    torch.save({k: v.clone() for k, v in tensors.items()}, work / f"result_{method}.pt")
     result = {
         "method": method,
         "adv_estimator": str(config.algorithm.adv_estimator),
@@ -369,18 +417,24 @@ def run_method(method: str, work: Path, model_dir: Path, train_file: Path, paper
         "clip_ratio_c": a.clip_ratio_c,
         "use_kl_loss": bool(a.use_kl_loss),
         "kl_loss_coef": float(a.kl_loss_coef),
-        "dataset_len": len(dataset),
-        "prompt_texts": [tokenizer.decode(p) for p in prompts[::GROUP_SIZE]],
+        "dataset_len": cache["dataset_len"],
+        "max_prompt_length": int(config.data.max_prompt_length),
+        "max_response_length": int(config.data.max_response_length),
+        "overlong_buffer": dict(config.reward.get("reward_kwargs", {}).get("overlong_buffer_cfg", {}) or {}),
+        "prompt_texts": cache["prompt_texts"],
         "problems": [r["extra_info"]["id"] for r in rows],
-        "metrics": {
-            k: (float(np.mean(v)) if isinstance(v, list) else float(v))
+        "update_metrics": {
+            k: [float(x) for x in v] if isinstance(v, list) else float(v)
             for k, v in metrics.items()
             if isinstance(v, (int, float, list))
         },
+        "step_metrics": step_metrics,
+        "verl_policy_loss": float(verl_loss),
+        "verl_policy_loss_metrics": {k: float(v) for k, v in verl_loss_metrics.items()},
         "moved": moved,
         "seconds": {
             "data_reward": t_reward - t0,
-            "workers_logprobs": t_logprob - t_reward,
+            "actor_logprobs": t_logprob - t_reward,
             "update": t_update - t_logprob,
         },
     }
@@ -398,10 +452,12 @@ def main(argv: list[str]) -> None:
     unpin_fsdp2_offload()
     ignore_trl()
     paper_cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "paper.yaml"])
-    model_dir = build_model(work / "model")
+    model_dir = build_model(work / "model", seed=0)
+    ref_dir = build_model(work / "ref_model", seed=1)
     train_file = prepare_data(work, shared, paper_cfg)
+    cache: dict = {}
     for method in methods:
-        run_method(method, work, model_dir, train_file, paper_cfg)
+        run_method(method, work, model_dir, ref_dir, train_file, paper_cfg, cache)
     print("cpu_step: done", flush=True)
 
 

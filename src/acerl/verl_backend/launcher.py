@@ -245,6 +245,7 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
             _kv("+algorithm.ace.length_normalize", est.length_normalize),
             _kv("+algorithm.ace.granularity", est.granularity),
             _kv("+algorithm.ace.eps", float(est.eps)),
+            _kv("+algorithm.ace.amplify", est.amplify),
         ]
     else:  # pragma: no cover - EstimatorConfig.name is a Literal
         raise ValueError(f"method {run.method}: no verl mapping for estimator {est.name!r}")

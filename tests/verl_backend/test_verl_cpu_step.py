@@ -1,0 +1,228 @@
+"""One verl 0.9.1 training step on CPU with verl's own components, for GRPO, DAPO, ACE-GRPO and ACE-DAPO.
+
+``cpu_step.py`` runs in a fresh process with the environment the launcher gives every Ray worker
+(``VERL_USE_EXTERNAL_MODULES`` naming the ACE plugin) plus this directory's CPU platform; it executes verl's
+``RLHFDataset`` on the parquet ``prepare_verl_data`` writes (real MATH-500 problems), the agent-loop batch
+layout, verl's ``RewardLoopWorker`` with the reward manager the launcher selects (``dapo`` with overlong
+shaping for the DAPO family) calling ``acerl.grading.reward.compute_score``, verl's ``ActorRolloutRefWorker``
+(FSDP2 engine) for old and reference log-probs, the V1 trainer's advantage function with the plugin's
+estimator, verl's policy loss, and one ``update_actor`` step. The tests check each stage against acerl's own
+code on the same tensors. About a minute of CPU time for the four methods (one process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ace_interface import ace_amplify_merged, require_ace_amplify
+
+from acerl.algos.advantages import ace_advantages, grpo_advantages
+from acerl.algos.dapo import overlong_penalty
+from acerl.algos.losses import agg_loss, kl_penalty, vanilla_policy_loss
+from acerl.prompts import build_prompt
+
+pytestmark = pytest.mark.verl
+pytest.importorskip("verl")
+
+HERE = Path(__file__).resolve().parent
+METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")
+TEMPLATE = "qwen_boxed"  # the paper model the step takes its overrides from (qwen25_math_7b)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def step(tmp_path_factory, shared_data: Path) -> Path:
+    """Run ``cpu_step.py`` once for every method (ACE methods once issue 13's interface is merged)."""
+    import acerl
+    from acerl.verl_backend import PLUGIN_MODULE
+
+    work = tmp_path_factory.mktemp("verl_cpu_step")
+    methods = METHODS if ace_amplify_merged() else ("grpo", "dapo")
+    src = Path(acerl.__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(src), str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "VERL_USE_EXTERNAL_MODULES": f"{PLUGIN_MODULE},cpu_platform",  # the launcher's plugin + the CPU platform
+        "VERL_PLATFORM": "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",  # selects verl's FSDP engine class; tensors stay on the CPU
+        "MASTER_PORT": str(_free_port()),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    repo = HERE.parents[1]
+    cmd = [
+        sys.executable,
+        str(HERE / "cpu_step.py"),
+        str(work),
+        str(shared_data),
+        str(repo),
+        ",".join(methods),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-6000:])
+    return work
+
+
+def _load(step: Path, method: str) -> tuple[dict, dict]:
+    if method.startswith("ace"):
+        require_ace_amplify(method)
+    tensors = torch.load(step / f"result_{method}.pt", weights_only=True)
+    return tensors, json.loads((step / f"result_{method}.json").read_text())
+
+
+def _problems(step: Path) -> dict[str, dict]:
+    rows = [json.loads(line) for line in (step / "data" / "train.jsonl").read_text().splitlines()]
+    return {r["id"]: r for r in rows}
+
+
+def _tokenizer(step: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(step / "model")
+
+
+def test_dataset_renders_and_filters_like_acerl(step: Path) -> None:
+    """RLHFDataset on our parquet: the chat rendering equals ``build_prompt`` and the prompt-length filter keeps
+    exactly the problems whose rendered prompt fits ``data.max_prompt_length``."""
+    _, res = _load(step, "grpo")
+    tok, problems = _tokenizer(step), _problems(step)
+    for pid, text in zip(res["problems"], res["prompt_texts"], strict=True):
+        assert text == build_prompt(problems[pid]["problem"], TEMPLATE, tok)
+    lengths = [
+        len(tok(build_prompt(r["problem"], TEMPLATE, tok), add_special_tokens=False)["input_ids"])
+        for r in problems.values()
+    ]
+    assert res["dataset_len"] == sum(n <= res["max_prompt_length"] for n in lengths) < len(problems)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_batch_layout(step: Path, method: str) -> None:
+    """The agent-loop layout: response mask = the response part of the attention mask; the outcome reward on
+    each response's last token."""
+    t, _ = _load(step, method)
+    mask, width = t["response_mask"], t["response_mask"].shape[1]
+    assert torch.equal(mask, t["attention_mask"][:, -width:])
+    assert torch.equal(mask.sum(-1), t["response_lengths"])
+    last = t["response_lengths"] - 1
+    assert torch.equal(t["rm_scores"][torch.arange(len(last)), last], t["scores"])
+    assert torch.count_nonzero(t["rm_scores"]) == torch.count_nonzero(t["scores"])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_reward_manager_calls_our_grader(step: Path, method: str) -> None:
+    """verl's reward manager (``naive``; ``dapo`` with overlong shaping for the DAPO family) scores each
+    response as ``acerl.grading.reward.compute_score`` plus ``acerl.algos.dapo.overlong_penalty``; its ``acc``
+    (what ACE reads) is the grader's verdict before the penalty."""
+    from acerl.grading.reward import close_grader, compute_score
+
+    t, res = _load(step, method)
+    tok, problems = _tokenizer(step), _problems(step)
+    dapo = method.endswith("dapo")
+    assert res["reward_manager"] == ("dapo" if dapo else "naive")
+    answers = [problems[res["problems"][g]]["answer"] for g in t["group"].tolist()]
+    texts = [
+        tok.decode(r[m.bool()], skip_special_tokens=True)
+        for r, m in zip(t["responses"], t["response_mask"], strict=True)
+    ]
+    try:
+        graded = [
+            compute_score("math500", s, a, {}, incorrect_score=-1.0 if dapo else 0.0)
+            for s, a in zip(texts, answers, strict=True)
+        ]
+    finally:
+        close_grader()
+    expected = torch.tensor([g["score"] for g in graded])
+    assert t["correct"].tolist() == [bool(g["acc"]) for g in graded]
+    assert t["correct"].any() and not t["correct"].all()
+    if dapo:
+        buf = res["overlong_buffer"]
+        expected = expected + overlong_penalty(
+            t["response_lengths"], res["max_response_length"], int(buf["len"]), float(buf["penalty_factor"])
+        )
+        assert (t["correct"] & (t["scores"] < 1)).any()  # some correct answers were shaped below +1
+    torch.testing.assert_close(t["scores"], expected.float(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_worker_log_probs_equal_transformers(step: Path, method: str) -> None:
+    """verl's FSDP worker (fp32) gives the log-probs of a plain transformers forward with
+    ``acerl.algos.losses.token_logprobs``, for the policy and the (different) reference model."""
+    t, _ = _load(step, method)
+    m = t["response_mask"].bool()
+    torch.testing.assert_close(t["old_log_probs"][m], t["hf_log_probs"][m], rtol=0, atol=1e-5)
+    torch.testing.assert_close(t["ref_log_prob"][m], t["hf_ref_log_probs"][m], rtol=0, atol=1e-5)
+    assert (t["old_log_probs"][m] - t["ref_log_prob"][m]).abs().max() > 1e-2  # c_i is not trivially 0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_advantages_equal_acerl(step: Path, method: str) -> None:
+    """The V1 advantage step with the launcher's estimator equals acerl's: GRPO for grpo/dapo, ACE with
+    ``c_i`` from (old_log_probs, ref_log_prob) for the ACE methods, multipliers exactly on incorrect rollouts
+    with A < 0; ACE's statistics land in the step metrics."""
+    t, res = _load(step, method)
+    mask, groups = t["response_mask"], t["group"]
+    base = grpo_advantages(t["scores"], groups)
+    adv = t["advantages"]
+    assert torch.equal(adv, adv[:, :1] * mask)  # one value per sequence, zero on padding
+    if not method.startswith("ace"):
+        assert res["adv_estimator"] == "grpo"
+        torch.testing.assert_close(adv[:, 0], base, rtol=0, atol=1e-6)
+        return
+    assert res["adv_estimator"] == "ace" and res["ace"]["amplify"] == "incorrect"
+    kwargs = {"correct": t["correct"], "amplify": "incorrect"}
+    expected = ace_advantages(t["scores"], groups, t["old_log_probs"], t["ref_log_prob"], mask, **kwargs)
+    torch.testing.assert_close(adv[:, 0], expected, rtol=0, atol=1e-6)
+    swapped = ace_advantages(t["scores"], groups, t["ref_log_prob"], t["old_log_probs"], mask, **kwargs)
+    assert not torch.allclose(adv[:, 0], swapped)  # which log-probs: the policy's against the reference
+    amplified = ~t["correct"] & (base < 0)
+    assert amplified.any()
+    assert (adv[amplified, 0] < base[amplified] - 1e-3).all()
+    torch.testing.assert_close(adv[~amplified, 0], base[~amplified], rtol=0, atol=1e-6)
+    if method == "ace_dapo":  # a correct but overlong answer below its group's mean is not amplified
+        assert (t["correct"] & (base < 0)).any()
+    assert res["step_metrics"]["ace/negative_frac"] == pytest.approx(float((base < 0).double().mean()))
+    assert {"ace/confidence_mean_neg", "ace/multiplier_mean_neg"} <= set(res["step_metrics"])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_policy_loss_and_update(step: Path, method: str) -> None:
+    """verl's policy loss with the method's clip settings equals ``acerl.algos.losses.vanilla_policy_loss`` on
+    the step's tensors (log-probs after the update: ratios != 1); the worker's update reports the on-policy
+    loss ``agg_loss(-A)`` and the reference KL, and moves every parameter."""
+    t, res = _load(step, method)
+    mask = t["response_mask"]
+    ours = vanilla_policy_loss(
+        t["old_log_probs"],
+        t["new_log_probs"],
+        t["advantages"],
+        mask,
+        res["loss_agg_mode"],
+        clip_ratio_low=res["clip_ratio_low"],
+        clip_ratio_high=res["clip_ratio_high"],
+        clip_ratio_c=res["clip_ratio_c"],
+    )
+    assert res["verl_policy_loss"] == pytest.approx(float(ours.loss), abs=1e-6)
+    assert res["verl_policy_loss_metrics"]["actor/pg_clipfrac"] == pytest.approx(
+        ours.metrics["actor/pg_clipfrac"]
+    )
+    assert res["verl_policy_loss_metrics"]["actor/pg_clipfrac"] > 0  # the clip range is exercised
+    upd = res["update_metrics"]
+    on_policy = agg_loss(-t["advantages"], mask, res["loss_agg_mode"])
+    assert sum(upd["actor/pg_loss"]) == pytest.approx(float(on_policy), abs=1e-5)
+    kl = agg_loss(kl_penalty(t["old_log_probs"], t["ref_log_prob"], "low_var_kl"), mask, res["loss_agg_mode"])
+    assert sum(upd["kl_loss"]) == pytest.approx(float(kl), rel=1e-4)
+    assert res["kl_loss_coef"] == (0.0 if method.endswith("dapo") else 0.001)
+    assert all(g > 0 for g in upd["grad_norm"])
+    assert min(res["moved"].values()) > 0, res["moved"]
