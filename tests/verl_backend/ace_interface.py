@@ -26,3 +26,12 @@ def require_ace_amplify(method: str = "ace") -> None:
     """Skip an ACE test (``method`` starting with ``ace``) until the interface is merged."""
     if method.startswith("ace") and not ace_amplify_merged():
         pytest.skip("needs issue 13's ACE amplify interface: ace_advantages_with_stats(amplify=, correct=)")
+
+
+def verl_overrides(cfg, run, root):
+    """``acerl.verl_backend.launcher.verl_overrides`` for tests: an ACE run skips until the interface is merged
+    (the launcher passes ``EstimatorConfig.amplify``)."""
+    from acerl.verl_backend import launcher
+
+    require_ace_amplify(run.method)
+    return launcher.verl_overrides(cfg, run, root)
