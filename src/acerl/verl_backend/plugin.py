@@ -84,6 +84,7 @@ __all__ = [
     "ace_step_context",
     "compute_ace_outcome_advantage",
     "correct_from_extra_fields",
+    "refill_cap",
     "install",
     "make_compute_advantage_shim",
     "shim_installed",
@@ -385,18 +386,73 @@ def _patch_ray_trainer(module: Any) -> None:
             logger.debug("acerl: compute_advantage shim bound in %s", name)
 
 
+def refill_cap(config: Any) -> int | None:
+    """Most prompts dynamic sampling may add to one step after its first batch, or ``None`` for no cap.
+
+    The DAPO recipe stops a step after ``algorithm.filter_groups.max_num_gen_batches`` generation batches
+    ("Generated too many. Please check if your data are too difficult"); verl 0.9.1's V1 replay buffer ignores
+    that key (``v1/trainer_base.py:_resolve_filter_groups_metric`` only warns) and refills without a bound
+    (``v1/replay_buffer.py:ReplayBuffer.sample``: ``while True`` adding ``2 * filtered groups`` prompts). The
+    plugin enforces the recipe's bound in prompts: ``(max_num_gen_batches - 1) * data.train_batch_size`` refilled
+    prompts (the step's own batch is the first generation batch); ``max_num_gen_batches <= 0`` means no cap,
+    as in the recipe. Applies to the synchronous V1 trainer with ``filter_groups`` enabled.
+    """
+    fg = config.algorithm.get("filter_groups", None)
+    if fg is None or not fg.get("enable", False):
+        return None
+    if config.trainer.get("v1", {}).get("trainer_mode", "sync") != "sync":
+        return None
+    batches = int(fg.get("max_num_gen_batches", 0) or 0)
+    return None if batches <= 0 else (batches - 1) * int(config.data.train_batch_size)
+
+
+def _cap_refills(cls: Any) -> None:
+    """Wrap ``PPOTrainer.prepare_step`` (resets the step's refill count) and ``_add_prompts_to_generate`` (the
+    replay buffer's ``refill_fn``: counts and enforces :func:`refill_cap`)."""
+    prepare, add = cls.__dict__["prepare_step"], cls.__dict__["_add_prompts_to_generate"]
+
+    def prepare_step(self: Any) -> Any:
+        self._acerl_refilled = 0
+        return prepare(self)
+
+    def _add_prompts_to_generate(self: Any, num_prompts: int) -> Any:
+        cap = refill_cap(self.config)
+        if cap is not None:
+            total = getattr(self, "_acerl_refilled", 0) + int(num_prompts)
+            if total > cap:
+                fg = self.config.algorithm.filter_groups
+                raise RuntimeError(
+                    f"dynamic sampling at step {getattr(self, 'global_steps', '?')}: refilling {total} prompts after "
+                    f"the step's batch exceeds algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} "
+                    f"generation batches of data.train_batch_size={self.config.data.train_batch_size} (too many "
+                    f"groups with identical '{fg.metric}': the data may be too easy or too hard for the policy); "
+                    "raise max_num_gen_batches, or set it to 0 for no cap (the DAPO recipe's rule)"
+                )
+            self._acerl_refilled = total
+        return add(self, num_prompts)
+
+    for name, fn in (("prepare_step", prepare_step), ("_add_prompts_to_generate", _add_prompts_to_generate)):
+        original = cls.__dict__[name]
+        fn.__doc__ = (original.__doc__ or "") + "\n\n(acerl: dynamic-sampling cap, see refill_cap)"
+        fn.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(fn, _SHIM_FLAG, True)
+        setattr(cls, name, fn)
+
+
 def _patch_v1_trainer(module: Any) -> None:
-    """Wrap ``PPOTrainer._compute_advantage`` of the V1 trainer: for ACE, read each row's grader verdict
-    (``extra_fields.reward_extra_info.acc``) from TransferQueue and open :func:`ace_step_context` with it and
-    the step's metrics dict around verl's own method."""
+    """Patch the V1 trainer's ``PPOTrainer``: wrap ``_compute_advantage`` (for ACE, read each row's grader
+    verdict ``extra_fields.reward_extra_info.acc`` from TransferQueue and open :func:`ace_step_context` with it
+    and the step's metrics dict around verl's own method) and cap dynamic sampling (:func:`refill_cap`)."""
     cls = getattr(module, "PPOTrainer", None)
-    original = None if cls is None else cls.__dict__.get("_compute_advantage")
-    if original is None:
+    names = ("_compute_advantage", "prepare_step", "_add_prompts_to_generate")
+    if cls is None or any(name not in cls.__dict__ for name in names):
         raise RuntimeError(
-            f"{module.__name__} has no PPOTrainer._compute_advantage: this plugin targets verl 0.9.1"
+            f"{module.__name__}.PPOTrainer lacks one of {names}: this plugin targets verl 0.9.1"
         )
+    original = cls.__dict__["_compute_advantage"]
     if getattr(original, _SHIM_FLAG, False):
         return
+    _cap_refills(cls)
 
     def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
         algorithm = self.config.algorithm
