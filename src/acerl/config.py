@@ -117,6 +117,17 @@ class TrainHyper(_Model):
         0.001, ge=0, description="KL-loss coefficient beta (Table 5); a family may override"
     )
     val_samples: int = Field(128, ge=1, description="validation samples (Table 5; verl logging only)")
+    val_every: int = Field(
+        0,
+        ge=0,
+        description="verl in-training validation every N steps (0: off; Pass@k is the evaluation stage's)",
+    )
+    max_tokens_per_gpu: int | None = Field(
+        None,
+        ge=1,
+        description="verl token budget per GPU and micro-batch for the actor update (dynamic batching; log-prob "
+        "passes get 1.5x); None: 2 x (max_prompt_length + max_response_length)",
+    )
     gpu_memory_utilization: float = Field(0.75, gt=0, le=1, description="vLLM rollout memory share (Table 5)")
     old_logprobs: Literal["recompute", "rollout"] = Field(
         "recompute", description="log pi_old: a teacher-forced pass as verl does, or the sampler's log-probs"

@@ -224,5 +224,6 @@ def test_policy_loss_and_update(step: Path, method: str) -> None:
     kl = agg_loss(kl_penalty(t["old_log_probs"], t["ref_log_prob"], "low_var_kl"), mask, res["loss_agg_mode"])
     assert sum(upd["kl_loss"]) == pytest.approx(float(kl), rel=1e-4)
     assert res["kl_loss_coef"] == (0.0 if method.endswith("dapo") else 0.001)
+    assert res["use_dynamic_bsz"]  # the launcher's token-budget micro-batches
     assert all(g > 0 for g in upd["grad_norm"])
     assert min(res["moved"].values()) > 0, res["moved"]

@@ -70,12 +70,24 @@ def test_algorithm_keys_per_method(paper_cfg, model: str, method: str) -> None:
     assert ov["data.train_batch_size"] == str(t5["batch"])
     assert ov[f"{a}.ppo_mini_batch_size"] == "1024"
     assert ov[f"{a}.ppo_micro_batch_size_per_gpu"] == "16"
+    # dynamic batching with per-GPU token budgets (2x / 3x the longest sequence), not 16 fixed sequences
+    longest = 1024 + t5["resp"]
+    for key in (
+        f"{a}.use_dynamic_bsz",
+        f"{r}.log_prob_use_dynamic_bsz",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+    ):
+        assert ov[key] == "True"
+    assert ov[f"{a}.ppo_max_token_len_per_gpu"] == str(2 * longest)
+    assert ov[f"{r}.log_prob_max_token_len_per_gpu"] == str(3 * longest)
+    assert ov["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"] == str(3 * longest)
     assert ov[f"{a}.optim.lr"] == t5["lr"]
     assert ov[f"{r}.n"] == "8"
     assert ov[f"{r}.temperature"] == "1.0"
     assert ov["data.max_prompt_length"] == "1024"
     assert ov["data.max_response_length"] == str(t5["resp"])
     assert ov[f"{r}.val_kwargs.n"] == "128"
+    assert ov["trainer.test_freq"] == "-1"  # no in-training validation (Pass@k is the evaluation stage's)
     assert ov[f"{r}.gpu_memory_utilization"] == "0.75"
     assert ov["trainer.total_epochs"] == "10"
     assert ov["trainer.total_training_steps"] == str(t5["steps"])
@@ -213,6 +225,21 @@ def test_format_value_types(verl_base_config, apply_overrides) -> None:
     assert cfg.trainer.nnodes == 3 and cfg.actor_rollout_ref.actor.optim.lr == 5e-7
     assert list(cfg.trainer.logger) == ["console", "file"]
     assert cfg.trainer.resume_from_path is None and cfg.trainer.val_before_train is False
+
+
+def test_token_budget_and_validation_knobs() -> None:
+    knobs = [
+        "models.qwen25_math_7b.train.max_tokens_per_gpu=6000",
+        "models.qwen25_math_7b.train.val_every=20",
+    ]
+    cfg = load_config(PAPER_CONFIGS, knobs)
+    ov = _ov(cfg, Run("qwen25_math_7b", "grpo", 0))
+    assert ov["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == "6000"
+    assert ov["actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"] == "9000"
+    assert ov["trainer.test_freq"] == "20"
+    short = load_config(PAPER_CONFIGS, ["models.qwen25_math_7b.train.max_tokens_per_gpu=4000"])
+    with pytest.raises(ValueError, match=r"max_tokens_per_gpu=4000 is below one full sequence .* 4024"):
+        verl_overrides(short, Run("qwen25_math_7b", "grpo", 0), "/work")
 
 
 def test_misconfigurations_fail(paper_cfg) -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "export_run",
     "format_value",
     "ray_on_slurm_script",
+    "token_budgets",
     "train_run_verl",
     "verl_env",
     "verl_logs_dir",
@@ -164,6 +165,12 @@ def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
     tr = model.train
     fam = cfg.family(run.method)
     use_kl = fam.use_kl_loss or _needs_reference(cfg, run)
+    update_tokens, logprob_tokens = token_budgets(cfg, run)
+    if tr.prompts_per_step % tr.mini_batch_size:  # verl checks this only without dynamic batching
+        raise ValueError(
+            f"models.{run.model}.train: prompts_per_step={tr.prompts_per_step} is not a multiple of "
+            f"mini_batch_size={tr.mini_batch_size} (verl's ppo_mini_batch_size)"
+        )
     kl_coef = (fam.kl_coef if fam.kl_coef is not None else tr.kl_coef) if fam.use_kl_loss else 0.0
     a = "actor_rollout_ref.actor"
     out = [_kv("actor_rollout_ref.model.path", str(paths.base_model_dir(root, run.model)))]
@@ -179,7 +186,8 @@ def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv(f"{a}.grad_clip", tr.grad_clip),
         _kv(f"{a}.ppo_mini_batch_size", tr.mini_batch_size),
         _kv(f"{a}.ppo_micro_batch_size_per_gpu", tr.micro_batch_size_per_gpu),
-        _kv(f"{a}.use_dynamic_bsz", False),
+        _kv(f"{a}.use_dynamic_bsz", True),
+        _kv(f"{a}.ppo_max_token_len_per_gpu", update_tokens),
         _kv(f"{a}.ppo_epochs", tr.ppo_epochs),
         _kv(f"{a}.data_loader_seed", run.seed),
         _kv(f"{a}.clip_ratio_low", fam.clip_ratio_low),
@@ -193,8 +201,29 @@ def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv(f"{a}.entropy_coeff", 0.0),
         _kv(f"{a}.calculate_entropy", True),
         _kv("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", tr.micro_batch_size_per_gpu),
+        _kv("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", True),
+        _kv("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", logprob_tokens),
     ]
     return out
+
+
+def token_budgets(cfg: Config, run: Run) -> tuple[int, int]:
+    """Tokens per GPU and micro-batch for verl's dynamic batching: ``(update, log-prob passes)``.
+
+    ``train.max_tokens_per_gpu`` (default ``2 * (max_prompt_length + max_response_length)``: the longest
+    sequence always fits, and a micro-batch's logits stay at two full-length sequences, e.g. 8,048 tokens x
+    152,064 vocabulary = 2.4 GB in bf16 for Qwen2.5-Math-7B, where 16 fixed sequences of 4,024 tokens would be
+    19.6 GB); the log-prob passes keep no activations for a backward pass and get 1.5x.
+    """
+    tr = cfg.models[run.model].train
+    longest = tr.max_prompt_length + tr.max_response_length
+    update = tr.max_tokens_per_gpu if tr.max_tokens_per_gpu is not None else 2 * longest
+    if update < longest:
+        raise ValueError(
+            f"models.{run.model}.train.max_tokens_per_gpu={update} is below one full sequence "
+            f"(max_prompt_length + max_response_length = {longest}): raise it to at least {longest}"
+        )
+    return update, update * 3 // 2
 
 
 def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
@@ -208,6 +237,8 @@ def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
         _kv(f"{r}.top_p", tr.top_p),
         _kv(f"{r}.gpu_memory_utilization", tr.gpu_memory_utilization),
         _kv(f"{r}.log_prob_micro_batch_size_per_gpu", tr.micro_batch_size_per_gpu),
+        _kv(f"{r}.log_prob_use_dynamic_bsz", True),
+        _kv(f"{r}.log_prob_max_token_len_per_gpu", token_budgets(cfg, run)[1]),
         _kv(f"{r}.seed", run.seed),
         _kv(f"{r}.val_kwargs.n", tr.val_samples),
         _kv(f"{r}.val_kwargs.do_sample", True),
@@ -306,7 +337,7 @@ def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv("trainer.max_actor_ckpt_to_keep", tr.keep_checkpoints),
         _kv("trainer.resume_mode", "auto"),
         _kv("trainer.default_local_dir", str(paths.checkpoints_dir(root, run))),
-        _kv("trainer.test_freq", tr.save_every),
+        _kv("trainer.test_freq", tr.val_every if tr.val_every > 0 else -1),  # -1: no in-training validation
         _kv("trainer.val_before_train", False),
     ]
     if diag:
