@@ -433,8 +433,7 @@ def test_train_run_verl_orchestration(tmp_path: Path) -> None:
     rows = [{"id": f"p{i}", "problem": f"Find {i}+{i}.", "answer": str(2 * i)} for i in range(9)]
     for split in ("train", "math500", "aime2025"):
         write_jsonl(paths.data_file(tmp_path, split), rows)
-    base = paths.base_model_dir(tmp_path, run.model)
-    base.mkdir(parents=True)
+    base = _tokenizer_only_base(tmp_path, run.model)
     (base / "config.json").write_text('{"base": true}')
     calls: list[list[str]] = []
     final = train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls))
@@ -455,18 +454,40 @@ def test_train_run_verl_orchestration(tmp_path: Path) -> None:
     )  # no rerun
 
 
+def _tokenizer_only_base(root: Path, model: str) -> Path:
+    """A base-model folder holding only a tokenizer (the character tokenizer with a ChatML chat template)."""
+    from acerl.models.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    tok.chat_template = (
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    base = paths.base_model_dir(root, model)
+    tok.save_pretrained(base)
+    return base
+
+
 def test_too_few_steps_for_the_schedule(tmp_path: Path) -> None:
+    """The step check counts the prompts verl keeps after its prompt-length filter (defect: raw parquet rows):
+    9 rows, 2 of them too long for max_prompt_length=200 -> 7 prompts -> 1 step per epoch at 4 prompts."""
     cfg = load_config(
         PAPER_CONFIGS,
         overrides=[
-            "models.qwen25_math_7b.train={prompts_per_step: 4, mini_batch_size: 4, total_epochs: 1, total_steps: 5}"
+            "models.qwen25_math_7b.train={prompts_per_step: 4, mini_batch_size: 4, total_epochs: 2, total_steps: 4, "
+            "max_prompt_length: 200}"
         ],
     )
+    problems = [f"q{i}" if i < 7 else "x" * 300 for i in range(9)]
     write_jsonl(
         paths.data_file(tmp_path, "train"),
-        [{"id": str(i), "problem": f"q{i}", "answer": "1"} for i in range(9)],
+        [{"id": str(i), "problem": p, "answer": "1"} for i, p in enumerate(problems)],
     )
     for split in ("math500", "aime2025"):
         write_jsonl(paths.data_file(tmp_path, split), [{"id": "b", "problem": "q", "answer": "1"}])
-    with pytest.raises(ValueError, match="give 2 steps per epoch.*set it to 2"):
+    _tokenizer_only_base(tmp_path, "qwen25_math_7b")
+    with pytest.raises(
+        ValueError,
+        match="7 of 9 training prompts fit max_prompt_length=200; they give 1 steps per epoch.*set it to 2",
+    ):
         train_run_verl(cfg, Run("qwen25_math_7b", "grpo", 0), tmp_path, runner=_fake_verl([]))

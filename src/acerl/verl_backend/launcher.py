@@ -66,6 +66,7 @@ __all__ = [
     "verl_env",
     "verl_logs_dir",
     "verl_overrides",
+    "verl_train_prompts",
 ]
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
@@ -488,19 +489,55 @@ def export_run(
 
 
 # ------------------------------------------------------------------------------------------ the run
+def verl_train_prompts(cfg: Config, run: Run, root: Path | str) -> int:
+    """Training prompts verl keeps: ``len(RLHFDataset)`` over the run's parquet with the base model's tokenizer
+    (the run's chat template and keyword arguments) and verl's prompt-length filter, as the V1 trainer builds
+    it (``v1/trainer_base.py:_init_dataloader``; its ``steps_per_epoch`` is this // ``train_batch_size``)."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    model = cfg.models[run.model]
+    tokenizer = AutoTokenizer.from_pretrained(paths.base_model_dir(root, run.model))
+    chat = prompt_messages("", model.template)
+    if chat.raw:
+        tokenizer.chat_template = IDENTITY_CHAT_TEMPLATE  # actor_rollout_ref.model.custom_chat_template
+    data_config = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": model.train.max_prompt_length,
+            "filter_overlong_prompts": True,
+            "truncation": "error",
+            "apply_chat_template_kwargs": dict(chat.chat_template_kwargs),
+        }
+    )
+    return len(RLHFDataset([str(verl_train_file(root, run.model))], tokenizer, data_config))
+
+
 def _check_steps(cfg: Config, run: Run, root: Path) -> None:
+    """``train.total_steps`` must fit ``total_epochs`` of verl's epochs.
+
+    verl counts ``steps_per_epoch = kept prompts // train_batch_size`` after its prompt-length filter and stops at
+    ``min(total_training_steps, steps_per_epoch * total_epochs)``. With dynamic sampling (the DAPO family) an
+    "epoch" is only this step count: each step generates its batch plus refills for filtered groups, and the
+    data iterator restarts when exhausted, so DAPO-family runs go through more prompts per step (docs/verl.md).
+    """
     import pyarrow.parquet as pq
 
     tr = cfg.models[run.model].train
-    n_train = pq.ParquetFile(verl_train_file(root, run.model)).metadata.num_rows
+    n_rows = pq.ParquetFile(verl_train_file(root, run.model)).metadata.num_rows
+    n_train = verl_train_prompts(cfg, run, root)
     per_epoch = n_train // tr.prompts_per_step  # verl's train dataloader drops the last partial batch
     available = per_epoch * tr.total_epochs
+    kept = f"{n_train} of {n_rows} training prompts fit max_prompt_length={tr.max_prompt_length}"
     if available < tr.total_steps:
         raise ValueError(
-            f"{run.id}: {n_train} training prompts give {per_epoch} steps per epoch at {tr.prompts_per_step} "
-            f"prompts per step, {available} steps in {tr.total_epochs} epochs; models.{run.model}.train.total_steps "
-            f"is {tr.total_steps}: set it to {available} (or raise total_epochs)"
+            f"{run.id}: {kept}; they give {per_epoch} steps per epoch at {tr.prompts_per_step} prompts per step, "
+            f"{available} steps in {tr.total_epochs} epochs; models.{run.model}.train.total_steps is "
+            f"{tr.total_steps}: set it to {available} (or raise total_epochs)"
         )
+    if n_train < n_rows:
+        logger.warning("%s: %s (verl drops the others)", run.id, kept)
     if available > tr.total_steps:
         logger.warning(
             "%s: verl stops at train.total_steps=%d, before the %d steps of %d epochs",
