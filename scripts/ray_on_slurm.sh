@@ -17,6 +17,10 @@
 #   RAY_NUM_GPUS         GPUs per node (default $SLURM_GPUS_ON_NODE, else the count of $CUDA_VISIBLE_DEVICES)
 #   ACERL_EXPECT_NODES   nodes to wait for (default: all nodes of the allocation)
 #   ACERL_RAY_WAIT       seconds to wait for the nodes (default 600)
+#   RAY_SRUN_GPU_FLAG    how the `ray start` steps request their node's GPUs (default `--gres=gpu:$RAY_NUM_GPUS`
+#                        when RAY_NUM_GPUS > 0; e.g. `--gpus-per-node=8`; empty: request none). Since Slurm 20.11
+#                        a step gets only the GRES it asks for: without it, CUDA_VISIBLE_DEVICES is empty inside
+#                        the step and Ray's --num-gpus advertises GPUs its workers cannot see.
 #   ACERL_DRY_RUN=1      print every command (prefixed "+ ") instead of running it; no waiting
 # Environment variables of this shell reach COMMAND on the head; the verl launcher also forwards
 # VERL_USE_EXTERNAL_MODULES to every Ray worker through +ray_kwargs.ray_init.runtime_env.env_vars.
@@ -79,6 +83,13 @@ echo "ray_on_slurm: ${#nodes_array[@]} node(s): ${nodes_array[*]}; head $head_no
 resources=()
 [[ -n "$NUM_CPUS" ]] && resources+=("--num-cpus=$NUM_CPUS")
 [[ -n "$NUM_GPUS" ]] && resources+=("--num-gpus=$NUM_GPUS")
+# the GPUs each `ray start` step must hold (see RAY_SRUN_GPU_FLAG above)
+gpu_request=()
+if [[ -n "${RAY_SRUN_GPU_FLAG+set}" ]]; then
+  [[ -n "$RAY_SRUN_GPU_FLAG" ]] && gpu_request+=("$RAY_SRUN_GPU_FLAG")
+elif [[ -n "$NUM_GPUS" && "$NUM_GPUS" != "0" ]]; then
+  gpu_request+=("--gres=gpu:$NUM_GPUS")
+fi
 
 pids=()
 # shellcheck disable=SC2317  # invoked through the EXIT trap
@@ -99,13 +110,13 @@ start_bg() {
   fi
 }
 
-start_bg srun --nodes=1 --ntasks=1 --overlap -w "$head_node" \
+start_bg srun --nodes=1 --ntasks=1 --overlap -w "$head_node" "${gpu_request[@]}" \
   ray start --head --node-ip-address="$head_ip" --port="$PORT" "${resources[@]}" --block
 [[ "$DRY_RUN" == "1" ]] || sleep 10
 
 for ((i = 1; i < ${#nodes_array[@]}; i++)); do
   node="${nodes_array[$i]}"
-  start_bg srun --nodes=1 --ntasks=1 --overlap -w "$node" \
+  start_bg srun --nodes=1 --ntasks=1 --overlap -w "$node" "${gpu_request[@]}" \
     ray start --address="$address" "${resources[@]}" --block
 done
 

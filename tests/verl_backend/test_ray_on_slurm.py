@@ -45,14 +45,27 @@ def test_head_and_one_worker_per_other_node(tmp_path: Path) -> None:
     assert len(lines) == 4
     head, w1, w2, train = lines
     assert (
-        "-w gpu1 ray start --head --node-ip-address=gpu1 --port=6379 --num-cpus=64 --num-gpus=8 --block"
-        in head
+        "-w gpu1 --gres=gpu:8 ray start --head --node-ip-address=gpu1 --port=6379 --num-cpus=64 --num-gpus=8 "
+        "--block" in head
     )
-    assert "-w gpu2 ray start --address=gpu1:6379 --num-cpus=64 --num-gpus=8 --block" in w1
-    assert "-w big7 ray start --address=gpu1:6379" in w2
+    assert "-w gpu2 --gres=gpu:8 ray start --address=gpu1:6379 --num-cpus=64 --num-gpus=8 --block" in w1
+    assert "-w big7 --gres=gpu:8 ray start --address=gpu1:6379" in w2
     assert all(line.startswith("+ srun --nodes=1 --ntasks=1") for line in lines)
     assert train.endswith(r"-w gpu1 --export=ALL python -m verl.trainer.main_ppo a=b\ c")
     assert "3 node(s): gpu1 gpu2 big7" in proc.stderr
+
+
+def test_gpu_request_of_the_ray_steps(tmp_path: Path) -> None:
+    """Each ``ray start`` step asks Slurm for its node's GPUs (a step without them sees none), or what
+    ``RAY_SRUN_GPU_FLAG`` says; a CPU-only cluster asks for none."""
+    site = _run(tmp_path, ["gpu1", "gpu2"], "true", RAY_SRUN_GPU_FLAG="--gpus-per-node=8")
+    cpu = _run(tmp_path, ["gpu1", "gpu2"], "true", RAY_NUM_GPUS="0")
+    assert site.returncode == 0 and cpu.returncode == 0, (site.stderr, cpu.stderr)
+    starts = [line for line in site.stdout.splitlines() if "ray start" in line]
+    assert len(starts) == 2 and all(
+        "--overlap -w gpu" in s and "--gpus-per-node=8 ray start" in s for s in starts
+    )
+    assert not any("--gres" in line or "--gpus-per-node" in line for line in cpu.stdout.splitlines())
 
 
 def test_single_node_allocation(tmp_path: Path) -> None:
