@@ -43,6 +43,7 @@ MAX_PROMPT_LEN = 256
 MAX_RESPONSE_LEN = 64
 OVERLONG_BUFFER = 16
 MAX_ANSWER_CHARS = 8
+CHECKPOINT_METHOD = "grpo"  # the method whose updated actor is checkpointed, reloaded and merged
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -243,6 +244,21 @@ def update_actor(worker, config, batch):
     return tu.get(out, "metrics")
 
 
+def save_and_resume(actor, config, actor_dir: Path, params: dict[str, torch.Tensor]) -> dict[str, float]:
+    """verl's checkpoint manager writes ``global_step_1/actor`` (FSDP shards, ``fsdp_config.json``,
+    ``huggingface/``); a fresh worker loads it (``resume_mode``'s worker side): returns the largest parameter
+    difference to the saved policy, before and after loading."""
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    actor.save_checkpoint(local_path=str(actor_dir), global_step=1, max_ckpt_to_keep=2)
+    fresh = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor")
+    fresh.init_model()
+    before = max(float((v - params[k]).abs().max()) for k, v in params_of(fresh).items())
+    fresh.load_checkpoint(str(actor_dir))
+    after = max(float((v - params[k]).abs().max()) for k, v in params_of(fresh).items())
+    return {"max_diff_fresh": before, "max_diff_loaded": after}
+
+
 def hf_log_probs(model_dir: Path, batch) -> torch.Tensor:
     """Response-token log-probs from a plain transformers forward and ``acerl.algos.losses.token_logprobs``."""
     from transformers import AutoModelForCausalLM
@@ -385,6 +401,10 @@ def run_method(
         config=actor_cfg,
     )
     moved = {k: float((after[k] - before[k]).abs().max()) for k in before}
+    resumed = {}
+    if method == CHECKPOINT_METHOD:
+        resumed = save_and_resume(actor, config, work / "checkpoints" / "global_step_1" / "actor", after)
+        torch.save({k: v.clone() for k, v in after.items()}, work / "actor_params_step1.pt")
     a = config.actor_rollout_ref.actor
     tensors = {
         "old_log_probs": old,
@@ -431,6 +451,7 @@ def run_method(
         "verl_policy_loss": float(verl_loss),
         "verl_policy_loss_metrics": {k: float(v) for k, v in verl_loss_metrics.items()},
         "moved": moved,
+        "resumed": resumed,
         "seconds": {
             "data_reward": t_reward - t0,
             "actor_logprobs": t_logprob - t_reward,

@@ -227,3 +227,32 @@ def test_policy_loss_and_update(step: Path, method: str) -> None:
     assert res["use_dynamic_bsz"]  # the launcher's token-budget micro-batches
     assert all(g > 0 for g in upd["grad_norm"])
     assert min(res["moved"].values()) > 0, res["moved"]
+
+
+def test_checkpoint_written_by_verl_resumes(step: Path) -> None:
+    """verl's checkpoint manager saves the updated actor (``global_step_1/actor``); a fresh worker that loads
+    it holds exactly the saved policy (the worker side of ``trainer.resume_mode``)."""
+    _, res = _load(step, "grpo")
+    actor = step / "checkpoints" / "global_step_1" / "actor"
+    assert (actor / "fsdp_config.json").is_file() and (actor / "huggingface" / "config.json").is_file()
+    assert res["resumed"]["max_diff_fresh"] > 1e-3  # a fresh worker is the initial model ...
+    assert res["resumed"]["max_diff_loaded"] == 0.0  # ... and exactly the saved policy after loading
+
+
+def test_model_merger_exports_verl_checkpoint(step: Path, tmp_path: Path) -> None:
+    """The pipeline's export (``python -m verl.model_merger merge --backend fsdp``) on that checkpoint gives a
+    Hugging Face folder transformers loads: the trained weights (in bf16, the merger's dtype) and the
+    tokenizer with its chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from acerl.verl_backend.checkpoints import export_checkpoint
+
+    target = export_checkpoint(step / "checkpoints" / "global_step_1" / "actor", tmp_path / "policy")
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    saved = torch.load(step / "actor_params_step1.pt", weights_only=True)
+    state = model.state_dict()
+    assert set(saved) <= set(state)
+    for name, value in saved.items():
+        torch.testing.assert_close(state[name], value.to(torch.bfloat16).float(), rtol=0, atol=0)
+    tok = AutoTokenizer.from_pretrained(target)
+    assert tok.chat_template == _tokenizer(step).chat_template
