@@ -30,8 +30,10 @@ which does two things:
    (``verl/trainer/ppo/v1/trainer_base.py``): for ACE it reads every row's ``extra_fields.reward_extra_info.acc``
    (as the V1 replay buffer reads the ``filter_groups`` metric) and hands it, and the trainer's step-metrics
    dict, to the shim through :func:`ace_step_context`. ACE's summaries (``ace/negative_frac``,
-   ``ace/amplified_frac``, ``ace/confidence_mean_neg``, ...) are added to that dict, so they reach verl's
+   ``ace/confidence_mean_neg``, ``ace/multiplier_mean_neg``, ...) are added to that dict, so they reach verl's
    loggers (``metrics.jsonl``).
+4. **Caps dynamic sampling** (:func:`refill_cap`): the V1 replay buffer ignores
+   ``algorithm.filter_groups.max_num_gen_batches``; the plugin stops a step that needs more generation batches.
 
 ACE's parameters are verl config keys under ``algorithm.ace`` (:class:`AceConfig`)::
 
