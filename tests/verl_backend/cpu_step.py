@@ -216,7 +216,9 @@ def log_probs(worker_call, batch, *, calculate_entropy: bool, temperature: float
     tu.assign_non_tensor(td, calculate_entropy=calculate_entropy, compute_loss=False, temperature=temperature)
     out = worker_call(td)
     lp = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
-    return lp
+    if not calculate_entropy:
+        return lp
+    return lp, no_padding_2_padding(tu.get(out, "entropy"), td).float()
 
 
 def update_actor(worker, config, batch):
@@ -263,7 +265,7 @@ def hf_log_probs(model_dir: Path, batch) -> torch.Tensor:
     """Response-token log-probs from a plain transformers forward and ``acerl.algos.losses.token_logprobs``."""
     from transformers import AutoModelForCausalLM
 
-    from acerl.algos.losses import token_logprobs
+    from acerl.algos.losses import entropy_from_logits, token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, torch_dtype=torch.float32, attn_implementation="sdpa"
@@ -273,7 +275,7 @@ def hf_log_probs(model_dir: Path, batch) -> torch.Tensor:
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
     t = batch.batch["responses"].size(1)
-    return token_logprobs(logits[:, -t - 1 : -1], ids[:, -t:])
+    return token_logprobs(logits[:, -t - 1 : -1], ids[:, -t:]), entropy_from_logits(logits[:, -t - 1 : -1])
 
 
 def params_of(worker) -> dict[str, torch.Tensor]:
@@ -290,7 +292,7 @@ def run_method(
     """One V1 step for ``method``; ``cache`` keeps what every method shares (rollouts, rewards per reward
     manager, reference log-probs)."""
     from omegaconf import open_dict
-    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn
     from verl.trainer.ppo.v1 import utils as v1_utils
     from verl.utils.config import omega_conf_to_dataclass
     from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -350,7 +352,11 @@ def run_method(
     temp = float(config.actor_rollout_ref.rollout.temperature)
     actor = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor")
     actor.init_model()
-    old = log_probs(actor.compute_log_prob, batch, calculate_entropy=True, temperature=temp)
+    old, entropy = log_probs(actor.compute_log_prob, batch, calculate_entropy=True, temperature=temp)
+    # the V1 trainer's actor/entropy metric (_compute_old_log_prob), the paper's entropy diagnostic on verl
+    entropy_metric = float(
+        agg_loss(entropy, batch.batch["response_mask"], config.actor_rollout_ref.actor.loss_agg_mode)
+    )
     batch.batch["old_log_probs"] = old
     assert config.actor_rollout_ref.actor.use_kl_loss  # the launcher keeps the reference policy on
     if "ref_lp" not in cache:
@@ -361,8 +367,8 @@ def run_method(
         cache["ref_lp"] = log_probs(
             ref.compute_ref_log_prob, batch, calculate_entropy=False, temperature=temp
         )
-        cache["hf"] = hf_log_probs(model_dir, batch)
-        cache["hf_ref"] = hf_log_probs(ref_dir, batch)
+        cache["hf"], cache["hf_entropy"] = hf_log_probs(model_dir, batch)
+        cache["hf_ref"], _ = hf_log_probs(ref_dir, batch)
     ref_lp = cache["ref_lp"]
     batch.batch["ref_log_prob"] = ref_lp
     t_logprob = time.perf_counter()
@@ -408,6 +414,8 @@ def run_method(
     a = config.actor_rollout_ref.actor
     tensors = {
         "old_log_probs": old,
+        "entropy": entropy,
+        "hf_entropy": cache["hf_entropy"],
         "new_log_probs": new,
         "hf_ref_log_probs": cache["hf_ref"],
         "correct": torch.from_numpy(correct),
@@ -448,6 +456,7 @@ def run_method(
             if isinstance(v, (int, float, list))
         },
         "step_metrics": step_metrics,
+        "actor_entropy": entropy_metric,
         "verl_policy_loss": float(verl_loss),
         "verl_policy_loss_metrics": {k: float(v) for k, v in verl_loss_metrics.items()},
         "moved": moved,

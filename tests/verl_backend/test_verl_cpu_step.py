@@ -167,6 +167,18 @@ def test_worker_log_probs_equal_transformers(step: Path, method: str) -> None:
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_entropy_diagnostic(step: Path, method: str) -> None:
+    """The paper's entropy diagnostic on the verl path: the worker's per-token entropy (computed with the old
+    log-probs) equals ``acerl.algos.losses.entropy_from_logits``, and V1's ``actor/entropy`` metric is its
+    ``agg_loss`` over response tokens."""
+    t, res = _load(step, method)
+    m = t["response_mask"]
+    torch.testing.assert_close(t["entropy"][m.bool()], t["hf_entropy"][m.bool()], rtol=0, atol=1e-5)
+    expected = agg_loss(t["hf_entropy"], m, res["loss_agg_mode"])
+    assert res["actor_entropy"] == pytest.approx(float(expected), abs=1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_advantages_equal_acerl(step: Path, method: str) -> None:
     """The V1 advantage step with the launcher's estimator equals acerl's: GRPO for grpo/dapo, ACE with
     ``c_i`` from (old_log_probs, ref_log_prob) for the ACE methods, multipliers exactly on incorrect rollouts
