@@ -124,7 +124,8 @@ export RAY_ADDRESS="$address"
 if [[ "$DRY_RUN" != "1" ]]; then
   deadline=$((SECONDS + WAIT_S))
   while :; do
-    alive="$(python -c 'import ray; ray.init(address="auto", logging_level="ERROR"); print(sum(n["Alive"] for n in ray.nodes()))' 2>/dev/null || echo 0)"
+    # a probe can block when the head is not up yet: bound it so the deadline is checked
+    alive="$(timeout -k 5 60 python -c 'import ray; ray.init(address="auto", logging_level="ERROR"); print(sum(n["Alive"] for n in ray.nodes()))' 2>/dev/null || echo 0)"
     (( alive >= EXPECT )) && break
     if (( SECONDS >= deadline )); then
       echo "ray_on_slurm: only $alive of $EXPECT nodes joined within ${WAIT_S}s" >&2
