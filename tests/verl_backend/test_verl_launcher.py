@@ -98,7 +98,9 @@ def test_algorithm_keys_per_method(paper_cfg, model: str, method: str) -> None:
     assert ov[f"{a}.clip_ratio_low"] == "0.2"
     assert ov[f"{a}.clip_ratio_high"] == ("0.28" if dapo else "0.2")
     assert ov[f"{a}.clip_ratio_c"] == ("10.0" if dapo else "3.0")
-    assert ov[f"{a}.loss_agg_mode"] == "token-mean"
+    # DAPO: token-level loss (DAPO recipe); the GRPO family's aggregation is a config decision (config/paper.yaml)
+    grpo_agg = paper_cfg.family("grpo").loss_agg_mode
+    assert ov[f"{a}.loss_agg_mode"] == ("token-mean" if dapo else grpo_agg)
     assert ov[f"{a}.use_kl_loss"] == "True"  # the reference policy is always on (ACE-DAPO needs it)
     assert ov[f"{a}.kl_loss_coef"] == ("0.0" if dapo else "0.001")
     assert ov[f"{a}.kl_loss_type"] == "low_var_kl"
