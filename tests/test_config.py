@@ -86,10 +86,9 @@ def test_run_grid_default_config() -> None:
     assert len(runs) == len(set(runs)), "duplicate runs"
     main = {(r.method, r.seed) for r in runs if r.method in {"grpo", "dapo", "ace_grpo", "ace_dapo"}}
     assert main == {(m, s) for m in ["grpo", "dapo", "ace_grpo", "ace_dapo"] for s in [0, 1, 2]}
-    # the alpha sweep reuses ace_grpo for the default alpha and adds one run per other alpha
+    # the alpha sweep reuses ace_grpo for the default alpha, grpo for alpha = 0, and adds one run per other alpha
     sweep = sorted(r.method for r in runs if r.method.startswith("ace_grpo-alpha"))
     assert sweep == [
-        "ace_grpo-alpha0",
         "ace_grpo-alpha0.1",
         "ace_grpo-alpha0.5",
         "ace_grpo-alpha2",
@@ -108,7 +107,7 @@ def test_evaluations_follow_the_tables() -> None:
     by_bench = {b: {r.id for bb, r in pairs if bb == b} for b in ("synth_easy", "synth_hard")}
     main = {f"tiny/{m}/seed{s}" for m in ("grpo", "dapo", "ace_grpo", "ace_dapo") for s in (0, 1, 2)}
     assert by_bench["synth_hard"] == main | {"tiny/base/seed0"}
-    extra = {f"tiny/ace_grpo-alpha{a}/seed0" for a in ("0", "0.1", "0.5", "2", "5")}
+    extra = {f"tiny/ace_grpo-alpha{a}/seed0" for a in ("0.1", "0.5", "2", "5")}
     extra |= {f"tiny/ace_grpo_relu/seed{s}" for s in (0, 1, 2)}
     assert by_bench["synth_easy"] == main | {"tiny/base/seed0"} | extra
     assert cfg.table_benchmark("alpha_sweep") == cfg.table_benchmark("ablation") == "synth_easy"
@@ -124,6 +123,36 @@ def test_table_benchmark_is_chosen_and_checked(tmp_path: Path) -> None:
     d["study"]["alpha_sweep"]["benchmark"] = "heldout"
     with pytest.raises(ConfigError, match=r"study.alpha_sweep.benchmark: 'heldout' is not one of"):
         load_config(write(tmp_path, d))
+
+
+def test_tables_reuse_main_runs_over_consistent_seeds() -> None:
+    """Paper grid: alpha = 0 is the main grid's GRPO run and alpha = 1.0 its ACE-GRPO run, both over the 5 main
+    seeds (the paper's rows equal Table 1's 5-run means); every ablation row averages the same 5 seeds."""
+    cfg = load_config([REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"])
+    main_seeds = [0, 1, 2, 3, 4]
+    sweep = cfg.table_rows("alpha_sweep")
+    assert cfg.sweep_method(0.0) == "grpo" and cfg.sweep_method(1.0) == "ace_grpo"
+    assert sweep["grpo"] == sweep["ace_grpo"] == main_seeds
+    assert {k: v for k, v in sweep.items() if k not in ("grpo", "ace_grpo")} == {
+        f"ace_grpo-alpha{a}": [0] for a in ("0.1", "0.5", "2", "5")
+    }
+    ablation = cfg.table_rows("ablation")
+    assert list(ablation) == ["grpo", "ace_grpo_relu", "ace_grpo"]
+    assert all(seeds == main_seeds for seeds in ablation.values())
+    runs = cfg.runs()
+    assert not [r for r in runs if r.method.endswith("-alpha0")]  # no separate alpha = 0 training job
+    # 3 models x 4 methods x 5 seeds, + 4 sweep alphas x seed 0, + ACE-ReLU x 5 seeds (was 66: alpha0 + ReLU seed 0)
+    assert len(runs) == 60 + 4 + 5
+
+
+def test_alpha_zero_needs_a_matching_grpo_method(tmp_path: Path) -> None:
+    """Without a GRPO method of the same family and normalisation, alpha = 0 stays its own ACE variant."""
+    d = base_dict()
+    d["methods"]["grpo"]["estimator"] = {"name": "grpo", "norm_by_std": False}  # Dr. GRPO: not ACE at alpha 0
+    cfg = load_config(write(tmp_path, d))
+    assert cfg.sweep_method(0.0) == "ace_grpo-alpha0"
+    assert cfg.method("ace_grpo-alpha0").estimator.alpha == 0.0
+    assert cfg.table_rows("alpha_sweep")["ace_grpo-alpha0"] == [0]
 
 
 def test_alpha_variant_key() -> None:

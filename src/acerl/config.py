@@ -220,25 +220,37 @@ class MainGrid(_Model):
     include_base: bool = Field(True, description="evaluate each untrained base model too")
 
 
+_TABLE_SEEDS = (
+    "seeds of the rows this table trains itself (default: the main grid's seeds); rows that are main-grid runs "
+    "(same model, a method of study.main.methods) reuse those runs and average the main grid's seeds, and the "
+    "caption says how many runs each row averages when the counts differ"
+)
+
+
 class AlphaSweep(_Model):
+    """Table 4 (App. D). alpha = 0 is the GRPO method of the same family (the main grid's run, not a new one) and
+    the method's own alpha is the method itself (docs/algorithms.md, "Which runs the tables reuse")."""
+
     model: str
     method: str = Field(..., description="ACE method whose alpha is varied")
     alphas: list[float]
-    seeds: list[int]
+    seeds: list[int] | None = Field(None, description=_TABLE_SEEDS)
     benchmark: str | None = Field(
         None,
-        description="benchmark of Table 3; the sweep's runs are evaluated on it only "
+        description="benchmark of Table 4; the sweep's runs are evaluated on it only "
         "(default: the first of evaluation.benchmarks, as the paper reports MATH-500)",
     )
 
 
 class Ablation(_Model):
+    """Table 3 (Sec. 5.4), the modulation-function ablation."""
+
     model: str
     methods: list[str] = Field(..., description="e.g. [grpo, ace_grpo_relu, ace_grpo]")
-    seeds: list[int]
+    seeds: list[int] | None = Field(None, description=_TABLE_SEEDS)
     benchmark: str | None = Field(
         None,
-        description="benchmark of Table 4; the ablation's runs are evaluated on it only "
+        description="benchmark of Table 3; the ablation's runs are evaluated on it only "
         "(default: the first of evaluation.benchmarks, as the paper reports MATH-500)",
     )
 
@@ -420,7 +432,7 @@ class Config(_Model):
         sweep = self.study.alpha_sweep
         if sweep:
             for alpha in sweep.alphas:
-                key = alpha_variant_key(sweep.method, alpha, self.methods[sweep.method].estimator.alpha)
+                key = self.sweep_method(alpha)
                 if key not in out:
                     base = self.methods[sweep.method]
                     est = base.estimator.model_copy(update={"alpha": float(alpha)})
@@ -435,6 +447,53 @@ class Config(_Model):
     def family(self, method_key: str) -> FamilyConfig:
         return self.families[self.method(method_key).family]
 
+    def grpo_counterpart(self, method: str, candidates: Iterable[str] | None = None) -> str | None:
+        """The GRPO-estimator method of the same family as ACE method ``method`` with the same group
+        normalisation (``eps``, ``norm_by_std``): ACE at alpha = 0 is exactly that method (ACE-GRPO -> GRPO).
+        Searched in ``candidates`` (default: the main grid's methods, then every configured method)."""
+        me = _require(method, self.methods, "method")  # configured methods only: no alpha-sweep variants
+        pool = candidates if candidates is not None else [*self.study.main.methods, *self.methods]
+        for other in dict.fromkeys(pool):
+            o = _require(other, self.methods, "method")
+            if (
+                other != method
+                and o.family == me.family
+                and o.estimator.name == "grpo"
+                and (o.estimator.eps, o.estimator.norm_by_std) == (me.estimator.eps, me.estimator.norm_by_std)
+            ):
+                return other
+        return None
+
+    def sweep_method(self, alpha: float) -> str:
+        """Method key of the alpha sweep's row ``alpha``: the swept method itself at its own alpha, its GRPO
+        counterpart at alpha = 0 (:meth:`grpo_counterpart`; the same run ids as the main grid, so Snakemake and
+        DVC train them once), else a variant ``<method>-alpha<alpha>`` (:func:`alpha_variant_key`)."""
+        sw = self.study.alpha_sweep
+        assert sw is not None, "no study.alpha_sweep"
+        if float(alpha) == 0.0:
+            zero = self.grpo_counterpart(sw.method)
+            if zero is not None:
+                return zero
+        return alpha_variant_key(sw.method, alpha, self.methods[sw.method].estimator.alpha)
+
+    def table_rows(self, part: Literal["alpha_sweep", "ablation"]) -> dict[str, list[int]]:
+        """Method key -> the seeds its row of Table 4 (``alpha_sweep``) or Table 3 (``ablation``) averages.
+
+        A row that is a main-grid run (the part's model in ``study.main.models``, the method in
+        ``study.main.methods``) averages the main grid's seeds (its runs exist anyway); the others average the
+        part's ``seeds`` (default: the main grid's seeds, so every row averages the same runs).
+        """
+        main = self.study.main
+        chosen = getattr(self.study, part)
+        if chosen is None:
+            return {}
+        keys = (
+            [self.sweep_method(a) for a in chosen.alphas] if part == "alpha_sweep" else list(chosen.methods)
+        )
+        own = list(chosen.seeds) if chosen.seeds is not None else list(main.seeds)
+        in_main = chosen.model in main.models
+        return {k: list(main.seeds) if in_main and k in main.methods else own for k in dict.fromkeys(keys)}
+
     def _part_runs(self) -> dict[str, list[Run]]:
         """The runs each part of the study asks for: ``main``, ``alpha_sweep``, ``ablation``, ``diagnostics``
         (a run may appear in several parts)."""
@@ -444,17 +503,10 @@ class Config(_Model):
                 Run(m, me, seed) for m in s.main.models for me in s.main.methods for seed in s.main.seeds
             ]
         }
-        if s.alpha_sweep:
-            sw = s.alpha_sweep
-            default = self.methods[sw.method].estimator.alpha
-            parts["alpha_sweep"] = [
-                Run(sw.model, alpha_variant_key(sw.method, a, default), seed)
-                for a in sw.alphas
-                for seed in sw.seeds
-            ]
-        if s.ablation:
-            ab = s.ablation
-            parts["ablation"] = [Run(ab.model, me, seed) for me in ab.methods for seed in ab.seeds]
+        for key, part in (("alpha_sweep", s.alpha_sweep), ("ablation", s.ablation)):
+            if part is not None:
+                rows = self.table_rows(key)  # type: ignore[arg-type]
+                parts[key] = [Run(part.model, me, seed) for me, seeds in rows.items() for seed in seeds]
         if s.diagnostics:
             d = s.diagnostics
             parts["diagnostics"] = [
@@ -467,7 +519,7 @@ class Config(_Model):
         return list(dict.fromkeys(r for part in self._part_runs().values() for r in part))
 
     def table_benchmark(self, part: Literal["alpha_sweep", "ablation"]) -> str:
-        """The benchmark Table 3 (``alpha_sweep``) or Table 4 (``ablation``) reports."""
+        """The benchmark Table 4 (``alpha_sweep``) or Table 3 (``ablation``) reports."""
         chosen = getattr(self.study, part)
         return (chosen.benchmark if chosen else None) or self.evaluation.benchmarks[0]
 
@@ -475,7 +527,7 @@ class Config(_Model):
         """Every (benchmark, run) the reports need Pass@k of, benchmark-major, in a stable order.
 
         The base models and the main grid's runs on every benchmark (Tables 1-2, Pass@k curves); the alpha
-        sweep's and the ablation's runs on their table's benchmark only (Tables 3-4; the paper reports both on
+        sweep's and the ablation's runs on their table's benchmark only (Tables 4 and 3; the paper reports both on
         MATH-500); diagnostic-only runs on none (Figs. 2-3 use their diagnostics).
         """
         parts = self._part_runs()
@@ -560,7 +612,8 @@ class Run:
 
 
 def alpha_variant_key(method: str, alpha: float, default_alpha: float) -> str:
-    """Method key of an alpha-sweep variant; the default alpha maps to the method itself (no duplicate run)."""
+    """Method key of an alpha-sweep variant; the default alpha maps to the method itself (no duplicate run).
+    :meth:`Config.sweep_method` also maps alpha = 0 to the method's GRPO counterpart when the config has one."""
     if float(alpha) == float(default_alpha):
         return method
     return f"{method}-alpha{float(alpha):g}"

@@ -6,8 +6,8 @@ file-reading wrappers. Output layout::
     <out>/tables/passk_<benchmark>.{tex,md}          Tables 1/2
     <out>/tables/significance_<benchmark>.{tex,md}   ACE vs baseline, Welch p-values
     <out>/tables/significance_<benchmark>_paired.{tex,md}   paired p-values (only with matched seeds)
-    <out>/tables/alpha_sensitivity.{tex,md}          Table 3
-    <out>/tables/ablation_modulation.{tex,md}        Table 4
+    <out>/tables/ablation_modulation.{tex,md}        Table 3
+    <out>/tables/alpha_sensitivity.{tex,md}          Table 4
     <out>/tables/hyperparameters.{tex,md}            Table 5
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
@@ -96,6 +96,19 @@ class _Writer:
             self.sections.append(f"**{what}**\n\n![{what}]({png[0].relative_to(self.out).as_posix()})\n")
 
 
+def _rows_over_seeds(
+    runs: pd.DataFrame | None, agg: pd.DataFrame, seeds: Mapping[str, tuple[int, ...]] | None
+) -> pd.DataFrame:
+    """Aggregate for a table whose rows average given seeds (``{method: seeds}``; methods not listed keep every
+    seed); ``agg`` unchanged without per-run results or a seed mapping."""
+    if runs is None or seeds is None:
+        return agg
+    keep = pd.Series(True, index=runs.index)
+    for method, chosen in seeds.items():
+        keep &= (runs["method"] != method) | runs["seed"].isin(chosen)
+    return aggregate_seeds(runs[keep])
+
+
 def render_all(
     out_dir: str | Path,
     *,
@@ -139,14 +152,18 @@ def render_all(
             if runs is not None
             else significance_from_summary(agg, spec.comparisons)
         )
-        for bench in benchmarks:
+        for i, bench in enumerate(benchmarks):
             with_ci = bench not in spec.no_ci_benchmarks
+            number = (
+                tables.PAPER_TABLES["passk"] + i if i < 2 else None
+            )  # Tables 1-2: the first two benchmarks
             w.table(
                 f"Pass@k table ({bench})",
-                lambda b=bench, ci=with_ci: tables.passk_table(
-                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=ci
+                lambda b=bench, ci=with_ci, n=number: tables.passk_table(
+                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=ci,
+                    number=n,
                 ),
-            )
+            )  # fmt: skip
             w.table(
                 f"significance table ({bench})",
                 lambda b=bench: tables.significance_table(
@@ -166,31 +183,30 @@ def render_all(
                         pvalue="p_paired",
                     ),
                 )
-        if spec.alpha_sweep is not None:
-            a = spec.alpha_sweep
-            sweep_agg = agg
-            if runs is not None and a.seeds is not None:  # every row over the sweep's seeds only
-                sweep_agg = aggregate_seeds(runs[runs["seed"].isin(a.seeds)])
-            w.table(
-                "alpha sensitivity (Table 3)",
-                lambda: tables.alpha_table(
-                    sweep_agg, model=a.model, benchmark=a.benchmark, alpha_methods=a.methods, names=names,
-                    default_alpha=a.default_alpha, zero_label=a.zero_label, ks=a.ks,
-                ),
-            )  # fmt: skip
-        else:
-            log.info("skipping alpha sensitivity (Table 3): no alpha sweep in the report spec")
         if spec.ablation is not None:
             ab = spec.ablation
             w.table(
-                "modulation ablation (Table 4)",
+                "modulation ablation (Table 3)",
                 lambda: tables.ablation_table(
-                    agg, model=ab.model, benchmark=ab.benchmark, methods=ab.methods, names=names, ks=spec.ks,
-                    alpha=spec.penalty_alpha,
+                    _rows_over_seeds(runs, agg, ab.seeds), model=ab.model, benchmark=ab.benchmark,
+                    methods=ab.methods, names=names, ks=spec.ks, alpha=spec.penalty_alpha,
+                    seed_note=ab.seeds is not None,
                 ),
             )  # fmt: skip
         else:
-            log.info("skipping modulation ablation (Table 4): no ablation in the report spec")
+            log.info("skipping modulation ablation (Table 3): no ablation in the report spec")
+        if spec.alpha_sweep is not None:
+            a = spec.alpha_sweep
+            w.table(
+                "alpha sensitivity (Table 4)",
+                lambda: tables.alpha_table(
+                    _rows_over_seeds(runs, agg, a.seeds), model=a.model, benchmark=a.benchmark,
+                    alpha_methods=a.methods, names=names, default_alpha=a.default_alpha,
+                    zero_label=a.zero_label, ks=a.ks, seed_note=a.seeds is not None,
+                ),
+            )  # fmt: skip
+        else:
+            log.info("skipping alpha sensitivity (Table 4): no alpha sweep in the report spec")
         if paper is not None:
             w.table(
                 "ours vs paper",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from acerl import paths
-from acerl.config import BASE_METHOD, Config, alpha_variant_key
+from acerl.config import BASE_METHOD, Config
 from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
@@ -24,16 +24,6 @@ log = logging.getLogger(__name__)
 _NO_THINKING_TEMPLATES = {"qwen3_boxed_nothink"}
 
 
-def _baseline_of(cfg: Config, method: str, candidates: list[str]) -> str | None:
-    """The GRPO-estimator method of the same family as ACE method ``method`` (ACE-GRPO -> GRPO)."""
-    fam = cfg.method(method).family
-    for other in candidates:
-        m = cfg.method(other)
-        if other != method and m.family == fam and m.estimator.name == "grpo":
-            return other
-    return None
-
-
 def _ablation_label(cfg: Config, method: str) -> str:
     est = cfg.method(method).estimator
     if est.name == "grpo":
@@ -43,7 +33,8 @@ def _ablation_label(cfg: Config, method: str) -> str:
 
 
 def report_spec(cfg: Config) -> ReportSpec:
-    """Report layout of a study: display names from the config, the main grid, Tables 3-4 when configured.
+    """Report layout of a study: display names from the config, the main grid, Tables 3-4 when configured
+    (each row over the seeds :meth:`acerl.config.Config.table_rows` gives it).
 
     ACE methods of the main grid are tested against the GRPO-estimator method of the same algorithm family.
     """
@@ -56,7 +47,7 @@ def report_spec(cfg: Config) -> ReportSpec:
     comparisons = {}
     for method in main.methods:
         if cfg.method(method).estimator.name == "ace":
-            base = _baseline_of(cfg, method, list(main.methods))
+            base = cfg.grpo_counterpart(method, main.methods)
             if base is not None:
                 comparisons[method] = base
     alpha = None
@@ -66,9 +57,9 @@ def report_spec(cfg: Config) -> ReportSpec:
         alpha = AlphaSweepSpec(
             model=s.model,
             benchmark=cfg.table_benchmark("alpha_sweep"),
-            methods={alpha_variant_key(s.method, a, default): float(a) for a in s.alphas},
+            methods={cfg.sweep_method(a): float(a) for a in s.alphas},
             default_alpha=default,
-            seeds=tuple(s.seeds),
+            seeds=cfg.table_rows("alpha_sweep"),
         )
     ablation = None
     if cfg.study.ablation is not None:
@@ -77,6 +68,7 @@ def report_spec(cfg: Config) -> ReportSpec:
             model=ab.model,
             benchmark=cfg.table_benchmark("ablation"),
             methods={m: _ablation_label(cfg, m) for m in ab.methods},
+            seeds=cfg.table_rows("ablation"),
         )
     ace_alphas = [
         cfg.method(m).estimator.alpha for m in main.methods if cfg.method(m).estimator.name == "ace"

@@ -8,11 +8,15 @@ a power of ten) and in the table frame. Tables (paper numbering):
   +- 95% CI across seeds (LaTeX ``74.2\\tpm{0.8}``, Markdown ``74.2 ± 0.8``); bold = best, underline = second
   within each model group (ranked on the displayed, rounded values; ties share the mark; competition ranking,
   so two tied best values leave no second).
-- :func:`alpha_table` — Table 3: rows alpha, columns Pass@1 and Pass@32, the default row in bold.
-- :func:`ablation_table` — Table 4: GRPO baseline, ACE-ReLU, ACE-Softplus x @k.
+- :func:`ablation_table` — Table 3 (Sec. 5.4): GRPO baseline, ACE-ReLU, ACE-Softplus x @k.
+- :func:`alpha_table` — Table 4 (App. D): rows alpha, columns Pass@1 and Pass@32, the default row in bold.
 - :func:`hyperparameter_table` — Table 5: one column per model from ``{model: {hyperparameter: value}}``.
 - :func:`significance_table` — ACE vs its baseline per k: difference in points with the p-value.
 - :func:`ours_vs_paper_table` — our numbers next to the paper's, with the difference.
+
+A table that reproduces one of the paper's carries its number (:attr:`Table.number`, from :data:`PAPER_TABLES`)
+and starts its caption with the paper caption's first sentence; ``tests/report/test_table_numbers.py`` checks
+both against the LaTeX source, in the order the compiled paper numbers its tables.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
@@ -38,12 +43,14 @@ __all__ = [
     "LATEX",
     "MARKDOWN",
     "TPM_MACRO",
+    "PAPER_TABLES",
     "rank_marks",
     "render_cell",
     "to_latex",
     "to_markdown",
     "passk_table",
     "alpha_table",
+    "rows_seed_note",
     "ablation_table",
     "hyperparameter_table",
     "significance_table",
@@ -54,6 +61,13 @@ Mark = Literal["bold", "underline"]
 
 TPM_MACRO = r"\providecommand{\tpm}[1]{{\scriptsize\,$\pm$\,#1}}"
 """The paper's ``\\tpm`` macro (mean +- CI); every generated .tex file starts with it."""
+
+PAPER_TABLES: Mapping[str, int] = MappingProxyType(
+    {"passk": 1, "ablation": 3, "alpha": 4, "hyperparameters": 5}
+)
+"""Table numbers of the compiled paper: the Pass@k tables are 1 (first benchmark, MATH-500) and 2 (second,
+AIME 2025), the modulation ablation (Sec. 5.4) is 3, the alpha sensitivity (App. D) 4, the hyperparameters
+(App. E) 5. LaTeX numbers floats in source order and ``\\appendix`` does not reset the counter."""
 
 
 # -------------------------------------------------------------------------------------------- structure
@@ -78,7 +92,7 @@ class Cell:
 class Row:
     label: str
     cells: tuple[Cell, ...]
-    bold_label: bool = False  # e.g. Table 3's default alpha (its numbers carry mark="bold")
+    bold_label: bool = False  # e.g. Table 4's default alpha (its numbers carry mark="bold")
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,8 @@ class Table:
         notes: lines printed under the Markdown table and as ``%`` comments in LaTeX.
         align: one LaTeX column letter per column (``l``/``c``/``r``); default ``l`` then ``c``. Markdown
             left-aligns ``l`` columns and right-aligns the others (numbers).
+        number: the paper's table number this table reproduces (:data:`PAPER_TABLES`), ``None`` for tables
+            the paper does not have; LaTeX shows it as the caption's number, Markdown as ``Table N.``.
     """
 
     name: str
@@ -108,6 +124,7 @@ class Table:
     resize: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     align: str | None = None
+    number: int | None = None
 
     def __post_init__(self) -> None:
         ncol = len(self.header) - 1
@@ -299,6 +316,11 @@ def to_latex(table: Table) -> str:
         *(f"% {note}" for note in table.notes),
         r"\begin{table}[t]",
         r"\centering",
+        *(
+            [rf"\renewcommand{{\thetable}}{{{table.number}}}% the paper's Table {table.number}"]
+            if table.number
+            else []
+        ),
         rf"\caption{{{syn.escape(table.caption)}}}",
         rf"\label{{{table.label}}}",
     ]
@@ -323,7 +345,7 @@ def to_markdown(table: Table) -> str:
     """The table as GitHub-flavoured Markdown: a bold caption line, the pipe table, then the notes."""
     syn = MARKDOWN
     lines = [
-        f"**{syn.escape(table.caption)}**",
+        f"**{'' if table.number is None else f'Table {table.number}: '}{syn.escape(table.caption)}**",
         "",
         "| " + " | ".join(syn.escape(h) for h in table.header) + " |",
         "|" + "|".join(":---" if a == "l" else "---:" for a in table.column_align) + "|",
@@ -391,6 +413,7 @@ def passk_table(
     caption: str | None = None,
     label: str | None = None,
     scale: float = 100.0,
+    number: int | None = None,
 ) -> Table:
     """Paper Tables 1/2: Pass@k (%) of every model x method on one benchmark.
 
@@ -403,6 +426,7 @@ def passk_table(
         with_ci: show ``mean +- ci95`` (Table 1) or the mean only (Table 2).
         mark: bold best / underline second within each model group (:func:`rank_marks`).
         scale: fraction -> display unit (100: percent).
+        number: the paper's table number (1 or 2, :data:`PAPER_TABLES`) or ``None``.
 
     Raises:
         MissingData: nothing for this benchmark.
@@ -455,6 +479,7 @@ def passk_table(
         groups=tuple(groups),
         decimals=decimals,
         resize=with_ci,
+        number=number,
     )
 
 
@@ -464,6 +489,27 @@ def _row_label(names: DisplayNames, model: str, method: str) -> str:
 
 def _alpha_text(alpha: float) -> str:
     return f"{alpha:.1f}" if round(alpha, 1) == alpha else f"{alpha:g}"
+
+
+def rows_seed_note(counts: Sequence[tuple[str, Any]]) -> str:
+    """Caption sentence saying how many training runs each row averages, from ``(row label, n_seeds)`` pairs:
+    one count for all rows, or the rows grouped by count when they differ (e.g. rows reused from the main grid
+    with its seeds next to rows trained for this table only)."""
+    known = [(label, int(n)) for label, n in counts if n is not None and not pd.isna(n)]
+    if not known:
+        return ""
+    by_n: dict[int, list[str]] = {}
+    for label, n in known:
+        by_n.setdefault(n, []).append(label)
+    if len(by_n) == 1:
+        n = next(iter(by_n))
+        return f"Every row averages {n} training run{'s' if n != 1 else ''}."
+    parts = [f"{n} ({', '.join(labels)})" for n, labels in sorted(by_n.items(), reverse=True)]
+    return "Training runs averaged per row: " + "; ".join(parts) + "."
+
+
+def _caption(*sentences: str) -> str:
+    return " ".join(s for s in sentences if s)
 
 
 def alpha_table(
@@ -478,19 +524,22 @@ def alpha_table(
     ks: Sequence[int] = (1, 32),
     name: str = "alpha_sensitivity",
     scale: float = 100.0,
+    seed_note: bool = False,
+    number: int | None = PAPER_TABLES["alpha"],
 ) -> Table:
-    """Paper Table 3: sensitivity to alpha; rows sorted by alpha, the default alpha's row in bold.
+    """Paper Table 4 (App. D): sensitivity to alpha; rows sorted by alpha, the default alpha's row in bold.
 
     Args:
         alpha_methods: method key -> its alpha (e.g. ``{"grpo": 0.0, "ace_grpo-alpha0.5": 0.5, "ace_grpo": 1.0}``).
         zero_label: shown after alpha = 0 (``"0.0 (GRPO)"``); ``None`` for none.
+        seed_note: add :func:`rows_seed_note` (from ``agg``'s ``n_seeds``) to the caption.
 
     Raises:
         MissingData: none of the methods has results for ``model`` on ``benchmark``.
     """
     sub = agg[(agg["benchmark"] == benchmark) & (agg["model"] == model)]
     cells = _cell_lookup(sub)
-    rows = []
+    rows, counts = [], []
     for method, alpha in sorted(alpha_methods.items(), key=lambda kv: kv[1]):
         if not any((benchmark, model, method, k) in cells for k in ks):
             continue
@@ -503,10 +552,13 @@ def alpha_table(
         vals = [cells.get((benchmark, model, method, k), (math.nan,))[0] * scale for k in ks]
         mark: Mark | None = "bold" if is_default else None
         rows.append(Row(label, tuple(Cell(value=v, mark=mark) for v in vals), bold_label=is_default))
+        counts.append((label, _row_seeds(cells, benchmark, model, method, ks)))
     if not rows:
         raise MissingData(f"no alpha-sweep results for {model!r} on {benchmark!r}")
-    caption = (
-        f"Sensitivity to $\\alpha$ on {names.benchmark(benchmark)} ({names.model(model)}); default in bold."
+    caption = _caption(
+        f"Sensitivity to $\\alpha$ on {names.benchmark(benchmark)} ({names.model(model)}).",
+        "Default in bold.",
+        rows_seed_note(counts) if seed_note else "",
     )
     return Table(
         name=name,
@@ -514,7 +566,21 @@ def alpha_table(
         label="tab:alpha_sensitivity",
         header=("$\\alpha$", *(f"Pass@{k} (%)" for k in ks)),
         groups=(tuple(rows),),
+        number=number,
     )
+
+
+def _row_seeds(
+    cells: Mapping[tuple[str, str, str, int], tuple[float, float, Any]],
+    benchmark: str,
+    model: str,
+    method: str,
+    ks: Sequence[int],
+) -> Any:
+    """The largest seed count of one row's cells (``None`` when no cell states one)."""
+    ns = [cells[key][2] for k in ks if (key := (benchmark, model, method, k)) in cells]
+    ns = [int(n) for n in ns if n is not None and not pd.isna(n)]
+    return max(ns) if ns else None
 
 
 def ablation_table(
@@ -528,8 +594,11 @@ def ablation_table(
     alpha: float | None = 1.0,
     name: str = "ablation_modulation",
     scale: float = 100.0,
+    seed_note: bool = False,
+    number: int | None = PAPER_TABLES["ablation"],
 ) -> Table:
-    """Paper Table 4: the modulation-function ablation; rows ``methods`` (key -> row label), columns @k.
+    """Paper Table 3 (Sec. 5.4): the modulation-function ablation; rows ``methods`` (key -> row label),
+    columns @k. ``seed_note``: add :func:`rows_seed_note` (from ``agg``'s ``n_seeds``) to the caption.
 
     Raises:
         MissingData: none of the methods has results for ``model`` on ``benchmark``.
@@ -539,21 +608,28 @@ def ablation_table(
         raise MissingData(f"no ablation results for {model!r} on {benchmark!r}")
     cells = _cell_lookup(sub)
     ks = _ks(sub, ks)
+    present = [
+        (m, label) for m, label in methods.items() if any((benchmark, model, m, k) in cells for k in ks)
+    ]
     rows = tuple(
         Row(label, tuple(Cell(value=cells.get((benchmark, model, m, k), (math.nan,))[0] * scale) for k in ks))
-        for m, label in methods.items()
-        if any((benchmark, model, m, k) in cells for k in ks)
+        for m, label in present
     )
     if not rows:
         raise MissingData(f"none of the ablation methods {list(methods)} ran for {model!r} on {benchmark!r}")
-    extra = f", $\\alpha$ = {alpha:g}" if alpha is not None else ""
-    caption = f"Ablation: modulation function on {names.benchmark(benchmark)} ({names.model(model)}{extra})."
+    extra = f", $\\alpha = {_alpha_text(alpha)}$" if alpha is not None else ""
+    counts = [(label, _row_seeds(cells, benchmark, model, m, ks)) for m, label in present]
+    caption = _caption(
+        f"Ablation: modulation function on {names.benchmark(benchmark)} ({names.model(model)}{extra}).",
+        rows_seed_note(counts) if seed_note else "",
+    )
     return Table(
         name=name,
         caption=caption,
         label="tab:ablation_modulation",
         header=("Method", *(f"@{k}" for k in ks)),
         groups=(rows,),
+        number=number,
     )
 
 
@@ -562,7 +638,8 @@ def hyperparameter_table(
     *,
     names: DisplayNames,
     name: str = "hyperparameters",
-    caption: str = "Training hyperparameters.",
+    caption: str = "Training hyperparameters for ACE-GRPO experiments. Every method on a model uses them.",
+    number: int | None = PAPER_TABLES["hyperparameters"],
 ) -> Table:
     """Paper Table 5: ``{model: {hyperparameter: value}}`` -> rows = hyperparameters (first-seen order),
     columns = models. Values: ints and strings as given, booleans as True/False, ``None`` as ``--``, floats
@@ -588,6 +665,7 @@ def hyperparameter_table(
         label="tab:hyperparameters",
         header=("Hyperparameter", *(names.model(m) for m in models)),
         groups=(rows,),
+        number=number,
     )
 
 
