@@ -191,6 +191,12 @@ class EstimatorConfig(_Model):
     granularity: Literal["sequence", "token"] = "sequence"
     eps: float = Field(1e-6, gt=0, description="added to the group std (verl's epsilon)")
     norm_by_std: bool = True
+    amplify: Literal["incorrect", "negative_advantage"] = Field(
+        "incorrect",
+        description="rollouts ACE amplifies: 'incorrect' (paper Def. 2 / Alg. 1: graded wrong, before any overlong "
+        "penalty, and A_i < 0) or 'negative_advantage' (every A_i < 0, e.g. a correct response pushed below its "
+        "group's mean by DAPO's overlong penalty); identical with 0/1 or +1/-1 rewards (docs/algorithms.md)",
+    )
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the estimator registry (only what the named estimator takes)."""
@@ -203,6 +209,7 @@ class EstimatorConfig(_Model):
             "granularity": self.granularity,
             "eps": self.eps,
             "norm_by_std": self.norm_by_std,
+            "amplify": self.amplify,
         }
 
 

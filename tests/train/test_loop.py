@@ -116,7 +116,7 @@ def test_ace_differs_from_grpo_only_through_advantages(tiny_root: Path):
         from acerl.algos.advantages import compute_advantages
 
         out = compute_advantages(setup.estimator.name, ro.scores, ro.group_ids, old, ref, ro.batch.response_mask,
-                                 **setup.estimator.kwargs())  # fmt: skip
+                                 correct=ro.correct, **setup.estimator.kwargs())  # fmt: skip
         got[method] = (ro, out.advantages)
     (ro_g, adv_g), (ro_a, adv_a) = got["grpo"], got["ace_grpo"]
     assert torch.equal(ro_g.batch.input_ids, ro_a.batch.input_ids)
@@ -140,6 +140,7 @@ def test_dynamic_sampling_keeps_only_mixed_groups(tiny_root: Path):
     assert ro.sampled["train/groups"] == len(ro.batch) // g
     assert ro.sampled["train/kept_groups_frac"] < 1.0  # some groups were filtered out
     correct = ro.scores > -0.5  # signed rewards: +1 (+ overlong penalty >= -1) vs -1 (+ penalty)
+    assert torch.equal(ro.correct, correct)  # the kept rows' verdicts (ACE's amplify rule reads them)
     for k in range(len(ro.batch) // g):
         group = correct[k * g : (k + 1) * g]
         assert group.any() and not group.all(), f"group {k} is not mixed"

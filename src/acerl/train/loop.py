@@ -85,7 +85,7 @@ from acerl.train.checkpoint import (
 from acerl.train.data import PromptStream
 from acerl.train.metrics import MetricsLog
 from acerl.train.optim import build_optimizer
-from acerl.train.rewards import Verifier, compute_rewards
+from acerl.train.rewards import Rewards, Verifier, compute_rewards
 from acerl.train.signals import PreemptionFlag, TrainingPreempted
 
 logger = logging.getLogger(__name__)
@@ -310,12 +310,15 @@ class Rollouts:
         batch: kept rollouts, ``G`` consecutive rows per group.
         scores: (B,) rewards used for advantages; group_ids: (B,) group index per row.
         sampled: metrics over all rollouts sampled this step (kept or filtered out).
+        correct: (B,) bool grader verdicts of the kept rollouts, before any overlong penalty (which rollouts
+            ACE amplifies, ``estimator.amplify``).
     """
 
     batch: RolloutBatch | None
     scores: Tensor
     group_ids: Tensor
     sampled: dict[str, float]
+    correct: Tensor
 
 
 def collect_rollouts(
@@ -328,7 +331,7 @@ def collect_rollouts(
     eos_id, pad_id = eos_pad_ids(state.tokenizer)
     dynamic = fam.dynamic_sampling.enable
     max_batches = fam.dynamic_sampling.max_batches if dynamic else 1
-    kept: list[tuple[RolloutBatch, Tensor, Tensor]] = []  # (batch, kept rows, scores of kept rows)
+    kept: list[tuple[RolloutBatch, Tensor, Rewards]] = []  # (batch, kept rows, rewards of kept rows)
     n_kept = n_seen = n_mixed = 0
     all_scores, all_correct, all_lengths, all_stopped, all_overlong = [], [], [], [], []
     n_batches = 0
@@ -373,7 +376,9 @@ def collect_rollouts(
         all_overlong.append(rewards.overlong)
         keep = mixed if dynamic else torch.ones_like(mixed)
         rows = keep.nonzero().squeeze(-1)[: (want - n_kept) * g]
-        kept.append((batch, rows, rewards.scores[rows]))
+        kept.append(
+            (batch, rows, Rewards(rewards.scores[rows], rewards.correct[rows], rewards.overlong[rows]))
+        )
         n_kept += rows.numel() // g
         if n_kept >= want:
             break
@@ -392,16 +397,19 @@ def collect_rollouts(
         "train/groups": float(n_kept),
     }
     if n_kept == 0:
-        return Rollouts(None, torch.zeros(0), torch.zeros(0, dtype=torch.long), sampled)
+        return Rollouts(
+            None, torch.zeros(0), torch.zeros(0, dtype=torch.long), sampled, torch.zeros(0, dtype=torch.bool)
+        )
     if len(kept) == 1 and kept[0][1].numel() == len(kept[0][0]):
         merged = kept[0][0]  # everything kept: no re-packing
     else:
         merged = RolloutBatch.cat([b for b, _, _ in kept], pad_id, rows=[r for _, r, _ in kept])
     return Rollouts(
         batch=merged,
-        scores=torch.cat([s for _, _, s in kept]),
+        scores=torch.cat([r.scores for _, _, r in kept]),
         group_ids=torch.arange(n_kept).repeat_interleave(g),
         sampled=sampled,
+        correct=torch.cat([r.correct for _, _, r in kept]),
     )
 
 
@@ -573,18 +581,20 @@ def _advantage_metrics(adv: Tensor, mask: Tensor) -> dict[str, float]:
 
 
 def _confidence_metrics(
-    out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, estimator: EstimatorConfig
+    out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, estimator: EstimatorConfig, correct: Tensor
 ) -> dict[str, float]:
     """``ace/`` metrics (batch OEF = ``ace/overconfident_frac_neg``); for estimators that do not report them
-    (GRPO) they are computed from the same log-probs with multiplier 1."""
+    (GRPO) they are computed from the same log-probs with multiplier 1, over the rollouts ACE would amplify
+    (``estimator.amplify``)."""
     if out.metrics:
         return dict(out.metrics)
     conf = confidence_scores(old, ref, mask, estimator.length_normalize)
     negative = out.stats.get("negative", out.advantages < 0 if out.advantages.dim() == 1 else None)
     if negative is None:
         return {}
+    amplified = negative & ~correct if estimator.amplify == "incorrect" else negative
     ones = torch.ones_like(conf)
-    return AceOutput(out.advantages, conf, ones, negative, torch.ones_like(negative)).metrics()
+    return AceOutput(out.advantages, conf, ones, negative, torch.ones_like(negative), amplified).metrics()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -651,7 +661,9 @@ def train_step(
         def advantages_from(old_lp: Tensor) -> Tensor:
             # Alg. 1 lines 6-9: GRPO group advantages, ACE amplification of negative ones (registry by name)
             with timer("advantage"):
-                out = compute_advantages(est.name, ro.scores, ro.group_ids, old_lp, ref, mask, **est.kwargs())
+                out = compute_advantages(
+                    est.name, ro.scores, ro.group_ids, old_lp, ref, mask, correct=ro.correct, **est.kwargs()
+                )
             computed.update(old=old_lp, out=out)
             return out.token_level(mask)
 
@@ -664,7 +676,7 @@ def train_step(
         old, out = computed["old"], computed["out"]
         metrics.update(_advantage_metrics(out.advantages, mask))
         if ref is not None:
-            metrics.update(_confidence_metrics(out, old, ref, mask, est))
+            metrics.update(_confidence_metrics(out, old, ref, mask, est, ro.correct))
     else:
         logger.warning(
             "step %d: no group with mixed rewards after %d batches; no update",
