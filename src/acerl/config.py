@@ -271,8 +271,17 @@ class DiagnosticsConfig(_Model):
     early_every: int = Field(1, ge=1, description="diagnostic checkpoint spacing inside the early window")
     rollouts_per_prompt: int = Field(32, ge=1, description="K rollouts per held-out prompt (paper: 32)")
     num_prompts: int = Field(64, ge=1, description="held-out prompts used")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="rollout temperature (not in the paper; 1.0 = the training rollouts' Table 5 value)",
+    )
     max_new_tokens: int | None = Field(None, description="defaults to the model's max_response_length")
+    length_normalize: bool = Field(
+        False,
+        description="c_i for the overconfidence magnitude E[c_i | c_i > 0, r_i = 0]: Def. 1's sum over tokens "
+        "(false, the paper's Sec. 5.2 metric) or c_i / T_i as ACE trains with (true); the OEF is the same either way",
+    )
 
 
 class StudyConfig(_Model):
@@ -351,6 +360,12 @@ class ComputeConfig(_Model):
 
 class ReportConfig(_Model):
     compare_to_paper: bool = Field(True, description="add an 'ours vs paper' table")
+    ci: Literal["t", "normal"] = Field(
+        "t",
+        description="95% CI across seeds in Tables 1-2: Student t with n_seeds - 1 degrees of freedom (the honest "
+        "interval for 5 seeds) or normal (1.96 s / sqrt(n), 1.42x narrower at 5 seeds); the paper does not say "
+        "which it used (docs/deviations.md)",
+    )
     formats: list[Literal["pdf", "png"]] = ["pdf", "png"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -238,8 +239,23 @@ def test_table_rows_average_their_own_seeds(tmp_path, synthetic_runs, synthetic_
     assert f"**{seed0:.1f}** |" in default_row(tmp_path / "one")
     assert f"**{mean:.1f}** |" in default_row(tmp_path / "mixed")
     assert "Every row averages 1 training run." in table(tmp_path / "one", "alpha_sensitivity")
-    assert (
-        "Training runs averaged per row: 3 (0.0 (GRPO), 1.0 (default)); 1 (0.5, 2.0)."
-        in table(tmp_path / "mixed", "alpha_sensitivity")
+    assert "Training runs averaged per row: 3 (0.0 (GRPO), 1.0 (default)); 1 (0.5, 2.0)." in table(
+        tmp_path / "mixed", "alpha_sensitivity"
     )
     assert "Every row averages 3 training runs." in table(tmp_path / "one", "ablation_modulation")
+
+
+def test_ci_kind_is_a_report_option(tmp_path, synthetic_runs, synthetic_spec):
+    """report.ci: Student t (default) or normal intervals, named in the caption of Tables 1-2."""
+    for kind in ("t", "normal"):
+        render_all(tmp_path / kind, spec=synthetic_spec, runs=synthetic_runs, formats=("png",), ci=kind)
+    t_md = (tmp_path / "t" / "tables" / "passk_bench_a.md").read_text()
+    z_md = (tmp_path / "normal" / "tables" / "passk_bench_a.md").read_text()
+    assert "95% confidence interval (Student t) over 3 independent" in t_md
+    assert "95% confidence interval (normal approximation) over 3 independent" in z_md
+
+    def widths(md: str) -> list[float]:
+        return [float(x) for x in re.findall(r"± (\d+\.\d)", md)]
+
+    assert len(widths(t_md)) == len(widths(z_md)) > 0
+    assert sum(widths(t_md)) > 1.5 * sum(widths(z_md))  # t_{0.975, 2} / z_{0.975} = 2.20 with 3 seeds

@@ -97,7 +97,7 @@ class _Writer:
 
 
 def _rows_over_seeds(
-    runs: pd.DataFrame | None, agg: pd.DataFrame, seeds: Mapping[str, tuple[int, ...]] | None
+    runs: pd.DataFrame | None, agg: pd.DataFrame, seeds: Mapping[str, tuple[int, ...]] | None, ci: str = "t"
 ) -> pd.DataFrame:
     """Aggregate for a table whose rows average given seeds (``{method: seeds}``; methods not listed keep every
     seed); ``agg`` unchanged without per-run results or a seed mapping."""
@@ -106,7 +106,7 @@ def _rows_over_seeds(
     keep = pd.Series(True, index=runs.index)
     for method, chosen in seeds.items():
         keep &= (runs["method"] != method) | runs["seed"].isin(chosen)
-    return aggregate_seeds(runs[keep])
+    return aggregate_seeds(runs[keep], ci=ci)
 
 
 def render_all(
@@ -120,6 +120,7 @@ def render_all(
     hyperparameters: Mapping[str, Mapping[str, Any]] | None = None,
     title: str = "Results",
     formats: Sequence[str] = ("pdf", "png"),
+    ci: str = "t",
 ) -> list[Path]:
     """Write every table and figure the data allows into ``out_dir``.
 
@@ -135,6 +136,8 @@ def render_all(
         hyperparameters: ``{model: {hyperparameter: value}}`` for Table 5.
         title: heading of ``report.md``.
         formats: figure formats (``report.md`` embeds the PNG when ``"png"`` is among them).
+        ci: ``"t"`` (default) or ``"normal"`` 95% CIs when aggregating ``runs`` (``config report.ci``); an
+            ``agg`` given as such (the paper's numbers) is shown unchanged.
 
     Returns:
         Every file written (tables, figures, ``report.md``).
@@ -143,7 +146,7 @@ def render_all(
     w = _Writer(out, tuple(formats))
     names = spec.names
     if runs is not None:
-        agg = aggregate_seeds(runs)
+        agg = aggregate_seeds(runs, ci=ci)
     if agg is not None and not agg.empty:
         models = _order(agg["model"], spec.models)
         benchmarks = _order(agg["benchmark"], spec.benchmarks)
@@ -159,9 +162,9 @@ def render_all(
             )  # Tables 1-2: the first two benchmarks
             w.table(
                 f"Pass@k table ({bench})",
-                lambda b=bench, ci=with_ci, n=number: tables.passk_table(
-                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=ci,
-                    number=n,
+                lambda b=bench, wci=with_ci, n=number: tables.passk_table(
+                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=wci,
+                    number=n, ci_kind=ci if runs is not None else None,
                 ),
             )  # fmt: skip
             w.table(
@@ -188,7 +191,7 @@ def render_all(
             w.table(
                 "modulation ablation (Table 3)",
                 lambda: tables.ablation_table(
-                    _rows_over_seeds(runs, agg, ab.seeds), model=ab.model, benchmark=ab.benchmark,
+                    _rows_over_seeds(runs, agg, ab.seeds, ci), model=ab.model, benchmark=ab.benchmark,
                     methods=ab.methods, names=names, ks=spec.ks, alpha=spec.penalty_alpha,
                     seed_note=ab.seeds is not None,
                 ),
@@ -200,7 +203,7 @@ def render_all(
             w.table(
                 "alpha sensitivity (Table 4)",
                 lambda: tables.alpha_table(
-                    _rows_over_seeds(runs, agg, a.seeds), model=a.model, benchmark=a.benchmark,
+                    _rows_over_seeds(runs, agg, a.seeds, ci), model=a.model, benchmark=a.benchmark,
                     alpha_methods=a.methods, names=names, default_alpha=a.default_alpha,
                     zero_label=a.zero_label, ks=a.ks, seed_note=a.seeds is not None,
                 ),
@@ -275,6 +278,7 @@ def render_from_files(
     compare_to_paper: bool = True,
     title: str = "Results",
     formats: Sequence[str] = ("pdf", "png"),
+    ci: str = "t",
 ) -> list[Path]:
     """Read Pass@k and diagnostics files (:mod:`acerl.report.schema`) and call :func:`render_all`."""
     passk_paths, diagnostics_paths = list(passk_paths), list(diagnostics_paths)
@@ -295,6 +299,7 @@ def render_from_files(
         hyperparameters=hyperparameters,
         title=title,
         formats=formats,
+        ci=ci,
     )
 
 

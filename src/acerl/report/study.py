@@ -144,4 +144,5 @@ def report_study(cfg: Config, root: str | Path) -> list[Path]:
         compare_to_paper=cfg.report.compare_to_paper,
         title=f"Results: {cfg.name}",
         formats=tuple(cfg.report.formats),
+        ci=cfg.report.ci,
     )

@@ -414,6 +414,7 @@ def passk_table(
     label: str | None = None,
     scale: float = 100.0,
     number: int | None = None,
+    ci_kind: str | None = None,
 ) -> Table:
     """Paper Tables 1/2: Pass@k (%) of every model x method on one benchmark.
 
@@ -427,6 +428,8 @@ def passk_table(
         mark: bold best / underline second within each model group (:func:`rank_marks`).
         scale: fraction -> display unit (100: percent).
         number: the paper's table number (1 or 2, :data:`PAPER_TABLES`) or ``None``.
+        ci_kind: how the CIs were computed (``"t"`` / ``"normal"``), named in the caption; ``None``: not named
+            (the paper's own numbers).
 
     Raises:
         MissingData: nothing for this benchmark.
@@ -464,7 +467,7 @@ def passk_table(
     bench = names.benchmark(benchmark)
     if caption is None:
         stat = (
-            f"Mean $\\pm$ 95% confidence interval over {_seed_phrase(seed_counts)}"
+            f"Mean $\\pm$ 95% confidence interval{_CI_NAMES.get(ci_kind or '', '')} over {_seed_phrase(seed_counts)}"
             if with_ci
             else "Point estimates (mean over training runs)"
         )
@@ -481,6 +484,9 @@ def passk_table(
         resize=with_ci,
         number=number,
     )
+
+
+_CI_NAMES = {"t": " (Student t)", "normal": " (normal approximation)"}
 
 
 def _row_label(names: DisplayNames, model: str, method: str) -> str:
