@@ -202,6 +202,7 @@ def test_report_study_from_the_pipeline_files(tmp_path):
     assert (out / "report.md") in written
     benches = cfg.evaluation.benchmarks
     tables = [f"passk_{b}" for b in benches] + [f"significance_{b}" for b in benches]
+    tables += [f"power_{b}" for b in benches]  # per-problem counts: the power tables
     tables += [
         "alpha_sensitivity",
         "ablation_modulation",

@@ -8,6 +8,7 @@ file-reading wrappers. Output layout::
     <out>/tables/significance_<benchmark>_paired.{tex,md}   paired p-values (only with matched seeds)
     <out>/tables/ablation_modulation.{tex,md}        Table 3
     <out>/tables/alpha_sensitivity.{tex,md}          Table 4
+    <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, bootstrap CI, MDE (per-problem data)
     <out>/tables/hyperparameters.{tex,md}            Table 5
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
@@ -39,7 +40,8 @@ from acerl.report.aggregate import (
 )
 from acerl.report.io import atomic_write_text
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
-from acerl.report.schema import Diagnostics, load_diagnostics, load_passk_records
+from acerl.report.power import power_frame
+from acerl.report.schema import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
 from acerl.report.spec import ReportSpec
 
 __all__ = ["write_table", "render_all", "render_from_files", "render_paper"]
@@ -121,6 +123,7 @@ def render_all(
     title: str = "Results",
     formats: Sequence[str] = ("pdf", "png"),
     ci: str = "t",
+    problems: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write every table and figure the data allows into ``out_dir``.
 
@@ -138,6 +141,8 @@ def render_all(
         formats: figure formats (``report.md`` embeds the PNG when ``"png"`` is among them).
         ci: ``"t"`` (default) or ``"normal"`` 95% CIs when aggregating ``runs`` (``config report.ci``); an
             ``agg`` given as such (the paper's numbers) is shown unchanged.
+        problems: per-problem counts (:func:`acerl.report.schema.load_passk_problems`) for the power tables
+            (:func:`acerl.report.power.power_frame`); ``None``: no power tables.
 
     Returns:
         Every file written (tables, figures, ``report.md``).
@@ -155,6 +160,8 @@ def render_all(
             if runs is not None
             else significance_from_summary(agg, spec.comparisons)
         )
+        ks = spec.ks or sorted(int(k) for k in agg["k"].unique())
+        pw = power_frame(problems, spec.comparisons, ks) if problems is not None else None
         for i, bench in enumerate(benchmarks):
             with_ci = bench not in spec.no_ci_benchmarks
             number = (
@@ -184,6 +191,13 @@ def render_all(
                         comparisons=spec.comparisons,
                         ks=spec.ks,
                         pvalue="p_paired",
+                    ),
+                )
+            if pw is not None:
+                w.table(
+                    f"power table ({bench})",
+                    lambda b=bench: tables.power_table(
+                        pw, b, names=names, models=models, comparisons=spec.comparisons, ks=spec.ks
                     ),
                 )
         if spec.ablation is not None:
@@ -283,6 +297,7 @@ def render_from_files(
     """Read Pass@k and diagnostics files (:mod:`acerl.report.schema`) and call :func:`render_all`."""
     passk_paths, diagnostics_paths = list(passk_paths), list(diagnostics_paths)
     runs = load_passk_records(passk_paths) if passk_paths else None
+    problems = load_passk_problems(passk_paths) if passk_paths else None
     diag = load_diagnostics(diagnostics_paths) if diagnostics_paths else None
     paper = None
     if compare_to_paper:
@@ -300,6 +315,7 @@ def render_from_files(
         title=title,
         formats=formats,
         ci=ci,
+        problems=problems,
     )
 
 

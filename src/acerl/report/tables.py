@@ -13,6 +13,8 @@ a power of ten) and in the table frame. Tables (paper numbering):
 - :func:`hyperparameter_table` — Table 5: one column per model from ``{model: {hyperparameter: value}}``.
 - :func:`significance_table` — ACE vs its baseline per k: difference in points with the p-value.
 - :func:`ours_vs_paper_table` — our numbers next to the paper's, with the difference.
+- :func:`power_table` — ACE vs its baseline per k: paired difference with its t and bootstrap intervals, and
+  the minimal detectable effect of the design (:mod:`acerl.report.power`).
 
 A table that reproduces one of the paper's carries its number (:attr:`Table.number`, from :data:`PAPER_TABLES`)
 and starts its caption with the paper caption's first sentence; ``tests/report/test_table_numbers.py`` checks
@@ -32,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from acerl.report.aggregate import AGG_COLUMNS, CMP_COLUMNS, SIG_COLUMNS, MissingData, require_columns
+from acerl.report.power import POWER_COLUMNS
 from acerl.report.spec import DisplayNames
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "hyperparameter_table",
     "significance_table",
     "ours_vs_paper_table",
+    "power_table",
 ]
 
 Mark = Literal["bold", "underline"]
@@ -794,4 +798,83 @@ def ours_vs_paper_table(
         header=("Benchmark", "Model", "Method", "k", "Ours", "Paper", "$\\Delta$"),
         groups=tuple(groups),
         align="lllcccc",
+    )
+
+
+def power_table(
+    pw: pd.DataFrame,
+    benchmark: str,
+    *,
+    names: DisplayNames,
+    models: Sequence[str],
+    comparisons: Mapping[str, str],
+    ks: Sequence[int] | None = None,
+    alpha_level: float = 0.05,
+    power: float = 0.8,
+    name: str | None = None,
+    scale: float = 100.0,
+) -> Table:
+    """ACE vs its baseline on one benchmark with the power of the design (:func:`acerl.report.power.power_frame`).
+
+    Per comparison three rows, columns @k: the paired difference (points) +- its t interval with the paired
+    p-value (bold where ``p < alpha_level``); the hierarchical-bootstrap interval over seeds and problems; the
+    minimal detectable effect (two-sided ``alpha_level``, ``power``).
+
+    Raises:
+        MissingData: no comparison for this benchmark.
+    """
+    require_columns(pw, POWER_COLUMNS, "power results")
+    sub = pw[pw["benchmark"] == benchmark]
+    if sub.empty:
+        raise MissingData(f"no method/baseline pairs with per-problem results on {benchmark!r}")
+    ks = _ks(sub, ks)
+    look = {(r.model, r.method, int(r.k)): r for r in sub.itertuples(index=False)}
+    level = f"{100 * (1 - alpha_level):g}%"
+    stats: tuple[tuple[str, Callable[[Any], Cell]], ...] = (
+        (
+            f"$\\Delta$ ± {level} CI (paired t)",
+            lambda r: Cell(
+                value=r.delta * scale, signed=True, ci=(r.ci_high - r.ci_low) / 2 * scale, pvalue=r.p_paired,
+                mark="bold" if _finite(r.p_paired) and r.p_paired < alpha_level else None,
+            ),
+        ),
+        (
+            f"{level} CI (bootstrap seeds × problems)",
+            lambda r: Cell(raw=f"[{_number(r.boot_low * scale, 1, True)}, {_number(r.boot_high * scale, 1, True)}]"),
+        ),
+        (f"MDE ($\\alpha$ = {alpha_level:g}, power {power:g})", lambda r: Cell(value=r.mde * scale)),
+    )  # fmt: skip
+    groups, designs = [], set()
+    for model in models:
+        for method, baseline in comparisons.items():
+            found = [look.get((model, method, k)) for k in ks]
+            if not any(r is not None for r in found):
+                continue
+            designs |= {(r.n_seeds, r.n_problems, r.n_samples) for r in found if r is not None}
+            label = f"{names.model(model)}: {names.method(method)} vs {names.method(baseline)}"
+            groups.append(
+                tuple(
+                    Row(
+                        label if i == 0 else "",
+                        (Cell(raw=stat), *(Cell() if r is None else cell(r) for r in found)),
+                    )
+                    for i, (stat, cell) in enumerate(stats)
+                )
+            )
+    if not groups:
+        raise MissingData(f"no comparisons for models {list(models)} on {benchmark!r}")
+    design = "; ".join(f"{s} seeds, {p} problems, n = {n}" for s, p, n in sorted(designs))
+    caption = (
+        f"Power of ACE vs its baseline on {names.benchmark(benchmark)} ({design}): difference in Pass@$k$ "
+        f"(points) paired by seed with its t interval and p-value, the bootstrap interval over seeds and "
+        f"problems, and the minimal detectable effect (MDE) of this design; bold = $p < {alpha_level:g}$."
+    )
+    name = name or f"power_{benchmark}"
+    return Table(
+        name=name,
+        caption=caption,
+        label=f"tab:{name}",
+        header=("Comparison", "Statistic", *(f"@{k}" for k in ks)),
+        groups=tuple(groups),
+        align="ll" + "c" * len(ks),
     )
