@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 SKIP = {
     "torch",

@@ -597,7 +597,8 @@ class Config(_Model):
         v = self.evaluation.vllm
         return {
             "tensor_parallel_size": v.tensor_parallel_size or max(1, self.resources(rule, model).gpus),
-            "gpu_memory_utilization": v.gpu_memory_utilization or self.models[model].train.gpu_memory_utilization,
+            "gpu_memory_utilization": v.gpu_memory_utilization
+            or self.models[model].train.gpu_memory_utilization,
             "kv_cache_gib": v.kv_cache_gib,
             "seed": self.evaluation.seed,
             "dtype": v.dtype,

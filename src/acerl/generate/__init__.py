@@ -11,8 +11,8 @@ imported lazily, so importing this package loads neither torch nor vLLM.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from acerl.generate.base import Completion, Sampler, SamplingParams

@@ -48,7 +48,14 @@ from acerl.generate.base import Completion, SamplingParams
 from acerl.generate.hf import encode_prompt
 from acerl.generate.shards import derive_seed
 
-__all__ = ["CPU_KV_CACHE_GIB", "VLLM_INSTALL_HINT", "VLLMSampler", "checkpoint_dtype", "engine_kwargs", "import_vllm"]
+__all__ = [
+    "CPU_KV_CACHE_GIB",
+    "VLLM_INSTALL_HINT",
+    "VLLMSampler",
+    "checkpoint_dtype",
+    "engine_kwargs",
+    "import_vllm",
+]
 
 logger = logging.getLogger(__name__)
 
