@@ -29,6 +29,7 @@ pytestmark = pytest.mark.vllm
 BASE = Run("tiny", "base", 0)
 BENCH = "synth_easy"
 ACERL = Path(sys.executable).parent / "acerl"
+GENERATION_KEYS = ("id", "prompt", "answer", "completions", "sampling")
 CONFIG_ARGS = [arg for f in TEST_CONFIG_FILES for arg in ("--config", f)]
 JOB_TIMEOUT_S = 900
 # Pass@k of the two backends agree when the mean per-problem difference is within this many standard errors of
@@ -56,7 +57,7 @@ def _evaluate(cwd: Path, backend: str) -> tuple[dict, list[dict]]:
     _acerl(cwd, "grade", *run)
     _acerl(cwd, "passk", *run)
     record = validate_passk_record(read_json(paths.passk_file(cwd, BENCH, BASE)))
-    rows = read_jsonl(paths.generations_file(cwd, BENCH, BASE))
+    rows = read_jsonl(paths.generations_file(cwd, BENCH, BASE), required=GENERATION_KEYS)
     for f in (paths.generations_file, paths.scored_file, paths.passk_file):
         f(cwd, BENCH, BASE).unlink()
     return record, rows
@@ -119,4 +120,4 @@ def test_interrupted_vllm_sampling_resumes_to_the_same_file(vllm_sampler, vllm_m
     sample_run(cfg, BASE, BENCH, root, sampler=resumed, progress=False)
     assert len(resumed.calls) == 1 and len(resumed.calls[0]) == 1  # only the last shard (problem 5)
     assert reference.read_bytes() == expected
-    assert {r["sampling"]["backend"] for r in read_jsonl(reference)} == {"vllm"}
+    assert {r["sampling"]["backend"] for r in read_jsonl(reference, required=GENERATION_KEYS)} == {"vllm"}
