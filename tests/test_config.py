@@ -210,3 +210,49 @@ def test_torch_threads_rejects_bad_values(tmp_path: Path, bad) -> None:
     d["compute"]["torch_threads"] = bad
     with pytest.raises(ConfigError, match=r"compute\.torch_threads"):
         load_config(write(tmp_path, d))
+
+
+def test_vllm_settings_resolve_per_model_and_rule():
+    cfg = load_config([REPO / "config" / "config.yaml"])
+    assert cfg.vllm_engine("tiny") == {
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.75,  # the model's train.gpu_memory_utilization (Table 5)
+        "kv_cache_gib": None,
+        "seed": cfg.evaluation.seed,
+        "dtype": "auto",
+        "max_model_len": None,
+        "enforce_eager": None,
+    }
+    cfg = load_config(
+        [REPO / "config" / "config.yaml"],
+        [
+            "compute.resources.sample.gpus=2",
+            "evaluation.vllm.gpu_memory_utilization=0.5",
+            "evaluation.vllm.kv_cache_gib=3",
+            "evaluation.vllm.max_model_len=128",
+            "evaluation.vllm.enforce_eager=true",
+        ],
+    )
+    engine = cfg.vllm_engine("tiny")
+    assert (engine["tensor_parallel_size"], engine["gpu_memory_utilization"]) == (2, 0.5)
+    assert (engine["kv_cache_gib"], engine["max_model_len"], engine["enforce_eager"]) == (3, 128, True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["evaluation.vllm.max_model_len=100"], r"max_model_len: 100 is below models\.tiny's .* budget 128"),
+        (
+            ["compute.resources.sample.gpus=2", "evaluation.vllm.tensor_parallel_size=4"],
+            r"tensor_parallel_size: 4 exceeds the 2 GPU\(s\)",
+        ),
+        (["evaluation.vllm.tensor_parallel_size=3"], r"does not divide models\.tiny's 4 attention heads"),
+        (["evaluation.vllm.kv_cache_gib=0"], r"evaluation\.vllm\.kv_cache_gib"),
+        (["evaluation.vllm.dtype=int8"], r"evaluation\.vllm\.dtype"),
+        (["evaluation.vllm.gpu_memory_utilization=1.5"], r"evaluation\.vllm\.gpu_memory_utilization"),
+        (["evaluation.vllm.swap_space=4"], r"evaluation\.vllm\.swap_space"),
+    ],
+)
+def test_vllm_settings_vllm_would_reject_fail_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config([REPO / "config" / "config.yaml"], overrides)

