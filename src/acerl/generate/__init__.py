@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from acerl.errors import MissingInputError
 from acerl.generate.base import Completion, Sampler, SamplingParams
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def make_sampler(
     if backend not in BACKENDS:
         raise ValueError(f"unknown sampling backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if not model_dir.is_dir():
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"model folder not found: {model_dir} (was the base model prepared / the run trained?)"
         )
     if backend == "vllm":
