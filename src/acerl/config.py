@@ -660,8 +660,10 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key (misspelt? see docs/config.md)"
-            lines.append(f"  {loc}: {msg}")
-        raise ConfigError(f"{source}: invalid config\n" + "\n".join(lines)) from None
+            lines.append(f"{loc}: {msg}")
+        if len(lines) == 1:
+            raise ConfigError(f"{source}: invalid config: {lines[0]}") from None
+        raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
 
 
 def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[str] = ()) -> Config:
