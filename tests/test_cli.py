@@ -125,6 +125,15 @@ def test_config_error_lists_valid_template_names(capsys) -> None:
     assert "models.tiny.template: unknown prompt template 'bogus'; valid: " in err and "qwen_boxed" in err
 
 
+def test_ema_reference_with_verl_is_refused(capsys) -> None:
+    """verl has no EMA reference: the setting is refused at validation, never silently dropped."""
+    code, _, err = run_main(
+        capsys, "config", "--set", "compute.backend=verl", "--set", "families.grpo.reference=ema"
+    )
+    assert code == 2
+    assert_one_line(err, "config error", "families.grpo.reference", "'ema'", "compute.backend: local")
+
+
 def test_closed_stdout_ends_quietly_like_a_unix_tool() -> None:
     """``acerl config runs | head -0``: no BrokenPipeError traceback, the SIGPIPE status 141."""
     proc = subprocess.Popen(
