@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-slow lint dryrun
+.PHONY: setup run test test-slow lint dryrun paper paper-dryrun
 .DEFAULT_GOAL := help
 
 help:
@@ -21,6 +21,7 @@ help:
 	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~20 min"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make setup  - only create/update .venv"
+	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh)"
 
 setup: $(VENV)/.installed
 
@@ -41,6 +42,17 @@ run: setup
 
 dryrun: setup
 	$(BIN)/snakemake -n all
+
+# The paper's grid on a SLURM cluster (README, "Paper scale"). `acerl profile` first: when the site profile is
+# missing it names scripts/install_slurm_profile.sh instead of Snakemake's bare "no profile.yaml" error.
+PAPER_CONFIG ?= config/paper.yaml
+paper-dryrun:
+	acerl profile slurm
+	snakemake --profile slurm --configfile=$(PAPER_CONFIG) -n all
+
+paper:
+	acerl profile slurm
+	snakemake --profile slurm --configfile=$(PAPER_CONFIG) all
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

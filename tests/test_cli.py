@@ -242,3 +242,44 @@ def test_local_model_path_is_linked_and_checked(capsys, tmp_path: Path) -> None:
     code, _, err = run_main(capsys, *argv, "--set", f"models.{PAPER_MODEL}.path={local}")
     assert code == 0, err
     assert paths.base_model_dir(tmp_path / "w", PAPER_MODEL).resolve() == local.resolve()
+
+
+# ------------------------------------------------------------------------------ the paper-scale profile
+def test_missing_slurm_profile_names_the_installer(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "site"))
+    code, _, err = run_main(capsys, "profile")
+    assert code == 3
+    assert_one_line(
+        err, "acerl profile: missing input:", "'slurm'", "scripts/install_slurm_profile.sh --partition"
+    )
+
+
+def test_installed_slurm_profile_is_found(tmp_path: Path) -> None:
+    """After the installer, ``acerl profile`` finds the profile where ``snakemake --profile slurm`` does."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    install = [str(REPO / "scripts" / "install_slurm_profile.sh"), "--partition", "gpu", "--no-account"]
+    subprocess.run(
+        [*install, "--status-command", "squeue"], cwd=REPO, env=env, check=True, capture_output=True
+    )
+    proc = subprocess.run([str(ACERL), "profile"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()) == tmp_path / "xdg" / "snakemake" / "slurm" / "config.yaml"
+
+
+def test_every_profile_command_shown_names_the_installer() -> None:
+    """Nowhere the project shows ``snakemake --profile slurm`` without the installer (or the check naming it)."""
+    from study import project_files
+
+    shown = [
+        f
+        for f in project_files()
+        if not f.startswith("tests/") and "snakemake --profile slurm" in (REPO / f).read_text(errors="ignore")
+    ]
+    assert {"README.md", "Makefile", "Snakefile", "config/paper.yaml", "docs/cluster.md"} <= set(shown)
+    for f in shown:
+        text = (REPO / f).read_text(errors="ignore")
+        assert "install_slurm_profile.sh" in text, (
+            f"{f} shows `snakemake --profile slurm` without the installer"
+        )

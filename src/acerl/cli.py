@@ -231,6 +231,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from acerl.cluster import require_profile
+
+    print(require_profile(args.name))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "config": (cmd_config, "validate / show the resolved config, list the runs"),
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
@@ -241,6 +248,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "passk": (cmd_passk, "Pass@k from graded samples"),
     "diagnose": (cmd_diagnose, "OEF, overconfidence magnitude and entropy at diagnostic checkpoints"),
     "report": (cmd_report, "the paper's tables and figures from the study's results"),
+    "profile": (
+        cmd_profile,
+        "check that the Snakemake site profile (slurm) is installed; name the installer",
+    ),
 }
 
 
@@ -249,8 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (fn, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        _add_config_args(p)
         p.set_defaults(func=fn)
+        if name == "profile":
+            p.add_argument("name", nargs="?", default="slurm", help="profile name or folder (default slurm)")
+            p.add_argument("-v", "--verbose", action="store_true", help="tracebacks of expected errors")
+            continue
+        _add_config_args(p)
         if name == "config":
             p.add_argument(
                 "action", nargs="?", choices=["validate", "show", "runs", "reference"], default="validate"
