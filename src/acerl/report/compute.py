@@ -22,6 +22,7 @@ import pandas as pd
 
 from acerl import paths
 from acerl.config import BASE_METHOD, Config, Run
+from acerl.errors import BadInputError
 from acerl.report.aggregate import MissingData
 from acerl.report.tables import Cell, Row, Table
 
@@ -92,7 +93,10 @@ def read_benchmark_tsv(path: Path) -> dict[str, float]:
     """The last row of one Snakemake benchmark TSV: wall and CPU seconds, peak RSS in MB."""
     frame = pd.read_csv(path, sep="\t")
     if frame.empty or "s" not in frame.columns:
-        raise ValueError(f"{path}: not a Snakemake benchmark file (no 's' column or no row)")
+        raise BadInputError(
+            f"{path}: not a Snakemake benchmark file (no 's' column or no row); delete it (the job's next run "
+            "writes it again)"
+        )
     row = frame.iloc[-1]
     return {
         "wall_s": _number(row["s"]),
