@@ -125,13 +125,19 @@ def test_config_error_lists_valid_template_names(capsys) -> None:
     assert "models.tiny.template: unknown prompt template 'bogus'; valid: " in err and "qwen_boxed" in err
 
 
-def test_ema_reference_with_verl_is_refused(capsys) -> None:
-    """verl has no EMA reference: the setting is refused at validation, never silently dropped."""
-    code, _, err = run_main(
-        capsys, "config", "--set", "compute.backend=verl", "--set", "families.grpo.reference=ema"
-    )
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("families.grpo.reference=ema", "families.grpo.reference: 'ema'"),
+        ("models.tiny.train.old_logprobs=rollout", "models.tiny.train.old_logprobs: 'rollout'"),
+    ],
+)
+def test_local_only_settings_with_verl_are_refused(capsys, setting: str, key: str) -> None:
+    """verl has no EMA reference and always recomputes log pi_old: such settings are refused at validation,
+    never silently dropped by the backend."""
+    code, _, err = run_main(capsys, "config", "--set", "compute.backend=verl", "--set", setting)
     assert code == 2
-    assert_one_line(err, "config error", "families.grpo.reference", "'ema'", "compute.backend: local")
+    assert_one_line(err, "config error", key, "compute.backend: local")
 
 
 def test_closed_stdout_ends_quietly_like_a_unix_tool() -> None:

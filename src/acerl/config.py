@@ -401,12 +401,7 @@ class Config(_Model):
             for i, me in enumerate(s.diagnostics.methods):
                 _require(me, self.methods, f"study.diagnostics.methods[{i}]")
         if self.compute.backend == "verl":
-            for key, fam in self.families.items():
-                if fam.reference != "initial":
-                    raise ValueError(
-                        f"families.{key}.reference: {fam.reference!r} is implemented by the local trainer only; "
-                        "set it to 'initial' or use compute.backend: local (verl's reference is the base model)"
-                    )
+            self._check_verl_supports()
         valid_bench = self.benchmark_names
         for i, b in enumerate(self.evaluation.benchmarks):
             if b not in valid_bench:
@@ -421,6 +416,21 @@ class Config(_Model):
                         f"({', '.join(self.evaluation.benchmarks)})"
                     )
         return self
+
+    def _check_verl_supports(self) -> None:
+        """Refuse local-trainer-only settings under ``compute.backend: verl`` (a backend drops nothing)."""
+        local_only = [
+            (f"families.{k}.reference", f.reference, "initial") for k, f in self.families.items()
+        ] + [
+            (f"models.{k}.train.old_logprobs", m.train.old_logprobs, "recompute")
+            for k, m in self.models.items()
+        ]
+        for key, value, verl_value in local_only:
+            if value != verl_value:
+                raise ValueError(
+                    f"{key}: {value!r} is implemented by the local trainer only; set it to {verl_value!r} "
+                    "(what verl does) or use compute.backend: local"
+                )
 
     # ---- derived values --------------------------------------------------------------------------
     @property
@@ -660,7 +670,7 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key (misspelt? see docs/config.md)"
-            lines.append(f"{loc}: {msg}")
+            lines.append(f"{loc}: {msg}" if err["loc"] else msg)
         if len(lines) == 1:
             raise ConfigError(f"{source}: invalid config: {lines[0]}") from None
         raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
