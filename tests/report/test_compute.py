@@ -116,7 +116,7 @@ def test_compute_md_and_report_section(tmp_path: Path) -> None:
     add_compute_accounting(cfg, tmp_path)
     report = paths.report_file(tmp_path).read_text()
     assert report.startswith("# Results\n") and "\n## Compute\n" in report
-    for caption in ("Compute per rule", "Compute per method", "Compute per training run"):
+    for caption in ("Compute per rule", "Compute per method", "Compute per run"):
         assert caption in report and caption in paths.compute_file(tmp_path).read_text()
 
 

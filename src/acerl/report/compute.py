@@ -206,6 +206,11 @@ def compute_tables(cfg: Config, root: str | Path) -> list[Table]:
         _table("compute_rules", f"Compute per rule ({study}).", "Rule", by_rule, unit, notes=(NOTE,)),
         _table("compute_methods", f"Compute per method ({study}).", "Method", by_method, unit),
         _table(
-            "compute_runs", f"Compute per training run ({study}).", "Run", by_run, unit, "Total of the runs"
+            "compute_runs",
+            f"Compute per run, base models included ({study}).",
+            "Run",
+            by_run,
+            unit,
+            "Total of the runs",
         ),
     ]
