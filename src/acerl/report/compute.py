@@ -40,7 +40,8 @@ NOTE = (
     "Wall and CPU time summed over jobs (jobs run in parallel, so the study's elapsed time is shorter); "
     "peak memory = the largest resident set of one job; GPU-hours = wall x GPUs requested "
     "(compute.resources: gpus per node x nodes). From Snakemake's benchmarks/logs/ TSVs (the last "
-    "attempt of each job; the report job and Snakemake itself are not counted)."
+    "attempt of each job; the report job and Snakemake itself are not counted). CPU time is Snakemake's "
+    "sampled cpu_time, which misses child processes that end between two samples: a lower bound."
 )
 SHARED = "(shared)"  # the method label of jobs that belong to no method: data and base-model preparation
 
