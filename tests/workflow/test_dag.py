@@ -129,4 +129,4 @@ def test_portable_path(tmp_path: Path) -> None:
     from acerl.stages import portable_path
 
     assert portable_path(tmp_path / "config" / "x.yaml", tmp_path) == "config/x.yaml"
-    assert portable_path("/elsewhere/x.yaml", tmp_path) == "/elsewhere/x.yaml"
+    assert portable_path("/tmp/elsewhere/x.yaml", tmp_path) == "/tmp/elsewhere/x.yaml"

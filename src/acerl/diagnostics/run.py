@@ -42,6 +42,7 @@ from acerl.algos.advantages import confidence_scores
 from acerl.config import Config, Run
 from acerl.data.io import read_jsonl
 from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, token_weighted_mean
+from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
 from acerl.generate import Sampler, SamplingParams, make_sampler, resolve_device, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp
@@ -304,7 +305,7 @@ def diagnose_run(
     step_dirs = {s: paths.diag_step_dir(root, run, s) for s in steps}
     for folder in [ref_dir, *step_dirs.values()]:
         if not folder.is_dir():
-            raise FileNotFoundError(
+            raise MissingInputError(
                 f"{run.id}: model folder not found: {folder} (train the run / prepare the base)"
             )
     dev = resolve_device(device or cfg.compute.device)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from acerl.errors import MissingInputError
 from acerl.generate.base import Completion, Sampler, SamplingParams
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def make_sampler(
     if backend not in BACKENDS:
         raise ValueError(f"unknown sampling backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if not model_dir.is_dir():
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"model folder not found: {model_dir} (was the base model prepared / the run trained?)"
         )
     if backend == "vllm":

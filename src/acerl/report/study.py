@@ -13,11 +13,15 @@ from typing import Any
 
 from acerl import paths
 from acerl.config import BASE_METHOD, Config
+from acerl.report.aggregate import MissingData
+from acerl.report.compute import compute_tables
+from acerl.report.io import atomic_write_text
 from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
+from acerl.report.tables import to_markdown
 
-__all__ = ["report_spec", "hyperparameters_from_config", "report_study"]
+__all__ = ["report_spec", "hyperparameters_from_config", "report_study", "add_compute_accounting"]
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +139,7 @@ def report_study(cfg: Config, root: str | Path) -> list[Path]:
         if len(have) < len(want):
             missing = [str(p) for p in want if not p.is_file()]
             log.warning("%d of %d %s files missing, e.g. %s", len(missing), len(want), kind, missing[0])
-    return render_from_files(
+    written = render_from_files(
         paths.results_dir(root),
         spec=report_spec(cfg),
         passk_paths=passk_files,
@@ -146,3 +150,25 @@ def report_study(cfg: Config, root: str | Path) -> list[Path]:
         formats=tuple(cfg.report.formats),
         ci=cfg.report.ci,
     )
+    return written + add_compute_accounting(cfg, root)
+
+
+def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
+    """Write ``results/compute.md`` (:func:`acerl.report.compute.compute_tables`) and append it to
+    ``report.md``.
+
+    Kept out of ``results/tables/``: timings differ on every machine, while the tables are a function of the
+    result files alone (a colleague who pulls the results regenerates them bit for bit). Jobs run by DVC leave
+    no benchmark files; ``compute.md`` then says so.
+    """
+    try:
+        text = "\n".join(to_markdown(t) + "\n" for t in compute_tables(cfg, root))
+    except MissingData as e:
+        log.info("no compute accounting: %s", e)
+        text = f"No compute accounting: {e} (Snakemake writes them; DVC does not).\n"
+    report = paths.report_file(root)
+    section = "\n## Compute\n\n" + text
+    return [
+        atomic_write_text(paths.compute_file(root), f"# Compute: {cfg.name}\n" + section.split("\n", 2)[2]),
+        atomic_write_text(report, report.read_text(encoding="utf-8") + section),
+    ]

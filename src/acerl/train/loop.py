@@ -60,6 +60,7 @@ from acerl.config import (
     spec_json,
 )
 from acerl.data.io import read_jsonl
+from acerl.errors import MissingInputError
 from acerl.generate.hf import (
     RolloutBatch,
     encode_prompt,
@@ -798,8 +799,8 @@ def init_state(
     the sampling generator seeded with the run seed, and the training set."""
     base = paths.base_model_dir(root, run.model)
     if not (base / "config.json").is_file():
-        raise FileNotFoundError(
-            f"base model folder {base} is missing (run prepare_base for {run.model!r} first)"
+        raise MissingInputError(
+            f"base model folder {base} is missing (run `acerl prepare-base --model {run.model}` first)"
         )
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device).eval()
