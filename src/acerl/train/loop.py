@@ -308,7 +308,8 @@ class Rollouts:
 
     Attributes:
         batch: kept rollouts, ``G`` consecutive rows per group.
-        scores: (B,) rewards used for advantages; group_ids: (B,) group index per row.
+        scores: (B,) rewards used for advantages; group_ids: (B,) group index per row (both on the model's
+            device, like ``batch``).
         sampled: metrics over all rollouts sampled this step (kept or filtered out).
     """
 
@@ -391,16 +392,19 @@ def collect_rollouts(
         "train/gen_batches": float(n_batches),
         "train/groups": float(n_kept),
     }
+    device = state.device
     if n_kept == 0:
-        return Rollouts(None, torch.zeros(0), torch.zeros(0, dtype=torch.long), sampled)
+        empty = torch.zeros(0, device=device)
+        return Rollouts(None, empty, torch.zeros(0, dtype=torch.long, device=device), sampled)
     if len(kept) == 1 and kept[0][1].numel() == len(kept[0][0]):
         merged = kept[0][0]  # everything kept: no re-packing
     else:
         merged = RolloutBatch.cat([b for b, _, _ in kept], pad_id, rows=[r for _, r, _ in kept])
+    # rewards are graded on the host; the advantages combine them with the response mask on the model's device
     return Rollouts(
         batch=merged,
-        scores=torch.cat([s for _, _, s in kept]),
-        group_ids=torch.arange(n_kept).repeat_interleave(g),
+        scores=torch.cat([s for _, _, s in kept]).to(device),
+        group_ids=torch.arange(n_kept, device=device).repeat_interleave(g),
         sampled=sampled,
     )
 
