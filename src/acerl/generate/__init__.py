@@ -51,6 +51,7 @@ def make_sampler(
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float = 0.75,
     seed: int = 0,
+    precision: str = "fp32",
 ) -> Sampler:
     """Load the model in ``model_dir`` (an HF folder) with the named backend.
 
@@ -62,6 +63,7 @@ def make_sampler(
         tensor_parallel_size: GPUs per model (vLLM backend).
         gpu_memory_utilization: share of GPU memory vLLM may take (vLLM backend; Table 5 uses 0.75).
         seed: engine seed (vLLM backend; every request also carries its own seed).
+        precision: ``fp32`` or ``bf16`` autocast of the forward passes (HF backend; ``compute.precision``).
 
     Raises:
         ValueError: unknown backend (the message lists the valid ones).
@@ -86,14 +88,16 @@ def make_sampler(
         )
     from acerl.generate.hf import HFSampler
 
-    return HFSampler.from_pretrained(model_dir, device=resolve_device(device), batch_size=batch_size)
+    return HFSampler.from_pretrained(
+        model_dir, device=resolve_device(device), batch_size=batch_size, precision=precision
+    )
 
 
 def sampler_from_config(
     cfg: Config, model_dir: Path | str, *, model: str, rule: str = "sample", device: str | None = None
 ) -> Sampler:
     """:func:`make_sampler` with the config's settings: ``evaluation.backend``, ``evaluation.batch_size``,
-    ``compute.device`` (unless ``device`` is given), the model's ``train.gpu_memory_utilization`` and, as the
+    ``compute.device`` (unless ``device`` is given), ``compute.precision``, the model's ``train.gpu_memory_utilization`` and, as the
     vLLM tensor-parallel size, the GPU count of ``rule``'s resources for ``model`` (at least 1)."""
     return make_sampler(
         cfg.evaluation.backend,
@@ -102,4 +106,5 @@ def sampler_from_config(
         batch_size=cfg.evaluation.batch_size,
         tensor_parallel_size=max(1, cfg.resources(rule, model).gpus),
         gpu_memory_utilization=cfg.models[model].train.gpu_memory_utilization,
+        precision=cfg.compute.precision,
     )
