@@ -139,3 +139,14 @@ def test_bad_compute_settings_are_refused(key: str) -> None:
 
     with pytest.raises(ConfigError, match=key.split("=")[0].split(".")[-1]):
         make_config(key)
+
+
+def test_cuda_without_a_gpu_is_a_config_error() -> None:
+    from acerl.config import ConfigError
+    from acerl.generate import resolve_device
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match=r"compute\.device.*no CUDA GPU"):
+        resolve_device("cuda")

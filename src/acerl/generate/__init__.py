@@ -34,12 +34,26 @@ BACKENDS: tuple[str, ...] = ("hf", "vllm")
 
 
 def resolve_device(device: str) -> str:
-    """``'auto'`` -> ``'cuda'`` when a CUDA GPU is visible, else ``'cpu'``; other values are returned unchanged."""
-    if device != "auto":
+    """``'auto'`` -> ``'cuda'`` when a CUDA GPU is visible, else ``'cpu'``; other values are returned unchanged.
+
+    Raises:
+        acerl.config.ConfigError: a ``cuda`` device where torch sees no CUDA GPU (the message names
+            ``compute.device``; the CLI prints it as a one-line error).
+    """
+    if device != "auto" and not device.startswith("cuda"):
         return device
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        from acerl.config import ConfigError
+
+        raise ConfigError(
+            f"device {device!r} (compute.device) but torch sees no CUDA GPU (torch {torch.__version__}); "
+            "set compute.device to 'auto' or 'cpu', or run on a machine with a GPU"
+        )
+    return device
 
 
 def make_sampler(
