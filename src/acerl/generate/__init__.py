@@ -111,8 +111,9 @@ def sampler_from_config(
     cfg: Config, model_dir: Path | str, *, model: str, rule: str = "sample", device: str | None = None
 ) -> Sampler:
     """:func:`make_sampler` with the config's settings: ``evaluation.backend``, ``evaluation.batch_size``,
-    ``compute.device`` (unless ``device`` is given), ``compute.precision``, the model's ``train.gpu_memory_utilization`` and, as the
-    vLLM tensor-parallel size, the GPU count of ``rule``'s resources for ``model`` (at least 1)."""
+    ``compute.device`` (unless ``device`` is given), ``compute.precision``, the model's
+    ``train.gpu_memory_utilization`` and, as the vLLM tensor-parallel size, the GPU count of ``rule``'s
+    resources for ``model`` (at least 1)."""
     return make_sampler(
         cfg.evaluation.backend,
         model_dir,
