@@ -379,7 +379,27 @@ class Resources(_Model):
 
 class ComputeConfig(_Model):
     backend: Literal["local", "verl"] = Field("local", description="trainer backend")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="device of the local trainer and the HF sampler: 'auto' is cuda when a GPU is visible, "
+        "else cpu (docs/gpu.md)",
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="local trainer and HF sampler forward passes: fp32, or bf16 autocast with fp32 master "
+        "weights, gradients and optimizer state (docs/gpu.md); bf16 enters the run spec",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="local trainer: recompute each decoder layer's activations in the backward pass (less "
+        "memory, one more forward per update; same gradients up to float rounding)",
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="local trainer: also cap each micro-batch at this many padded tokens (rows x width), "
+        "verl's ppo_max_token_len_per_gpu; null = micro_batch_size_per_gpu rows only",
+    )
     torch_threads: int | Literal["job"] = Field(
         1,
         description="torch intra-op threads per job on CPU: a number, or 'job' for the threads Snakemake gives "
@@ -729,6 +749,8 @@ class Config(_Model):
             spec["diagnostic_steps"] = (
                 self.diagnostic_steps(run.model) if run in self.diagnostic_runs() else []
             )
+        if self.compute.precision != "fp32":  # bf16 changes trained weights and samples; fp32 specs unchanged
+            spec["precision"] = self.compute.precision
         return spec
 
 

@@ -36,12 +36,26 @@ BACKENDS: tuple[str, ...] = ("hf", "vllm")
 
 
 def resolve_device(device: str) -> str:
-    """``'auto'`` -> ``'cuda'`` when a CUDA GPU is visible, else ``'cpu'``; other values are returned unchanged."""
-    if device != "auto":
+    """``'auto'`` -> ``'cuda'`` when a CUDA GPU is visible, else ``'cpu'``; other values are returned unchanged.
+
+    Raises:
+        acerl.config.ConfigError: a ``cuda`` device where torch sees no CUDA GPU (the message names
+            ``compute.device``; the CLI prints it as a one-line error).
+    """
+    if device != "auto" and not device.startswith("cuda"):
         return device
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        from acerl.config import ConfigError
+
+        raise ConfigError(
+            f"device {device!r} (compute.device) but torch sees no CUDA GPU (torch {torch.__version__}); "
+            "set compute.device to 'auto' or 'cpu', or run on a machine with a GPU"
+        )
+    return device
 
 
 def make_sampler(
@@ -51,6 +65,7 @@ def make_sampler(
     device: str = "cpu",
     batch_size: int = 64,
     vllm_settings: Mapping[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> Sampler:
     """Load the model in ``model_dir`` (an HF folder) with the named backend.
 
@@ -63,6 +78,7 @@ def make_sampler(
         vllm_settings: keyword arguments of :func:`acerl.generate.vllm_backend.engine_kwargs`
             (tensor_parallel_size, gpu_memory_utilization, kv_cache_gib, seed, dtype, max_model_len,
             enforce_eager); vLLM backend only.
+        precision: ``fp32`` or ``bf16`` autocast of the forward passes (HF backend; ``compute.precision``).
 
     Raises:
         ValueError: unknown backend (the message lists the valid ones).
@@ -82,15 +98,17 @@ def make_sampler(
         return VLLMSampler.from_pretrained(model_dir, device=resolve_device(device), **(vllm_settings or {}))
     from acerl.generate.hf import HFSampler
 
-    return HFSampler.from_pretrained(model_dir, device=resolve_device(device), batch_size=batch_size)
+    return HFSampler.from_pretrained(
+        model_dir, device=resolve_device(device), batch_size=batch_size, precision=precision
+    )
 
 
 def sampler_from_config(
     cfg: Config, model_dir: Path | str, *, model: str, rule: str = "sample", device: str | None = None
 ) -> Sampler:
     """:func:`make_sampler` with the config's settings: ``evaluation.backend``, ``evaluation.batch_size``,
-    ``compute.device`` (unless ``device`` is given) and the vLLM engine settings
-    :meth:`acerl.config.Config.vllm_engine` resolves for ``model`` and ``rule`` (``evaluation.vllm``, the
+    ``compute.device`` (unless ``device`` is given), ``compute.precision`` (HF backend) and the vLLM engine
+    settings :meth:`acerl.config.Config.vllm_engine` resolves for ``model`` and ``rule`` (``evaluation.vllm``, the
     model's ``train.gpu_memory_utilization``, the rule's GPU count as the tensor-parallel size)."""
     return make_sampler(
         cfg.evaluation.backend,
@@ -98,4 +116,5 @@ def sampler_from_config(
         device=device or cfg.compute.device,
         batch_size=cfg.evaluation.batch_size,
         vllm_settings=cfg.vllm_engine(model, rule),
+        precision=cfg.compute.precision,
     )

@@ -25,6 +25,7 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
     mc = cfg.models[model]
     out = paths.base_model_dir(root, model)
     if mc.source == "tiny":
+        from acerl.generate import resolve_device
         from acerl.models.sft import SFTConfig, prepare_tiny_base
         from acerl.models.tiny import TinyModelConfig
 
@@ -47,6 +48,7 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
             threads=cfg.compute.threads(),
             eval_data=evals,
             progress=progress,
+            device=resolve_device(cfg.compute.device),
         )
     return _fetch_hub_model(mc.hub_id, mc.path, out, key=model)
 
