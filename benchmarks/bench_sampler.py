@@ -18,24 +18,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decode import prompts  # noqa: E402  (the synthetic task's rendered prompts)
+
 PROMPTS, N, MAX_NEW, TEMPERATURE, TOP_P = 16, 32, 64, 0.7, 0.95
-
-
-def prompts(count: int) -> list[str]:
-    """Rendered training prompts of the synthetic task (the pipeline's own data generator, seed 0)."""
-    from acerl.data.io import read_jsonl
-    from acerl.data.synthetic import write_splits
-    from acerl.prompts import build_prompt
-
-    with tempfile.TemporaryDirectory() as tmp:
-        sizes = {"synth_easy": 0, "synth_hard": 0, "heldout": 0, "sft": 0, "train": count}
-        write_splits(Path(tmp), seed=0, sizes=sizes)
-        rows = read_jsonl(Path(tmp) / "train.jsonl")
-    return [build_prompt(r["problem"], "plain") for r in rows]
 
 
 def timed_generate(sampler, batch: list[str], seed: int) -> tuple[float, int]:
