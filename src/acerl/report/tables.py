@@ -679,6 +679,26 @@ def hyperparameter_table(
     )
 
 
+def _comparison_rows(
+    frame: pd.DataFrame,
+    columns: Sequence[str],
+    what: str,
+    benchmark: str,
+    ks: Sequence[int] | None,
+    data: str,
+) -> tuple[tuple[int, ...], dict[tuple[str, str, int], Any]]:
+    """The ks and a ``(model, method, k) -> row`` lookup of one benchmark's method-vs-baseline rows.
+
+    Raises:
+        MissingData: no comparison for this benchmark.
+    """
+    require_columns(frame, columns, what)
+    sub = frame[frame["benchmark"] == benchmark]
+    if sub.empty:
+        raise MissingData(f"no method/baseline pairs with {data} on {benchmark!r}")
+    return _ks(sub, ks), {(r.model, r.method, int(r.k)): r for r in sub.itertuples(index=False)}
+
+
 def significance_table(
     sig: pd.DataFrame,
     benchmark: str,
@@ -698,12 +718,7 @@ def significance_table(
     Raises:
         MissingData: no comparison for this benchmark.
     """
-    require_columns(sig, SIG_COLUMNS, "significance results")
-    sub = sig[sig["benchmark"] == benchmark]
-    if sub.empty:
-        raise MissingData(f"no method/baseline pairs with results on {benchmark!r}")
-    ks = _ks(sub, ks)
-    look = {(r.model, r.method, int(r.k)): r for r in sub.itertuples(index=False)}
+    ks, look = _comparison_rows(sig, SIG_COLUMNS, "significance results", benchmark, ks, "results")
     groups = []
     for model in models:
         rows = []
@@ -729,7 +744,7 @@ def significance_table(
         raise MissingData(f"no comparisons for models {list(models)} on {benchmark!r}")
     test = "Welch's t-test" if pvalue == "p_welch" else "paired t-test (matched seeds)"
     caption = f"ACE vs its baseline on {names.benchmark(benchmark)}: difference in Pass@$k$ (points)"
-    if sub[pvalue].notna().any():
+    if any(pd.notna(getattr(r, pvalue)) for r in look.values()):
         caption += (
             f" with the two-sided p-value of {test} across seeds; bold = $p < {alpha_level:g}$ (uncorrected)."
         )
@@ -823,12 +838,7 @@ def power_table(
     Raises:
         MissingData: no comparison for this benchmark.
     """
-    require_columns(pw, POWER_COLUMNS, "power results")
-    sub = pw[pw["benchmark"] == benchmark]
-    if sub.empty:
-        raise MissingData(f"no method/baseline pairs with per-problem results on {benchmark!r}")
-    ks = _ks(sub, ks)
-    look = {(r.model, r.method, int(r.k)): r for r in sub.itertuples(index=False)}
+    ks, look = _comparison_rows(pw, POWER_COLUMNS, "power results", benchmark, ks, "per-problem results")
     level = f"{100 * (1 - alpha_level):g}%"
     stats: tuple[tuple[str, Callable[[Any], Cell]], ...] = (
         (
