@@ -10,10 +10,12 @@ CORES ?= 2
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
+# The second environment with vLLM's CPU build (scripts/vllm_cpu_env.sh says why it cannot be .venv).
+VLLM_VENV ?= .venv-vllm
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-slow lint dryrun
+.PHONY: setup run test test-slow lint dryrun vllm-cpu-env test-vllm paper paper-dryrun
 .DEFAULT_GOAL := help
 
 help:
@@ -21,6 +23,8 @@ help:
 	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~20 min"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make setup  - only create/update .venv"
+	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
+	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh)"
 
 setup: $(VENV)/.installed
 
@@ -42,21 +46,43 @@ run: setup
 dryrun: setup
 	$(BIN)/snakemake -n all
 
+# The paper's grid on a SLURM cluster (README, "Paper scale"). `acerl profile` first: when the site profile is
+# missing it names scripts/install_slurm_profile.sh instead of Snakemake's bare "no profile.yaml" error.
+PAPER_CONFIG ?= config/paper.yaml
+paper-dryrun:
+	acerl profile slurm
+	snakemake --profile slurm --configfile=$(PAPER_CONFIG) -n all
+
+paper:
+	acerl profile slurm
+	snakemake --profile slurm --configfile=$(PAPER_CONFIG) all
+
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
+vllm-cpu-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml scripts/vllm_cpu_env.sh scripts/vllm_cpu_deps.py
+	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" TORCH_INDEX="$(TORCH_INDEX)" scripts/vllm_cpu_env.sh $(VLLM_VENV)
+	touch $@
+
 # The README's test command (what CI runs): lint, then every test a CPU machine can run in one pytest session --
 # unit tests, the CI-scale study end to end (whole DAG, DVC stories, resume) and the SLURM tests on a local
-# cluster that scripts/run_tests.sh starts and stops (root + apt-get; otherwise they skip with the reason).
-test: lint
-	PYTHON=$(BIN)/python scripts/run_tests.sh $(PYTEST_ARGS)
+# cluster that scripts/run_tests.sh starts and stops (root + apt-get; otherwise they skip with the reason) --
+# then the `vllm` tests in a second session in .venv-vllm (the real vLLM engine on CPU).
+test: lint vllm-cpu-env
+	PYTHON=$(BIN)/python VLLM_PYTHON=$(VLLM_VENV)/bin/python ACERL_TEST_VLLM=1 scripts/run_tests.sh $(PYTEST_ARGS)
 
 # The quick suite for development (a few minutes): everything but the `slow`, `gpu` and `slurm` marks.
 test-fast: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Only the vLLM tests (real engine on CPU, second environment).
+test-vllm: vllm-cpu-env
+	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/generate tests/evaluate $(PYTEST_ARGS)
 
 # Only the slow end-to-end tests (whole DAG, SIGKILL resume equivalence, DVC stories), no SLURM.
 test-slow: setup

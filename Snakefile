@@ -1,6 +1,7 @@
 # The ACE study as a Snakemake workflow: a table of contents.
 #   snakemake -c2 all                                              embedded default (CPU, minutes)
-#   snakemake --profile slurm --configfile=config/paper.yaml all   the paper's grid on a SLURM cluster
+#   snakemake --profile slurm --configfile=config/paper.yaml all   the paper's grid on a SLURM cluster, once
+#       scripts/install_slurm_profile.sh installed the site profile (or: make paper, which checks it first)
 # Every rule calls the `acerl` CLI; paths come from acerl.paths; the config is validated by acerl.config.
 from snakemake.utils import min_version
 
@@ -8,6 +9,9 @@ min_version("9.0")
 
 
 configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"

@@ -158,9 +158,21 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     return out
 
 
-def bench_trl(root: Path, steps: int, warmup: int, after_step: Callable[[], None]) -> list[dict[str, float]]:
+def bench_trl(
+    root: Path,
+    steps: int,
+    warmup: int,
+    after_step: Callable[[], None],
+    *,
+    use_cpu: bool = True,
+    bf16: bool = False,
+    prompts_per_step: int = PROMPTS_PER_STEP,
+    group: int = GROUP,
+    max_new: int = MAX_NEW,
+) -> list[dict[str, float]]:
     """Per-step wall and CPU time of TRL's GRPOTrainer on the same model, prompts and settings; ``after_step``
-    runs after each TRL step (outside its timing), so the local steps are interleaved with TRL's."""
+    runs after each TRL step (outside its timing), so the local steps are interleaved with TRL's. ``use_cpu``
+    False: TRL's (accelerate's) device, the GPU; ``bf16``: its bf16 mixed precision (fp32 master weights)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -189,6 +201,8 @@ def bench_trl(root: Path, steps: int, warmup: int, after_step: Callable[[], None
             self.start, self.cpu = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            if torch.cuda.is_available() and not use_cpu:
+                torch.cuda.synchronize()
             wall, cpu = time.perf_counter() - self.start, time.process_time() - self.cpu
             times.append({"wall": wall, "cpu": cpu, "load": load()})
 
@@ -199,12 +213,12 @@ def bench_trl(root: Path, steps: int, warmup: int, after_step: Callable[[], None
     with tempfile.TemporaryDirectory() as out_dir:
         args = GRPOConfig(
             output_dir=out_dir,
-            use_cpu=True,
-            bf16=False,
-            per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
+            use_cpu=use_cpu,
+            bf16=bf16,
+            per_device_train_batch_size=prompts_per_step * group,
             gradient_accumulation_steps=1,
-            num_generations=GROUP,
-            max_completion_length=MAX_NEW,
+            num_generations=group,
+            max_completion_length=max_new,
             temperature=1.0,
             top_p=1.0,
             beta=BETA,

@@ -14,6 +14,11 @@
 #                         preemption test can prove the checkpoint-on-SIGTERM path (cgroup skips it; docs/cluster.md)
 #   ACERL_TEST_TIMEOUT    seconds for the whole pytest run (default 3000); SIGKILL 30 s after SIGTERM
 #   PYTHON                interpreter with the package and pytest (default .venv/bin/python)
+#   ACERL_TEST_VLLM       auto (default): after the main session, run the `vllm` tests (real vLLM engine on CPU)
+#                         in a second session with VLLM_PYTHON when it exists and no PYTEST_ARGS were given;
+#                         1: run them or fail (what `make test` sets after building it); 0: never.
+#   VLLM_PYTHON           interpreter of the vLLM CPU environment (default .venv-vllm/bin/python; make vllm-cpu-env)
+#   ACERL_TEST_VLLM_TIMEOUT  seconds for that second session (default 1800)
 # A cluster this script started is stopped on exit (success, failure, Ctrl-C), by pid; one it found running is
 # left alone.
 set -euo pipefail
@@ -51,8 +56,24 @@ fi
 
 cd "$repo"
 args=("$@")
-[[ ${#args[@]} -gt 0 ]] || args=(-m "not gpu")
+vllm_mode="${ACERL_TEST_VLLM:-auto}"
+[[ ${#args[@]} -gt 0 ]] || args=(-m "not gpu and not vllm")
 rc=0
 timeout -k 30 "${ACERL_TEST_TIMEOUT:-3000}" "$python" -m pytest "${args[@]}" || rc=$?
 log "pytest exit code $rc after $((SECONDS - start)) s"
+
+# The real vLLM engine runs in its own environment (vllm-cpu needs a transformers outside verl's pin), so its
+# tests are a second session there: the `vllm` mark in the test folders that hold them.
+vllm_python="${VLLM_PYTHON:-$repo/.venv-vllm/bin/python}"
+if [[ "$vllm_mode" == 1 ]] || { [[ "$vllm_mode" == auto ]] && [[ $# -eq 0 ]] && [[ -x "$vllm_python" ]]; }; then
+  [[ -x "$vllm_python" ]] || { log "no vLLM environment at $vllm_python (make vllm-cpu-env)"; exit 1; }
+  vstart=$SECONDS
+  vrc=0
+  timeout -k 30 "${ACERL_TEST_VLLM_TIMEOUT:-1800}" "$vllm_python" -m pytest -m vllm tests/generate tests/evaluate \
+    || vrc=$?
+  log "vLLM pytest exit code $vrc after $((SECONDS - vstart)) s"
+  [[ $rc != 0 ]] || rc=$vrc
+else
+  log "vLLM tests not run (ACERL_TEST_VLLM=$vllm_mode, $vllm_python)"
+fi
 exit "$rc"

@@ -86,10 +86,9 @@ def test_run_grid_default_config() -> None:
     assert len(runs) == len(set(runs)), "duplicate runs"
     main = {(r.method, r.seed) for r in runs if r.method in {"grpo", "dapo", "ace_grpo", "ace_dapo"}}
     assert main == {(m, s) for m in ["grpo", "dapo", "ace_grpo", "ace_dapo"] for s in [0, 1, 2]}
-    # the alpha sweep reuses ace_grpo for the default alpha and adds one run per other alpha
+    # the alpha sweep reuses ace_grpo for the default alpha, grpo for alpha = 0, and adds one run per other alpha
     sweep = sorted(r.method for r in runs if r.method.startswith("ace_grpo-alpha"))
     assert sweep == [
-        "ace_grpo-alpha0",
         "ace_grpo-alpha0.1",
         "ace_grpo-alpha0.5",
         "ace_grpo-alpha2",
@@ -108,7 +107,7 @@ def test_evaluations_follow_the_tables() -> None:
     by_bench = {b: {r.id for bb, r in pairs if bb == b} for b in ("synth_easy", "synth_hard")}
     main = {f"tiny/{m}/seed{s}" for m in ("grpo", "dapo", "ace_grpo", "ace_dapo") for s in (0, 1, 2)}
     assert by_bench["synth_hard"] == main | {"tiny/base/seed0"}
-    extra = {f"tiny/ace_grpo-alpha{a}/seed0" for a in ("0", "0.1", "0.5", "2", "5")}
+    extra = {f"tiny/ace_grpo-alpha{a}/seed0" for a in ("0.1", "0.5", "2", "5")}
     extra |= {f"tiny/ace_grpo_relu/seed{s}" for s in (0, 1, 2)}
     assert by_bench["synth_easy"] == main | {"tiny/base/seed0"} | extra
     assert cfg.table_benchmark("alpha_sweep") == cfg.table_benchmark("ablation") == "synth_easy"
@@ -124,6 +123,36 @@ def test_table_benchmark_is_chosen_and_checked(tmp_path: Path) -> None:
     d["study"]["alpha_sweep"]["benchmark"] = "heldout"
     with pytest.raises(ConfigError, match=r"study.alpha_sweep.benchmark: 'heldout' is not one of"):
         load_config(write(tmp_path, d))
+
+
+def test_tables_reuse_main_runs_over_consistent_seeds() -> None:
+    """Paper grid: alpha = 0 is the main grid's GRPO run and alpha = 1.0 its ACE-GRPO run, both over the 5 main
+    seeds (the paper's rows equal Table 1's 5-run means); every ablation row averages the same 5 seeds."""
+    cfg = load_config([REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"])
+    main_seeds = [0, 1, 2, 3, 4]
+    sweep = cfg.table_rows("alpha_sweep")
+    assert cfg.sweep_method(0.0) == "grpo" and cfg.sweep_method(1.0) == "ace_grpo"
+    assert sweep["grpo"] == sweep["ace_grpo"] == main_seeds
+    assert {k: v for k, v in sweep.items() if k not in ("grpo", "ace_grpo")} == {
+        f"ace_grpo-alpha{a}": [0] for a in ("0.1", "0.5", "2", "5")
+    }
+    ablation = cfg.table_rows("ablation")
+    assert list(ablation) == ["grpo", "ace_grpo_relu", "ace_grpo"]
+    assert all(seeds == main_seeds for seeds in ablation.values())
+    runs = cfg.runs()
+    assert not [r for r in runs if r.method.endswith("-alpha0")]  # no separate alpha = 0 training job
+    # 3 models x 4 methods x 5 seeds, + 4 sweep alphas x seed 0, + ACE-ReLU x 5 seeds (was 66: alpha0 + ReLU seed 0)
+    assert len(runs) == 60 + 4 + 5
+
+
+def test_alpha_zero_needs_a_matching_grpo_method(tmp_path: Path) -> None:
+    """Without a GRPO method of the same family and normalisation, alpha = 0 stays its own ACE variant."""
+    d = base_dict()
+    d["methods"]["grpo"]["estimator"] = {"name": "grpo", "norm_by_std": False}  # Dr. GRPO: not ACE at alpha 0
+    cfg = load_config(write(tmp_path, d))
+    assert cfg.sweep_method(0.0) == "ace_grpo-alpha0"
+    assert cfg.method("ace_grpo-alpha0").estimator.alpha == 0.0
+    assert cfg.table_rows("alpha_sweep")["ace_grpo-alpha0"] == [0]
 
 
 def test_alpha_variant_key() -> None:
@@ -181,3 +210,49 @@ def test_torch_threads_rejects_bad_values(tmp_path: Path, bad) -> None:
     d["compute"]["torch_threads"] = bad
     with pytest.raises(ConfigError, match=r"compute\.torch_threads"):
         load_config(write(tmp_path, d))
+
+
+def test_vllm_settings_resolve_per_model_and_rule():
+    cfg = load_config([REPO / "config" / "config.yaml"])
+    assert cfg.vllm_engine("tiny") == {
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.75,  # the model's train.gpu_memory_utilization (Table 5)
+        "kv_cache_gib": None,
+        "seed": cfg.evaluation.seed,
+        "dtype": "auto",
+        "max_model_len": None,
+        "enforce_eager": None,
+    }
+    cfg = load_config(
+        [REPO / "config" / "config.yaml"],
+        [
+            "compute.resources.sample.gpus=2",
+            "evaluation.vllm.gpu_memory_utilization=0.5",
+            "evaluation.vllm.kv_cache_gib=3",
+            "evaluation.vllm.max_model_len=128",
+            "evaluation.vllm.enforce_eager=true",
+        ],
+    )
+    engine = cfg.vllm_engine("tiny")
+    assert (engine["tensor_parallel_size"], engine["gpu_memory_utilization"]) == (2, 0.5)
+    assert (engine["kv_cache_gib"], engine["max_model_len"], engine["enforce_eager"]) == (3, 128, True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["evaluation.vllm.max_model_len=100"], r"max_model_len: 100 is below models\.tiny's .* budget 128"),
+        (
+            ["compute.resources.sample.gpus=2", "evaluation.vllm.tensor_parallel_size=4"],
+            r"tensor_parallel_size: 4 exceeds the 2 GPU\(s\)",
+        ),
+        (["evaluation.vllm.tensor_parallel_size=3"], r"does not divide models\.tiny's 4 attention heads"),
+        (["evaluation.vllm.kv_cache_gib=0"], r"evaluation\.vllm\.kv_cache_gib"),
+        (["evaluation.vllm.dtype=int8"], r"evaluation\.vllm\.dtype"),
+        (["evaluation.vllm.gpu_memory_utilization=1.5"], r"evaluation\.vllm\.gpu_memory_utilization"),
+        (["evaluation.vllm.swap_space=4"], r"evaluation\.vllm\.swap_space"),
+    ],
+)
+def test_vllm_settings_vllm_would_reject_fail_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config([REPO / "config" / "config.yaml"], overrides)

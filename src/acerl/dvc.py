@@ -13,7 +13,7 @@ One stage per job, named ``<snakemake rule>-<wildcards>`` (DVC allows only lette
     train_policy-<model>-<method>-seed<s>   runs/<model>/<method>/seed<s>/{final/, metrics.jsonl, dvclive/}
     sample|grade|passk-<benchmark>-<model>-<method>-seed<s>   generations/, scored/, metrics/ (Pass@k: metrics)
     diagnose-<model>-<method>-seed<s>    diagnostics/<run>.json
-    report                               results/{tables/, figures/, report.md}
+    report                               results/{tables/, figures/, report.md, compute.md}
 
 Not DVC outputs: resumable checkpoints and diagnostic snapshots (``paths.checkpoints_dir``, ``paths.diag_dir``).
 DVC deletes only declared outputs before it reruns a stage, so they survive and a rerun resumes; and a clone
@@ -380,6 +380,7 @@ def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]
                 Out(_p(paths.tables_dir(ROOT))),
                 Out(_p(paths.figures_dir(ROOT))),
                 Out(_p(paths.report_file(ROOT))),
+                Out(_p(paths.compute_file(ROOT))),
             ),
             desc="the paper's tables and figures from every run's results",
         )

@@ -14,6 +14,8 @@ Layout under the work directory (``root``)::
     metrics/<benchmark>/<run>.json                   passk
     diagnostics/<run>.json                           diagnose
     results/tables/, results/figures/                report
+    results/report.md, results/compute.md            report (compute: from the benchmark TSVs below)
+    benchmarks/logs/<rule>/<job>.tsv                 Snakemake's benchmark of each job (compute accounting)
 
 ``<run>`` is ``<model>/<method>/seed<s>``; the untrained base model is ``<model>/base/seed0`` and its policy
 folder is the base model folder itself.
@@ -102,3 +104,14 @@ def figures_dir(root: Path | str) -> Path:
 def report_file(root: Path | str) -> Path:
     """A one-page Markdown view of every table and figure."""
     return results_dir(root) / "report.md"
+
+
+def compute_file(root: Path | str) -> Path:
+    """The study's compute accounting (wall, CPU, memory, GPU-hours) from the jobs' benchmark TSVs."""
+    return results_dir(root) / "compute.md"
+
+
+def benchmark_file(root: Path | str, rule: str, *parts: str) -> Path:
+    """Snakemake's ``benchmark:`` TSV of one job: ``benchmarks/logs/<rule>/<part>/.../<last part>.tsv``."""
+    *dirs, last = parts
+    return Path(root) / "benchmarks" / "logs" / rule / Path(*dirs) / f"{last}.tsv"

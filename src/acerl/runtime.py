@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 
-__all__ = ["configure_torch"]
+__all__ = ["PRECISIONS", "autocast", "configure_torch"]
+
+PRECISIONS = ("fp32", "bf16")
 
 
 def configure_torch(threads: int) -> None:
@@ -21,3 +25,16 @@ def configure_torch(threads: int) -> None:
         raise ValueError(f"threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
+
+
+def autocast(device: torch.device | str, precision: str) -> AbstractContextManager[object]:
+    """The forward-pass precision of the local backend (``compute.precision``): ``fp32`` runs everything in
+    float32; ``bf16`` runs matrix multiplications under ``torch.autocast(dtype=bfloat16)`` on ``device``'s type
+    (CUDA or CPU) while the weights, gradients and AdamW state stay float32 ("fp32 master weights"); log-probs,
+    entropies and losses are taken in float32 from the upcast logits. Wrap forwards only, not ``backward()``.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 import pytest
@@ -13,8 +14,6 @@ import torch.nn.functional as F
 
 from acerl.algos import (
     ADVANTAGE_ESTIMATORS,
-    ace_advantages,
-    ace_advantages_with_stats,
     as_group_ids,
     compute_advantages,
     confidence_scores,
@@ -22,6 +21,13 @@ from acerl.algos import (
     grpo_advantages,
     token_confidence,
 )
+from acerl.algos import ace_advantages as ace_advantages_incorrect
+from acerl.algos import ace_advantages_with_stats as ace_with_stats_incorrect
+
+# The arithmetic tests below select every rollout with A_i < 0, the rule of their loop references; with 0/1 and
+# +1/-1 rewards the default rule ("incorrect") selects the same rollouts (test_incorrect_rule_* below).
+ace_advantages = partial(ace_advantages_incorrect, amplify="negative_advantage")
+ace_advantages_with_stats = partial(ace_with_stats_incorrect, amplify="negative_advantage")
 
 # Mixed layouts: one-sample groups, pairs, the paper's G=8, odd sizes.
 GROUP_LAYOUTS = [[8] * 6, [1, 2, 3, 8, 1, 5, 16], [2] * 10, [1] * 5, [7, 7, 1]]
@@ -295,7 +301,8 @@ def test_ace_alpha_zero_is_grpo_exactly(make_batch, layout, reward_kind):
     assert torch.equal(ace_advantages(*args, alpha=0, modulation="relu", length_normalize=False), grpo)
     token = ace_advantages_with_stats(*args, alpha=0.0, granularity="token").advantages
     assert torch.equal(token, grpo[:, None] * b.response_mask)
-    assert torch.equal(compute_advantages("ace", *args, alpha=0.0).advantages, grpo)
+    ace = compute_advantages("ace", *args, alpha=0.0, amplify="negative_advantage")
+    assert torch.equal(ace.advantages, grpo)
 
 
 def test_ace_is_grpo_on_nonnegative_advantages_and_amplifies_negatives(make_batch):
@@ -384,17 +391,67 @@ def test_ace_dapo_plus_minus_one_rewards(make_batch):
     assert (out.multiplier[out.negative] > 1).all() and (out.multiplier[~out.negative] == 1).all()
 
 
-def test_ace_with_overlong_shaped_rewards_uses_advantage_sign():
-    """A correct but overlong answer (1 - 0.3 = 0.7 > mean) keeps its positive advantage; App. C's
-    ``rewards == 1`` test would have amplified it. A correct answer shaped below the mean is amplified."""
+def _overlong_group() -> tuple[torch.Tensor, ...]:
+    """One DAPO group (+1/-1 rewards plus the overlong penalty): rollout 1 is correct and mildly overlong
+    (1 - 0.3 = 0.7, above the mean), rollout 4 correct and far overlong (1 - 2 = -1, below the mean: A < 0)."""
     rewards = torch.tensor([1.0, 0.7, -1.0, -1.0, 1.0 - 2.0])
+    correct = torch.tensor([True, True, False, False, True])
     group_ids = torch.zeros(5, dtype=torch.long)
     lp = torch.full((5, 2), -0.5)
-    ref = torch.full((5, 2), -1.5)
-    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, torch.ones(5, 2))
+    ref = torch.full((5, 2), -1.5)  # c = +1 for every rollout: an amplified rollout has multiplier 1 + sp(1)
+    return rewards, correct, group_ids, lp, ref, torch.ones(5, 2)
+
+
+@pytest.mark.parametrize("granularity", ["sequence", "token"])
+def test_incorrect_rule_never_amplifies_a_correct_overlong_rollout(granularity):
+    """Def. 2 / Alg. 1 amplify incorrect rollouts: a correct response pushed below its group's mean by the
+    overlong penalty keeps its GRPO advantage; the sign rule amplifies it."""
+    rewards, correct, group_ids, lp, ref, mask = _overlong_group()
     grpo = grpo_advantages(rewards, group_ids)
-    assert grpo[1] > 0 and out.advantages[1] == grpo[1]
-    assert out.negative.tolist() == [False, False, True, True, True]
+    assert grpo[4] < 0 and grpo[1] > 0
+    inc = ace_with_stats_incorrect(
+        rewards, group_ids, lp, ref, mask, correct=correct, granularity=granularity
+    )
+    sign = ace_with_stats_incorrect(
+        rewards, group_ids, lp, ref, mask, amplify="negative_advantage", granularity=granularity
+    )
+    per_rollout = (lambda a: a) if granularity == "sequence" else (lambda a: a[:, 0])
+    assert sign.negative.tolist() == inc.negative.tolist() == [False, False, True, True, True]
+    assert inc.amplified.tolist() == [False, False, True, True, False]
+    assert sign.amplified.tolist() == [False, False, True, True, True]
+    torch.testing.assert_close(per_rollout(inc.advantages)[4], grpo[4])  # correct: plain GRPO advantage
+    boost = 1 + F.softplus(torch.tensor(1.0))
+    torch.testing.assert_close(per_rollout(sign.advantages)[4], grpo[4] * boost)
+    torch.testing.assert_close(per_rollout(inc.advantages)[:4], per_rollout(sign.advantages)[:4])
+    torch.testing.assert_close(per_rollout(inc.advantages)[2:4], grpo[2:4] * boost)  # incorrect: amplified
+    assert inc.metrics()["ace/multiplier_mean_neg"] == pytest.approx(float(boost))
+
+
+@pytest.mark.parametrize("reward_kind", ["binary", "pm1"])
+@pytest.mark.parametrize("granularity", ["sequence", "token"])
+def test_incorrect_rule_equals_sign_rule_for_unshaped_rewards(make_batch, reward_kind, granularity):
+    """With 0/1 or +1/-1 rewards (no overlong penalty) the two rules select exactly the same rollouts."""
+    b = make_batch(seed=41, group_sizes=[8, 8, 1, 3, 8, 2], reward_kind=reward_kind)
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    inc = ace_with_stats_incorrect(*args, correct=b.rewards == 1, granularity=granularity)
+    sign = ace_with_stats_incorrect(*args, amplify="negative_advantage", granularity=granularity)
+    assert torch.equal(inc.amplified, sign.amplified) and inc.amplified.any()
+    assert torch.equal(inc.advantages, sign.advantages)
+
+
+def test_incorrect_rule_needs_the_verdicts(make_batch):
+    b = make_batch(seed=43, group_sizes=[4, 4])
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    with pytest.raises(
+        ValueError, match="amplify='incorrect' needs correct=.*verl: the reward manager's 'acc'"
+    ):
+        ace_advantages_incorrect(*args)
+    with pytest.raises(ValueError, match="amplify='incorrect' needs correct="):
+        compute_advantages("ace", *args)
+    with pytest.raises(ValueError, match=r"correct must have shape \(B,\) = \(8,\), got \(7,\)"):
+        ace_advantages_incorrect(*args, correct=torch.ones(7, dtype=torch.bool))
+    with pytest.raises(ValueError, match="amplify must be one of incorrect, negative_advantage; got 'all'"):
+        ace_advantages_incorrect(*args, amplify="all")  # type: ignore[arg-type]
 
 
 def test_ace_stop_gradient(make_batch):
@@ -486,19 +543,22 @@ def test_registry_selects_by_config(make_batch):
     cfg = {"estimator": "ace", "alpha": 0.5, "modulation": "relu"}
     params = {k: v for k, v in cfg.items() if k != "estimator"}
     out = compute_advantages(
-        cfg["estimator"], b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, **params
-    )
+        cfg["estimator"], b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask,
+        correct=b.rewards == 1, **params,
+    )  # fmt: skip
     expected = ace_advantages(
         b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, alpha=0.5, modulation="relu"
     )
     assert torch.equal(out.advantages, expected)
-    assert set(out.stats) == {"confidence", "multiplier", "negative"} and "ace/negative_frac" in out.metrics
+    assert set(out.stats) == {"confidence", "multiplier", "negative", "amplified"}
+    assert "ace/negative_frac" in out.metrics
     torch.testing.assert_close(out.token_level(b.response_mask), expected[:, None] * b.response_mask)
-    grpo = compute_advantages("grpo", b.rewards, b.group_ids)
+    grpo = compute_advantages("grpo", b.rewards, b.group_ids, correct=b.rewards == 1)  # accepted, unused
     assert torch.equal(grpo.advantages, grpo_advantages(b.rewards, b.group_ids)) and not grpo.metrics
     token = compute_advantages(
-        "ace", b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, granularity="token"
-    )
+        "ace", b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, granularity="token",
+        amplify="negative_advantage",
+    )  # fmt: skip
     assert torch.equal(token.token_level(b.response_mask), token.advantages)
 
 

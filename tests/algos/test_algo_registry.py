@@ -48,3 +48,22 @@ def test_project_registries():
     assert set(ADVANTAGE_ESTIMATORS.names()) >= {"grpo", "ace"}
     assert set(MODULATIONS.names()) == {"softplus", "relu"}
     assert "vanilla" in POLICY_LOSSES
+
+
+def _choices(model, field: str) -> set[str]:
+    from typing import get_args
+
+    return set(get_args(model.model_fields[field].annotation))
+
+
+def test_config_names_are_the_registries_names():
+    """Every config key that names a registry entry is validated against exactly that registry's names, so a
+    bad name fails `acerl config` (listing the valid ones) instead of a job."""
+    from acerl.algos.losses import KL_KINDS, LOSS_AGG_MODES
+    from acerl.config import EstimatorConfig, FamilyConfig
+
+    assert _choices(EstimatorConfig, "name") == set(ADVANTAGE_ESTIMATORS.names())
+    assert _choices(EstimatorConfig, "modulation") == set(MODULATIONS.names())
+    assert _choices(FamilyConfig, "policy_loss") == set(POLICY_LOSSES.names())
+    assert _choices(FamilyConfig, "loss_agg_mode") == set(LOSS_AGG_MODES)
+    assert _choices(FamilyConfig, "kl_type") <= set(KL_KINDS)

@@ -196,7 +196,7 @@ def test_story2_changing_an_ace_alpha_reruns_only_its_runs_in_both_tools(study: 
     set_alpha(config, "ace_grpo", 2.0)
     assert sh(c, *ACERL_DVC, "check", *CONFIG_ARGS, check=False).returncode == 1
     sh(c, *ACERL_DVC, "write", *CONFIG_ARGS)
-    # (the sweep-only run is evaluated on Table 3's benchmark only, the main run on both)
+    # (the sweep-only run is evaluated on Table 4's benchmark only, the main run on both)
     expected = {"report", "diagnose-tiny-ace_grpo-seed0"} | {
         f"{step}-tiny-{method}-seed0"
         for method, benches in (

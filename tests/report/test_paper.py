@@ -141,7 +141,7 @@ def test_tables_1_and_2_reproduce_the_paper(paper_tex, paper_agg, label, benchma
     assert n_ci == (12 * 6 if with_ci else 0)
 
 
-def test_table_3_alpha_sensitivity(paper_tex, paper_agg):
+def test_table_4_alpha_sensitivity(paper_tex, paper_agg):
     spec = paper_spec()
     a = spec.alpha_sweep
     t = tables.alpha_table(
@@ -152,7 +152,7 @@ def test_table_3_alpha_sensitivity(paper_tex, paper_agg):
     assert [p[0].text for p in paper][3] == "1.0 (default)"
 
 
-def test_table_4_ablation(paper_tex, paper_agg):
+def test_table_3_ablation(paper_tex, paper_agg):
     ab = paper_spec().ablation
     t = tables.ablation_table(
         paper_agg, model=ab.model, benchmark=ab.benchmark, methods=ab.methods, names=PAPER_NAMES
@@ -182,11 +182,11 @@ def test_loader_shape_and_units(paper_agg):
     assert base["ci95"].isna().all() and base["n_seeds"].isna().all()
     aime = paper_agg[paper_agg.benchmark == "aime2025"]
     assert len(aime) == 3 * 5 * 6 and aime["ci95"].isna().all()
-    # 3 models x 5 methods x 6 k x 2 benchmarks, + Table 3's five non-default alphas x 2 k (alpha = 0 is its own
-    # key, as in the study's alpha sweep), + Table 4's ACE-ReLU x 6 k
-    assert len(paper_agg) == 180 + 10 + 6
+    # 3 models x 5 methods x 6 k x 2 benchmarks, + Table 4's four alphas other than 0 (the grpo run) and 1.0
+    # (ace_grpo) x 2 k, + Table 3's ACE-ReLU x 6 k
+    assert len(paper_agg) == 180 + 8 + 6
     assert load_paper_alpha_methods() == {
-        "ace_grpo-alpha0": 0.0, "ace_grpo-alpha0.1": 0.1, "ace_grpo-alpha0.5": 0.5, "ace_grpo": 1.0,
+        "grpo": 0.0, "ace_grpo-alpha0.1": 0.1, "ace_grpo-alpha0.5": 0.5, "ace_grpo": 1.0,
         "ace_grpo-alpha2": 2.0, "ace_grpo-alpha5": 5.0,
     }  # fmt: skip
 
@@ -194,10 +194,10 @@ def test_loader_shape_and_units(paper_agg):
 def test_tables_that_repeat_a_cell_must_agree(tmp_path):
     d = tmp_path / "paper"
     shutil.copytree(paper_results_dir(), d)
-    csv = d / "table4_ablation_modulation.csv"
+    csv = d / "table3_ablation_modulation.csv"
     csv.write_text(csv.read_text().replace("grpo,1,73.4", "grpo,1,73.5", 1))
     with pytest.raises(
-        ResultFormatError, match="table4_ablation_modulation.csv.*73.5 but table1_math500.csv prints"
+        ResultFormatError, match="table3_ablation_modulation.csv.*73.5 but table1_math500.csv prints"
     ):
         load_paper_results(d)
     (d / "table2_aime2025.csv").write_text("benchmark,model\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -72,10 +73,14 @@ def test_render_all_writes_every_table_and_figure(
 def test_missing_pieces_are_skipped_not_fatal(tmp_path, synthetic_runs, synthetic_spec, caplog):
     agg = aggregate_seeds(synthetic_runs)
     agg = agg[~agg["method"].str.contains("alpha|relu") & (agg["method"] != "ace_grpo")]
-    spec = dataclasses.replace(synthetic_spec, comparisons={"ace_dapo": "dapo", "nothing": "grpo"})
+    sweep = synthetic_spec.alpha_sweep
+    no_zero = dataclasses.replace(sweep, methods={m: a for m, a in sweep.methods.items() if a != 0.0})
+    spec = dataclasses.replace(
+        synthetic_spec, comparisons={"ace_dapo": "dapo", "nothing": "grpo"}, alpha_sweep=no_zero
+    )  # the alpha = 0 row is the GRPO run, which is present
     with caplog.at_level(logging.INFO, logger="acerl.report.render"):
         render_all(tmp_path / "a", spec=spec, agg=agg, formats=("png",))
-    assert "skipping alpha sensitivity (Table 3): no alpha-sweep results" in caplog.text
+    assert "skipping alpha sensitivity (Table 4): no alpha-sweep results" in caplog.text
     for piece in ("hyperparameters", "OEF and entropy"):
         assert f"skipping {piece}" in caplog.text
     # from aggregated numbers only Welch p-values exist: no paired table; the ablation keeps its GRPO row
@@ -197,6 +202,7 @@ def test_report_study_from_the_pipeline_files(tmp_path):
     assert (out / "report.md") in written
     benches = cfg.evaluation.benchmarks
     tables = [f"passk_{b}" for b in benches] + [f"significance_{b}" for b in benches]
+    tables += [f"power_{b}" for b in benches]  # per-problem counts: the power tables
     tables += [
         "alpha_sensitivity",
         "ablation_modulation",
@@ -205,22 +211,52 @@ def test_report_study_from_the_pipeline_files(tmp_path):
     _check_outputs(out, tables, ALL_FIGURES, formats=("png",))
 
 
-def test_alpha_table_rows_use_the_sweeps_seeds_only(tmp_path, synthetic_runs, synthetic_spec):
-    """The default alpha's run is also a main-grid run with more seeds: its Table 3 row must average the
-    sweep's seeds only, like every other row."""
-    sweep = synthetic_spec.alpha_sweep
-    spec = dataclasses.replace(synthetic_spec, alpha_sweep=dataclasses.replace(sweep, seeds=(0,)))
-    render_all(tmp_path / "one", spec=spec, runs=synthetic_runs, formats=("png",))
-    render_all(tmp_path / "all", spec=synthetic_spec, runs=synthetic_runs, formats=("png",))
+def test_table_rows_average_their_own_seeds(tmp_path, synthetic_runs, synthetic_spec):
+    """Each row of Tables 3-4 averages the seeds the spec gives it (main-grid rows the main seeds, rows trained
+    for the table its own), and the caption says how many runs each row averages when the counts differ."""
+    sweep, ablation = synthetic_spec.alpha_sweep, synthetic_spec.ablation
+    one = {m: (0,) for m in sweep.methods}
+    mixed = {**one, "grpo": (0, 1, 2), "ace_grpo": (0, 1, 2)}
+    for name, seeds in (("one", one), ("mixed", mixed)):
+        spec = dataclasses.replace(
+            synthetic_spec,
+            alpha_sweep=dataclasses.replace(sweep, seeds=seeds),
+            ablation=dataclasses.replace(ablation, seeds={m: (0, 1, 2) for m in ablation.methods}),
+        )
+        render_all(tmp_path / name, spec=spec, runs=synthetic_runs, formats=("png",))
     runs = synthetic_runs
     cell = runs[(runs["benchmark"] == "bench_a") & (runs["model"] == "m_large") & (runs["k"] == 1)]
     seed0 = cell[(cell["method"] == "ace_grpo") & (cell["seed"] == 0)]["pass_at_k"].iloc[0] * 100
     mean = cell[cell["method"] == "ace_grpo"]["pass_at_k"].mean() * 100
     assert round(seed0, 1) != round(mean, 1)
 
+    def table(out: Path, stem: str) -> str:
+        return (out / "tables" / f"{stem}.md").read_text()
+
     def default_row(out: Path) -> str:
-        md = (out / "tables" / "alpha_sensitivity.md").read_text()
-        return next(line for line in md.splitlines() if "(default)" in line)
+        rows = table(out, "alpha_sensitivity").splitlines()
+        return next(line for line in rows if line.startswith("| ") and "(default)" in line)
 
     assert f"**{seed0:.1f}** |" in default_row(tmp_path / "one")
-    assert f"**{mean:.1f}** |" in default_row(tmp_path / "all")
+    assert f"**{mean:.1f}** |" in default_row(tmp_path / "mixed")
+    assert "Every row averages 1 training run." in table(tmp_path / "one", "alpha_sensitivity")
+    assert "Training runs averaged per row: 3 (0.0 (GRPO), 1.0 (default)); 1 (0.5, 2.0)." in table(
+        tmp_path / "mixed", "alpha_sensitivity"
+    )
+    assert "Every row averages 3 training runs." in table(tmp_path / "one", "ablation_modulation")
+
+
+def test_ci_kind_is_a_report_option(tmp_path, synthetic_runs, synthetic_spec):
+    """report.ci: Student t (default) or normal intervals, named in the caption of Tables 1-2."""
+    for kind in ("t", "normal"):
+        render_all(tmp_path / kind, spec=synthetic_spec, runs=synthetic_runs, formats=("png",), ci=kind)
+    t_md = (tmp_path / "t" / "tables" / "passk_bench_a.md").read_text()
+    z_md = (tmp_path / "normal" / "tables" / "passk_bench_a.md").read_text()
+    assert "95% confidence interval (Student t) over 3 independent" in t_md
+    assert "95% confidence interval (normal approximation) over 3 independent" in z_md
+
+    def widths(md: str) -> list[float]:
+        return [float(x) for x in re.findall(r"± (\d+\.\d)", md)]
+
+    assert len(widths(t_md)) == len(widths(z_md)) > 0
+    assert sum(widths(t_md)) > 1.5 * sum(widths(z_md))  # t_{0.975, 2} / z_{0.975} = 2.20 with 3 seeds

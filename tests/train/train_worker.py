@@ -1,7 +1,9 @@
-"""Subprocess entry for the kill / signal tests: ``python train_worker.py ROOT METHOD STEPS SAVE_EVERY DELAY``.
+"""Subprocess entry for the kill / signal tests:
+``python train_worker.py ROOT METHOD STEPS SAVE_EVERY DELAY [DEVICE]``.
 
 Trains the tiny run with :class:`conftest.DigitVerifier`, sleeping ``DELAY`` seconds per grading call so a
-test can interrupt it between checkpoints.
+test can interrupt it between checkpoints. On a CUDA ``DEVICE`` torch's deterministic algorithms are on (with
+``CUBLAS_WORKSPACE_CONFIG`` set by the caller), so an interrupted and resumed run can match an unbroken one.
 """
 
 from __future__ import annotations
@@ -30,8 +32,14 @@ class SlowVerifier(DigitVerifier):
 
 def main() -> None:
     root, method, steps, save_every, delay = sys.argv[1:6]
+    device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
+    if device.startswith("cuda"):
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)
     cfg = make_config(f"models.tiny.train.total_steps={steps}", f"models.tiny.train.save_every={save_every}")
-    train_run(cfg, Run("tiny", method, 0), Path(root), verifier=SlowVerifier(float(delay)), progress=False)
+    train_run(cfg, Run("tiny", method, 0), Path(root), verifier=SlowVerifier(float(delay)), progress=False,
+              device=device)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -70,12 +70,28 @@ def test_paper_grid_dry_run_job_counts(tmp_path: Path) -> None:
     counts = job_counts(proc.stdout)
     expected = expected_counts([REPO / "config/config.yaml", REPO / "config/paper.yaml"])
     assert counts == expected
-    # the paper's grid: 3 models x 4 methods x 5 seeds + 5 new alphas + the ReLU ablation; base models evaluated
-    assert counts["train_policy"] == 3 * 4 * 5 + 5 + 1
+    # the paper's grid: 3 models x 4 methods x 5 seeds + 4 new alphas (seed 0; alpha = 0 is the main grid's GRPO
+    # run, alpha = 1.0 its ACE-GRPO run) + ACE-ReLU over the 5 main seeds (every Table 3 row the same seeds)
+    assert counts["train_policy"] == 3 * 4 * 5 + 4 + 5
+    dag = proc.stdout
+    assert "ace_grpo-alpha0/" not in dag and "ace_grpo-alpha0.1/seed0" in dag  # no alpha = 0 training job
+    assert all(f"qwen25_math_7b/ace_grpo_relu/seed{s}" in dag for s in range(5))
     assert (
-        counts["sample"] == (60 + 3) * 2 + 6
-    )  # the 6 sweep / ablation-only runs: MATH-500 only (Tables 3-4)
+        counts["sample"] == (60 + 3) * 2 + 9
+    )  # the 9 sweep / ablation-only runs: MATH-500 only (Tables 3-4)
     assert counts["diagnose"] == 2 * 2 * 1
+
+
+def test_gpu_config_dry_run_job_counts(tmp_path: Path) -> None:
+    """config/gpu.yaml (the one-GPU study, docs/gpu.md) plans the whole study: 4 methods x 5 seeds on the
+    small model, the alpha sweep's 5 other alphas and the ReLU ablation on 5 seeds."""
+    wd = copy_workflow(tmp_path)
+    proc = snakemake(wd, "-n", "all", "--configfile", "config/gpu.yaml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = job_counts(proc.stdout)
+    assert counts == expected_counts([REPO / "config/config.yaml", REPO / "config/gpu.yaml"])
+    assert counts["train_policy"] == 4 * 5 + 5 + 5 and counts["prepare_base"] == 1
+    assert counts["diagnose"] == 2 * 5
 
 
 def test_snakemake_config_override_is_refused(tmp_path: Path) -> None:
@@ -125,4 +141,4 @@ def test_portable_path(tmp_path: Path) -> None:
     from acerl.stages import portable_path
 
     assert portable_path(tmp_path / "config" / "x.yaml", tmp_path) == "config/x.yaml"
-    assert portable_path("/elsewhere/x.yaml", tmp_path) == "/elsewhere/x.yaml"
+    assert portable_path("/tmp/elsewhere/x.yaml", tmp_path) == "/tmp/elsewhere/x.yaml"

@@ -5,6 +5,7 @@ from pathlib import Path
 from acerl import paths as P
 from acerl.config import Run, load_config, spec_json, validate
 from acerl.stages import portable_path, stage_command
+from acerl.report.catalog import captions as report_captions, describe
 
 # The config files Snakemake merged (the workflow default first, then --configfile ones, which win), passed
 # to every `acerl` call so rules and CLI see one config; relative to the project (Snakemake makes them absolute),
@@ -62,7 +63,7 @@ def log_path(rule_name, *parts):
 
 
 def bench_path(rule_name, *parts):
-    return str(Path("benchmarks", "logs", rule_name, *parts).with_suffix(".tsv"))
+    return str(P.benchmark_file(ROOT, rule_name, *parts))
 
 
 RUN_PARTS = ("{model}", "{method}", "seed{seed}")
@@ -84,3 +85,12 @@ def all_diagnostics_files():
 
 def all_targets():
     return [rules.report.output.tables, rules.report.output.figures]
+
+
+def report_category(kind):
+    """Category of a table / figure in Snakemake's report (acerl.report.catalog), from its file stem."""
+    return lambda wildcards: describe(wildcards.name, kind).category
+
+
+def report_labels(kind):
+    return lambda wildcards: {"name": wildcards.name, "kind": kind}

@@ -1,4 +1,5 @@
-# report: the paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results.
+# report: the paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
+# accounting from the benchmark TSVs. `snakemake --report report.html` shows every table and figure by category.
 
 
 rule report:
@@ -6,9 +7,32 @@ rule report:
         passk=all_passk_files(),
         diagnostics=all_diagnostics_files(),
     output:
-        tables=directory(str(P.tables_dir(ROOT))),
-        figures=directory(str(P.figures_dir(ROOT))),
-        summary=str(P.report_file(ROOT)),
+        tables=report(
+            directory(str(P.tables_dir(ROOT))),
+            patterns=["{name}.md"],
+            caption="../report/item.rst",
+            category=report_category("table"),
+            labels=report_labels("table"),
+        ),
+        figures=report(
+            directory(str(P.figures_dir(ROOT))),
+            patterns=["{name}.png"],
+            caption="../report/item.rst",
+            category=report_category("figure"),
+            labels=report_labels("figure"),
+        ),
+        compute=report(
+            str(P.compute_file(ROOT)),
+            caption="../report/compute.rst",
+            category="Compute",
+            labels={"name": "compute.md", "kind": "compute"},
+        ),
+        summary=report(
+            str(P.report_file(ROOT)),
+            caption="../report/summary.rst",
+            category="Summary",
+            labels={"name": "report.md", "kind": "summary"},
+        ),
     log:
         log_path("report", "report"),
     benchmark:
@@ -22,5 +46,11 @@ rule report:
     params:
         cmd=stage_command("report", CONFIG_FILES, ROOT),
         report=spec_json(CFG.report.model_dump(mode="json")),
+        captions=report_captions(CFG),
+        resources=spec_json(
+            CFG.compute.model_dump(
+                mode="json", include={"resources", "model_resources"}
+            )
+        ),
     shell:
         "{params.cmd} > {log} 2>&1"

@@ -3,9 +3,13 @@
 All functions are pure: tensors in, tensors out, no config objects. Shapes: ``B`` rollouts (all groups
 concatenated, in any order), ``T`` response tokens (right-padded, ``response_mask`` marks real tokens).
 
-Which rollouts ACE amplifies: those with a *negative* GRPO advantage (``A_i < 0``). For a mixed binary
-group this is exactly Algorithm 1's ``r_i = 0``; for DAPO's +1/-1 rewards it is ``r_i = -1``; rollouts exactly
-at the group mean have ``A_i = 0`` and are unchanged by any multiplier. See ``docs/algorithms.md``.
+Which rollouts ACE amplifies (``amplify``): ``"incorrect"`` (default; Def. 2: "for an incorrect rollout",
+Alg. 1: "for each incorrect rollout y_i with r_i = 0"): rollouts the grader marked wrong (``correct``, the verdict
+before any overlong penalty) whose GRPO advantage is negative; ``"negative_advantage"``: every rollout with
+``A_i < 0`` (Def. 2's remark that ACE "extends to continuous rewards" by differentiating "among below-average
+rollouts"). With 0/1 or +1/-1 rewards the two agree exactly; they differ under DAPO's overlong shaping, where a
+correct but overlong response can fall below its group's mean. Rollouts at the group mean have ``A_i = 0`` and
+are unchanged by any multiplier. See ``docs/algorithms.md``.
 
 Trainers select an estimator by name through :data:`ADVANTAGE_ESTIMATORS` (one shared signature)::
 
@@ -30,8 +34,10 @@ from acerl.algos.registry import Registry
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "AMPLIFY_RULES",
     "MODULATIONS",
     "AceOutput",
+    "Amplify",
     "AdvantageEstimator",
     "AdvantageOutput",
     "Granularity",
@@ -46,6 +52,8 @@ __all__ = [
 ]
 
 Granularity = Literal["sequence", "token"]
+Amplify = Literal["incorrect", "negative_advantage"]
+AMPLIFY_RULES: tuple[str, ...] = ("incorrect", "negative_advantage")
 
 # --------------------------------------------------------------------------------------------------------------
 # Group statistics and GRPO
@@ -264,11 +272,13 @@ class AceOutput:
     Attributes:
         advantages: (B,) for ``granularity="sequence"``, (B, T) (zero on padding) for ``"token"``.
         confidence: detached ``c_i`` (B,) or per-token ``c_i^(t)`` (B, T).
-        multiplier: ``1 + alpha * phi(c)`` on negative-advantage rollouts, 1 elsewhere; same shape as
-            ``confidence``; always >= 1.
-        negative: (B,) bool, ``A_i < 0`` (the rollouts ACE amplifies).
+        multiplier: ``1 + alpha * phi(c)`` on amplified rollouts, 1 elsewhere; same shape as ``confidence``;
+            always >= 1.
+        negative: (B,) bool, ``A_i < 0``.
         valid: bool, same shape as ``confidence``: where ``confidence`` is meaningful (response tokens for
             ``"token"``; all rollouts for ``"sequence"``).
+        amplified: (B,) bool, the rollouts ACE amplifies (``negative`` and, with ``amplify="incorrect"``,
+            incorrect); ``None`` means ``negative``.
     """
 
     advantages: Tensor
@@ -276,12 +286,14 @@ class AceOutput:
     multiplier: Tensor
     negative: Tensor
     valid: Tensor
+    amplified: Tensor | None = None
 
     def metrics(self, prefix: str = "ace/") -> dict[str, float]:
-        """Scalar summaries: fraction of negative rollouts, and over negatives the mean confidence, the
-        fraction with ``c > 0`` (overconfident errors, Remark ``regimes``) and multiplier mean / max.
-        Means over an empty set are NaN."""
-        neg = (self.negative if self.confidence.dim() == 1 else self.negative[:, None]) & self.valid
+        """Scalar summaries: fraction of negative-advantage rollouts, and over the amplified rollouts (the
+        errors ACE acts on) the mean confidence, the fraction with ``c > 0`` (overconfident errors, Remark
+        ``regimes``) and multiplier mean / max. Means over an empty set are NaN."""
+        amp = self.negative if self.amplified is None else self.amplified
+        neg = (amp if self.confidence.dim() == 1 else amp[:, None]) & self.valid
         n_neg = int(neg.sum().item())
         return {
             f"{prefix}negative_frac": float(self.negative.double().mean().item())
@@ -306,8 +318,10 @@ def ace_advantages_with_stats(
     granularity: Granularity = "sequence",
     eps: float = 1e-6,
     norm_by_std: bool = True,
+    amplify: Amplify = "incorrect",
+    correct: Tensor | None = None,
 ) -> AceOutput:
-    """ACE advantage ``A_ACE,i = A_i * (1 + alpha * phi(c_i))`` for ``A_i < 0``, ``A_i`` otherwise.
+    """ACE advantage ``A_ACE,i = A_i * (1 + alpha * phi(c_i))`` for amplified rollouts, ``A_i`` otherwise.
 
     Paper Eq. ``eq:ace_advantage`` (Def. 2) / Alg. 1 lines 6-9, substituted into Eq. ``eq:ace_grpo``.
     ``A_i`` is :func:`grpo_advantages`; ``c_i`` is :func:`confidence_scores`, detached (stop-gradient,
@@ -327,9 +341,17 @@ def ace_advantages_with_stats(
         length_normalize: use ``c_i / T_i`` (default, Alg. 1) instead of the sequence sum (Def. 1).
         granularity: ``"sequence"`` (paper main experiments) or ``"token"`` (App. C variant).
         eps, norm_by_std: passed to :func:`grpo_advantages`.
+        amplify: ``"incorrect"`` (default, Def. 2 / Alg. 1): rollouts with ``correct`` False and ``A_i < 0``;
+            ``"negative_advantage"``: every rollout with ``A_i < 0``.
+        correct: (B,) bool, the grader's verdict before any overlong penalty (verl: the reward manager's
+            ``acc``); required by ``amplify="incorrect"``.
 
     Returns:
         :class:`AceOutput`; ``advantages`` (B,) for ``"sequence"``, (B, T) for ``"token"``; no grad.
+
+    Raises:
+        ValueError: bad ``alpha`` / ``granularity`` / ``amplify``, ``correct`` missing for ``"incorrect"`` or not
+            of shape (B,).
     """
     if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a finite number >= 0 (paper Def. 2), got {alpha!r}")
@@ -343,23 +365,48 @@ def ace_advantages_with_stats(
         )
     base = grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std)
     negative = base < 0
+    amplified = negative & ~_correct_mask(correct, rewards.shape[0], amplify).to(negative.device)
     with torch.no_grad():
         if granularity == "sequence":
             conf = confidence_scores(logprobs, ref_logprobs, response_mask, length_normalize).detach()
             valid = torch.ones_like(negative)
-            amplify = negative
+            where = amplified
         else:
             conf = token_confidence(logprobs, ref_logprobs, response_mask).detach()
             mask = response_mask.bool()
             valid = mask
-            amplify = negative[:, None] & mask
+            where = amplified[:, None] & mask
         bonus = alpha * phi(conf) if alpha != 0 else torch.zeros_like(conf)
-        multiplier = torch.where(amplify, 1.0 + bonus, torch.ones_like(conf))
+        multiplier = torch.where(where, 1.0 + bonus, torch.ones_like(conf))
         if granularity == "sequence":
             adv = base * multiplier.to(base.dtype)
         else:
             adv = base[:, None] * multiplier.to(base.dtype) * mask.to(base.dtype)
-    return AceOutput(advantages=adv, confidence=conf, multiplier=multiplier, negative=negative, valid=valid)
+    return AceOutput(
+        advantages=adv,
+        confidence=conf,
+        multiplier=multiplier,
+        negative=negative,
+        valid=valid,
+        amplified=amplified,
+    )
+
+
+def _correct_mask(correct: Tensor | None, batch: int, amplify: str) -> Tensor:
+    """(B,) bool: rollouts exempt from amplification (the correct ones for ``"incorrect"``, none otherwise)."""
+    if amplify not in AMPLIFY_RULES:
+        raise ValueError(f"amplify must be one of {', '.join(AMPLIFY_RULES)}; got {amplify!r}")
+    if amplify == "negative_advantage":
+        return torch.zeros(batch, dtype=torch.bool)
+    if correct is None:
+        raise ValueError(
+            "ACE with amplify='incorrect' needs correct=: a (B,) bool tensor of the grader's verdicts before any "
+            "overlong penalty (verl: the reward manager's 'acc'); or pass amplify='negative_advantage' to "
+            "amplify every rollout with a negative advantage"
+        )
+    if correct.dim() != 1 or correct.shape[0] != batch:
+        raise ValueError(f"correct must have shape (B,) = ({batch},), got {tuple(correct.shape)}")
+    return correct.detach().bool()
 
 
 def ace_advantages(
@@ -372,6 +419,8 @@ def ace_advantages(
     modulation: str = "softplus",
     length_normalize: bool = True,
     eps: float = 1e-6,
+    amplify: Amplify = "incorrect",
+    correct: Tensor | None = None,
 ) -> Tensor:
     """Sequence-level ACE advantages (paper Eq. ``eq:ace_advantage``, Alg. 1); see
     :func:`ace_advantages_with_stats` for the arguments, statistics and the token-level variant.
@@ -390,6 +439,8 @@ def ace_advantages(
         length_normalize=length_normalize,
         granularity="sequence",
         eps=eps,
+        amplify=amplify,
+        correct=correct,
     ).advantages
 
 
@@ -420,7 +471,8 @@ class AdvantageOutput:
 
 
 class AdvantageEstimator(Protocol):
-    """Shared estimator signature. Estimators that do not need log-probs accept and ignore them."""
+    """Shared estimator signature. Estimators that do not need log-probs accept and ignore them; every
+    estimator also takes the keyword ``correct`` ((B,) bool verdicts before any overlong penalty, or ``None``)."""
 
     def __call__(
         self,
@@ -446,8 +498,10 @@ def grpo_estimator(
     *,
     eps: float = 1e-6,
     norm_by_std: bool = True,
+    correct: Tensor | None = None,
 ) -> AdvantageOutput:
-    """Registry entry ``grpo``: :func:`grpo_advantages` (log-probs unused). Returns (B,) advantages."""
+    """Registry entry ``grpo``: :func:`grpo_advantages` (log-probs and ``correct`` unused). Returns (B,)
+    advantages."""
     return AdvantageOutput(advantages=grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std))
 
 
@@ -465,9 +519,12 @@ def ace_estimator(
     granularity: Granularity = "sequence",
     eps: float = 1e-6,
     norm_by_std: bool = True,
+    amplify: Amplify = "incorrect",
+    correct: Tensor | None = None,
 ) -> AdvantageOutput:
     """Registry entry ``ace``: :func:`ace_advantages_with_stats`. Needs policy and reference log-probs
-    (with verl, the reference log-probs exist only when a KL loss or KL reward is on; see docs)."""
+    (with verl, the reference log-probs exist only when a KL loss or KL reward is on; see docs) and, with
+    ``amplify="incorrect"``, the per-rollout verdicts ``correct``."""
     if logprobs is None or ref_logprobs is None or response_mask is None:
         raise ValueError(
             "the 'ace' advantage estimator needs logprobs, ref_logprobs and response_mask (B, T); got None "
@@ -485,11 +542,18 @@ def ace_estimator(
         granularity=granularity,
         eps=eps,
         norm_by_std=norm_by_std,
+        amplify=amplify,
+        correct=correct,
     )
     return AdvantageOutput(
         advantages=out.advantages,
         metrics=out.metrics(),
-        stats={"confidence": out.confidence, "multiplier": out.multiplier, "negative": out.negative},
+        stats={
+            "confidence": out.confidence,
+            "multiplier": out.multiplier,
+            "negative": out.negative,
+            "amplified": out.amplified if out.amplified is not None else out.negative,
+        },
     )
 
 

@@ -1,6 +1,6 @@
 """JSON Lines read/write: the one home for dataset rows on disk.
 
-Rows are JSON objects, one per line, UTF-8 (``ensure_ascii=False``), the schema of ``/work/shared/data``:
+Rows are JSON objects, one per line, UTF-8 (``ensure_ascii=False``), the schema of the shipped data files:
 ``id``, ``problem``, ``answer`` (plus optional fields such as ``solution``). A ``.gz`` suffix means
 gzip-compressed (written with a fixed header time, so the same rows give the same bytes).
 
@@ -19,10 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from acerl.errors import BadInputError, MissingInputError
+
 DEFAULT_REQUIRED: tuple[str, ...] = ("id", "problem", "answer")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(BadInputError):
     """A dataset file is malformed; the message names the file, the line and the key."""
 
 
@@ -40,7 +42,7 @@ def read_jsonl(path: Path | str, required: Sequence[str] = DEFAULT_REQUIRED) -> 
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"dataset file not found: {path}")
+        raise MissingInputError(f"dataset file not found: {path} (run prepare-data first, or fix the path)")
     rows: list[dict[str, Any]] = []
     with _open_text_read(path) as fh:
         for lineno, line in enumerate(fh, start=1):

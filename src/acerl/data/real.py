@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from acerl import paths
 from acerl.data.io import read_jsonl, write_jsonl
+from acerl.errors import BadInputError
 from acerl.prompts import DAPO_PREFIX, DAPO_SUFFIX, build_prompt
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ IDENTITY_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{
 """Jinja chat template that renders the messages' text unchanged (for templates without a chat template)."""
 
 
-class DataSourceError(ValueError):
+class DataSourceError(BadInputError):
     """A dataset source cannot be read (missing file, hub unreachable, unknown columns, empty answers)."""
 
 

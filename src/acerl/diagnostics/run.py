@@ -11,8 +11,9 @@ For every diagnostic checkpoint ``paths.diag_step_dir(root, run, step)``, ``step
 2. grades them with the pipeline's grader (one :class:`acerl.grading.Grader` for the whole run);
 3. scores the sampled token sequences (EOS included) with teacher forcing under the checkpoint policy and under
    the reference (the base model, ``paths.base_model_dir``), both with ``Sampler.score`` at the diagnostics
-   temperature, and computes ``c_i`` with :func:`acerl.algos.advantages.confidence_scores` (length-normalised:
-   ``c_i = (1/T_i) sum_t [log pi_theta(y_t) - log pi_ref(y_t)]``, the ``c_i`` ACE uses);
+   temperature, and computes ``c_i`` with :func:`acerl.algos.advantages.confidence_scores`: Def. 1's
+   ``c_i = sum_t [log pi_theta(y_t) - log pi_ref(y_t)]``, or with ``study.diagnostics.length_normalize`` the
+   ``c_i / T_i`` ACE trains with (the OEF is the same either way; the magnitude's scale is not);
 4. ``OEF``, magnitude (:func:`~acerl.diagnostics.metrics.overconfidence_stats`) over the incorrect rollouts and
    ``H(t)``, the full-vocabulary entropy of the policy averaged over every rollout token
    (:func:`~acerl.diagnostics.metrics.token_weighted_mean` of the sampler's ``mean_token_entropy``).
@@ -41,6 +42,7 @@ from acerl.algos.advantages import confidence_scores
 from acerl.config import Config, Run
 from acerl.data.io import read_jsonl
 from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, token_weighted_mean
+from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
 from acerl.generate import Sampler, SamplingParams, make_sampler, resolve_device, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp
@@ -91,6 +93,9 @@ class DiagnosticSettings:
     run_seed: int
     template: str
     prompt_ids: tuple[str, ...]
+    length_normalize: bool = (
+        False  # c_i of Def. 1 (the sum); True: c_i / T_i (study.diagnostics.length_normalize)
+    )
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,8 @@ class CheckpointDiagnostics:
 
     Attributes:
         step: training step (0 = base model).
-        confidence: (B,) float64 length-normalised ``c_i`` (Def. 1 / T_i) of every rollout.
+        confidence: (B,) float64 ``c_i`` of every rollout (Def. 1's sum, or ``c_i / T_i`` with
+            ``settings.length_normalize``).
         incorrect: (B,) bool, ``r_i = 0``.
         entropy_means: (B,) float64 mean full-vocabulary entropy over each rollout's tokens.
         lengths: (B,) int64 response tokens per rollout (EOS included).
@@ -139,6 +145,7 @@ def diagnostic_settings(cfg: Config, run: Run, prompt_ids: Sequence[str]) -> Dia
         run_seed=run.seed,
         template=model.template,
         prompt_ids=tuple(str(i) for i in prompt_ids),
+        length_normalize=d.length_normalize,
     )
 
 
@@ -238,7 +245,7 @@ def diagnose_checkpoint(
     ref_pad, ref_mask = pad_token_values(ref_lp)
     if not bool((mask == ref_mask).all()):
         raise RuntimeError(f"step {step}: policy and reference scored different numbers of tokens")
-    c = confidence_scores(lp, ref_pad, mask, length_normalize=True)
+    c = confidence_scores(lp, ref_pad, mask, length_normalize=settings.length_normalize)
     return CheckpointDiagnostics(
         step=int(step),
         confidence=c.numpy().astype(np.float64),
@@ -298,7 +305,7 @@ def diagnose_run(
     step_dirs = {s: paths.diag_step_dir(root, run, s) for s in steps}
     for folder in [ref_dir, *step_dirs.values()]:
         if not folder.is_dir():
-            raise FileNotFoundError(
+            raise MissingInputError(
                 f"{run.id}: model folder not found: {folder} (train the run / prepare the base)"
             )
     dev = resolve_device(device or cfg.compute.device)

@@ -29,6 +29,7 @@ import pandas as pd
 from acerl import paths
 from acerl.config import Config, Run
 from acerl.data.io import read_jsonl, write_jsonl
+from acerl.errors import MissingInputError
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp, remove_shards, run_sharded
 from acerl.prompts import build_prompt
@@ -281,7 +282,7 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
 
     gen_file = paths.generations_file(root, benchmark, run)
     if not gen_file.is_file():
-        raise FileNotFoundError(f"generations file not found: {gen_file} (run the sample step first)")
+        raise MissingInputError(f"generations file not found: {gen_file} (run the sample step first)")
     rows = read_jsonl(gen_file, required=("id", "answer", "completions"))
     items = [(str(c["text"]), str(row["answer"])) for row in rows for c in row["completions"]]
     with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:
@@ -334,7 +335,7 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     """
     scored_path = paths.scored_file(root, benchmark, run)
     if not scored_path.is_file():
-        raise FileNotFoundError(f"scored file not found: {scored_path} (run the grade step first)")
+        raise MissingInputError(f"scored file not found: {scored_path} (run the grade step first)")
     ids, n, c = problem_counts(pd.read_parquet(scored_path, columns=["id", "correct"]))
     record = passk_record(
         benchmark, run.model, run.method, None if run.is_base else run.seed, ids, n, c, cfg.evaluation.ks

@@ -38,6 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from acerl.algos.losses import entropy_from_logits, token_logprobs
 from acerl.generate.base import Completion, SamplingParams
 from acerl.generate.decoding import make_decoder
+from acerl.runtime import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -463,11 +464,16 @@ class HFSampler:
     Args:
         model: an ``AutoModelForCausalLM`` (put in eval mode); tokenizer: its tokenizer.
         batch_size: prompts per sampling batch (each expanded to ``n`` rows) and responses per scoring batch.
+        precision: ``fp32`` or ``bf16`` autocast of the forward passes (:func:`acerl.runtime.autocast`).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, batch_size: int = 64) -> None:
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Any, *, batch_size: int = 64, precision: str = "fp32"
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        autocast("cpu", precision)  # fail early on a bad name
+        self.precision = precision
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -481,14 +487,15 @@ class HFSampler:
         device: str = "cpu",
         batch_size: int = 64,
         dtype: torch.dtype = torch.float32,
+        precision: str = "fp32",
     ) -> HFSampler:
-        """Load a local HF model folder (safetensors + tokenizer)."""
+        """Load a local HF model folder (safetensors + tokenizer); ``precision`` as in the constructor."""
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"not a HF model folder (no config.json): {path}")
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, tokenizer, batch_size=batch_size)
+        return cls(model, tokenizer, batch_size=batch_size, precision=precision)
 
     @property
     def device(self) -> torch.device:
@@ -501,17 +508,18 @@ class HFSampler:
         results: list[list[Completion]] = []
         for start in range(0, len(encoded), self.batch_size):
             chunk = encoded[start : start + self.batch_size]
-            batch = sample_batch(
-                self.model,
-                chunk,
-                n=params.n,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                max_new_tokens=params.max_new_tokens,
-                eos_id=self.eos_id,
-                pad_id=self.pad_id,
-                generator=generator,
-            )
+            with autocast(self.device, self.precision):
+                batch = sample_batch(
+                    self.model,
+                    chunk,
+                    n=params.n,
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    max_new_tokens=params.max_new_tokens,
+                    eos_id=self.eos_id,
+                    pad_id=self.pad_id,
+                    generator=generator,
+                )
             for i in range(len(chunk)):
                 group = []
                 for row in range(i * params.n, (i + 1) * params.n):
@@ -541,14 +549,15 @@ class HFSampler:
         for start in range(0, len(encoded), self.batch_size):
             ps, rs = encoded[start : start + self.batch_size], responses[start : start + self.batch_size]
             input_ids, attention_mask, response_mask = pack_rows(ps, rs, self.pad_id, device=self.device)
-            lp, ent = response_logprobs(
-                self.model,
-                input_ids,
-                attention_mask,
-                response_mask.shape[1],
-                temperature=temperature,
-                with_entropy=with_entropy,
-            )
+            with autocast(self.device, self.precision):
+                lp, ent = response_logprobs(
+                    self.model,
+                    input_ids,
+                    attention_mask,
+                    response_mask.shape[1],
+                    temperature=temperature,
+                    with_entropy=with_entropy,
+                )
             for i, r in enumerate(rs):
                 out.append((lp[i, : len(r)].cpu(), None if ent is None else ent[i, : len(r)].cpu()))
         return out

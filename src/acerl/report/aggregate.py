@@ -54,7 +54,9 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None
         raise ValueError(f"{what}: missing columns {missing}; has {list(df.columns)}")
 
 
-def seed_summary(df: pd.DataFrame, keys: Sequence[str], value: str, level: float = 0.95) -> pd.DataFrame:
+def seed_summary(
+    df: pd.DataFrame, keys: Sequence[str], value: str, level: float = 0.95, ci: str = "t"
+) -> pd.DataFrame:
     """Mean and t confidence half-width of ``value`` across the rows (seeds) of each ``keys`` group.
 
     Returns:
@@ -65,14 +67,15 @@ def seed_summary(df: pd.DataFrame, keys: Sequence[str], value: str, level: float
     out = []
     clean = df.dropna(subset=[value])
     for key, grp in clean.groupby(list(keys), sort=True, dropna=False):
-        m = mean_ci(grp[value].to_numpy(dtype=np.float64), level)
+        m = mean_ci(grp[value].to_numpy(dtype=np.float64), level, ci)
         out.append((*key, m.mean, m.half_width, m.std, m.n))
     res = pd.DataFrame(out, columns=[*keys, "mean", "ci95", "std", "n_seeds"])
     return res.astype({"mean": "float64", "ci95": "float64", "std": "float64", "n_seeds": "Int64"})
 
 
-def aggregate_seeds(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
-    """Aggregate per-run Pass@k across seeds: ``runs`` (RUN_COLUMNS) -> :data:`AGG_COLUMNS`.
+def aggregate_seeds(runs: pd.DataFrame, level: float = 0.95, ci: str = "t") -> pd.DataFrame:
+    """Aggregate per-run Pass@k across seeds: ``runs`` (RUN_COLUMNS) -> :data:`AGG_COLUMNS`; ``ci``: ``"t"``
+    or ``"normal"`` half-widths (:func:`acerl.evaluate.stats.mean_ci`).
 
     Raises:
         ValueError: missing columns, or the same (benchmark, model, method, seed, k) twice.
@@ -82,7 +85,7 @@ def aggregate_seeds(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     if dup.any():
         first = runs.loc[dup, list(RUN_COLUMNS[:5])].iloc[0].to_dict()
         raise ValueError(f"aggregate_seeds: duplicate rows for {first}")
-    return seed_summary(runs, AGG_KEYS, "pass_at_k", level)[list(AGG_COLUMNS)]
+    return seed_summary(runs, AGG_KEYS, "pass_at_k", level, ci)[list(AGG_COLUMNS)]
 
 
 def significance(runs: pd.DataFrame, comparisons: Mapping[str, str]) -> pd.DataFrame:

@@ -4,13 +4,14 @@ Files (transcribed from ``ace_paper.tex``; percentages as printed, see ``results
 
 - ``table1_math500.csv`` — Table 1, Pass@k on MATH-500 with 95% CI half-widths (5 runs);
 - ``table2_aime2025.csv`` — Table 2, Pass@k on AIME 2025 (point estimates);
-- ``table3_alpha_sensitivity.csv`` — Table 3, Pass@1/@32 vs alpha (Qwen2.5-Math-7B, MATH-500);
-- ``table4_ablation_modulation.csv`` — Table 4, GRPO / ACE-ReLU / ACE-Softplus (Qwen2.5-Math-7B, MATH-500);
+- ``table3_ablation_modulation.csv`` — Table 3 (Sec. 5.4), GRPO / ACE-ReLU / ACE-Softplus (Qwen2.5-Math-7B,
+  MATH-500);
+- ``table4_alpha_sensitivity.csv`` — Table 4 (App. D), Pass@1/@32 vs alpha (Qwen2.5-Math-7B, MATH-500);
 - ``table5_hyperparameters.json`` — Table 5, ``{model: {hyperparameter: value}}``.
 
 Columns of the CSVs: ``benchmark, model, method, k, [alpha,] pass_at_k_pct, ci95_pct, n_seeds`` (empty = not
 reported). A (benchmark, model, method, k) printed in several tables (GRPO and ACE-GRPO appear in Tables 1, 3
-and 4) must agree; the first file listed wins (Table 1, which has the CI).
+and 4: Table 4's alpha = 0 row is the ``grpo`` run, its alpha = 1.0 row ``ace_grpo``) must agree; the first file listed wins (Table 1, which has the CI).
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ __all__ = [
 PAPER_FILES = (
     "table1_math500.csv",
     "table2_aime2025.csv",
-    "table3_alpha_sensitivity.csv",
-    "table4_ablation_modulation.csv",
+    "table3_ablation_modulation.csv",
+    "table4_alpha_sensitivity.csv",
 )
-ALPHA_FILE = "table3_alpha_sensitivity.csv"
+ALPHA_FILE = "table4_alpha_sensitivity.csv"
 HPARAM_FILE = "table5_hyperparameters.json"
 
 PAPER_MODELS = ("qwen25_math_7b", "qwen3_8b_base", "llama31_8b_instruct")
@@ -146,7 +147,7 @@ def load_paper_results(directory: str | Path | None = None) -> pd.DataFrame:
 
 
 def load_paper_alpha_methods(directory: str | Path | None = None) -> dict[str, float]:
-    """Method key -> alpha of the paper's Table 3 rows (alpha 0 is the GRPO run, alpha 1 is ``ace_grpo``)."""
+    """Method key -> alpha of the paper's Table 4 rows (alpha 0 is the ``grpo`` run, alpha 1 is ``ace_grpo``)."""
     path = _resolve(directory) / ALPHA_FILE
     df = _read_csv(path)
     if "alpha" not in df.columns:
@@ -172,7 +173,10 @@ def load_paper_hyperparameters(directory: str | Path | None = None) -> dict[str,
 
 
 def paper_spec(directory: str | Path | None = None) -> ReportSpec:
-    """The report layout of the paper: its models, benchmarks (AIME without CI), Tables 3-4 and names."""
+    """The report layout of the paper: its models, benchmarks (AIME without CI), Tables 3-4 and names.
+
+    The paper does not say how many runs Tables 3-4 average; their GRPO / ACE-GRPO rows equal Table 1's 5-run
+    means, so no seed note is added to their captions (``seeds=None``)."""
     return ReportSpec(
         names=PAPER_NAMES,
         models=PAPER_MODELS,

@@ -6,8 +6,9 @@ file-reading wrappers. Output layout::
     <out>/tables/passk_<benchmark>.{tex,md}          Tables 1/2
     <out>/tables/significance_<benchmark>.{tex,md}   ACE vs baseline, Welch p-values
     <out>/tables/significance_<benchmark>_paired.{tex,md}   paired p-values (only with matched seeds)
-    <out>/tables/alpha_sensitivity.{tex,md}          Table 3
-    <out>/tables/ablation_modulation.{tex,md}        Table 4
+    <out>/tables/ablation_modulation.{tex,md}        Table 3
+    <out>/tables/alpha_sensitivity.{tex,md}          Table 4
+    <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, bootstrap CI, MDE (per-problem data)
     <out>/tables/hyperparameters.{tex,md}            Table 5
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
@@ -39,7 +40,8 @@ from acerl.report.aggregate import (
 )
 from acerl.report.io import atomic_write_text
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
-from acerl.report.schema import Diagnostics, load_diagnostics, load_passk_records
+from acerl.report.power import power_frame
+from acerl.report.schema import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
 from acerl.report.spec import ReportSpec
 
 __all__ = ["write_table", "render_all", "render_from_files", "render_paper"]
@@ -96,6 +98,19 @@ class _Writer:
             self.sections.append(f"**{what}**\n\n![{what}]({png[0].relative_to(self.out).as_posix()})\n")
 
 
+def _rows_over_seeds(
+    runs: pd.DataFrame | None, agg: pd.DataFrame, seeds: Mapping[str, tuple[int, ...]] | None, ci: str = "t"
+) -> pd.DataFrame:
+    """Aggregate for a table whose rows average given seeds (``{method: seeds}``; methods not listed keep every
+    seed); ``agg`` unchanged without per-run results or a seed mapping."""
+    if runs is None or seeds is None:
+        return agg
+    keep = pd.Series(True, index=runs.index)
+    for method, chosen in seeds.items():
+        keep &= (runs["method"] != method) | runs["seed"].isin(chosen)
+    return aggregate_seeds(runs[keep], ci=ci)
+
+
 def render_all(
     out_dir: str | Path,
     *,
@@ -107,6 +122,8 @@ def render_all(
     hyperparameters: Mapping[str, Mapping[str, Any]] | None = None,
     title: str = "Results",
     formats: Sequence[str] = ("pdf", "png"),
+    ci: str = "t",
+    problems: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write every table and figure the data allows into ``out_dir``.
 
@@ -122,6 +139,10 @@ def render_all(
         hyperparameters: ``{model: {hyperparameter: value}}`` for Table 5.
         title: heading of ``report.md``.
         formats: figure formats (``report.md`` embeds the PNG when ``"png"`` is among them).
+        ci: ``"t"`` (default) or ``"normal"`` 95% CIs when aggregating ``runs`` (``config report.ci``); an
+            ``agg`` given as such (the paper's numbers) is shown unchanged.
+        problems: per-problem counts (:func:`acerl.report.schema.load_passk_problems`) for the power tables
+            (:func:`acerl.report.power.power_frame`); ``None``: no power tables.
 
     Returns:
         Every file written (tables, figures, ``report.md``).
@@ -130,7 +151,7 @@ def render_all(
     w = _Writer(out, tuple(formats))
     names = spec.names
     if runs is not None:
-        agg = aggregate_seeds(runs)
+        agg = aggregate_seeds(runs, ci=ci)
     if agg is not None and not agg.empty:
         models = _order(agg["model"], spec.models)
         benchmarks = _order(agg["benchmark"], spec.benchmarks)
@@ -139,14 +160,20 @@ def render_all(
             if runs is not None
             else significance_from_summary(agg, spec.comparisons)
         )
-        for bench in benchmarks:
+        ks = spec.ks or sorted(int(k) for k in agg["k"].unique())
+        pw = power_frame(problems, spec.comparisons, ks) if problems is not None else None
+        for i, bench in enumerate(benchmarks):
             with_ci = bench not in spec.no_ci_benchmarks
+            number = (
+                tables.PAPER_TABLES["passk"] + i if i < 2 else None
+            )  # Tables 1-2: the first two benchmarks
             w.table(
                 f"Pass@k table ({bench})",
-                lambda b=bench, ci=with_ci: tables.passk_table(
-                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=ci
+                lambda b=bench, wci=with_ci, n=number: tables.passk_table(
+                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=wci,
+                    number=n, ci_kind=ci if runs is not None else None,
                 ),
-            )
+            )  # fmt: skip
             w.table(
                 f"significance table ({bench})",
                 lambda b=bench: tables.significance_table(
@@ -166,31 +193,37 @@ def render_all(
                         pvalue="p_paired",
                     ),
                 )
-        if spec.alpha_sweep is not None:
-            a = spec.alpha_sweep
-            sweep_agg = agg
-            if runs is not None and a.seeds is not None:  # every row over the sweep's seeds only
-                sweep_agg = aggregate_seeds(runs[runs["seed"].isin(a.seeds)])
-            w.table(
-                "alpha sensitivity (Table 3)",
-                lambda: tables.alpha_table(
-                    sweep_agg, model=a.model, benchmark=a.benchmark, alpha_methods=a.methods, names=names,
-                    default_alpha=a.default_alpha, zero_label=a.zero_label, ks=a.ks,
-                ),
-            )  # fmt: skip
-        else:
-            log.info("skipping alpha sensitivity (Table 3): no alpha sweep in the report spec")
+            if pw is not None:
+                w.table(
+                    f"power table ({bench})",
+                    lambda b=bench: tables.power_table(
+                        pw, b, names=names, models=models, comparisons=spec.comparisons, ks=spec.ks
+                    ),
+                )
         if spec.ablation is not None:
             ab = spec.ablation
             w.table(
-                "modulation ablation (Table 4)",
+                "modulation ablation (Table 3)",
                 lambda: tables.ablation_table(
-                    agg, model=ab.model, benchmark=ab.benchmark, methods=ab.methods, names=names, ks=spec.ks,
-                    alpha=spec.penalty_alpha,
+                    _rows_over_seeds(runs, agg, ab.seeds, ci), model=ab.model, benchmark=ab.benchmark,
+                    methods=ab.methods, names=names, ks=spec.ks, alpha=spec.penalty_alpha,
+                    seed_note=ab.seeds is not None,
                 ),
             )  # fmt: skip
         else:
-            log.info("skipping modulation ablation (Table 4): no ablation in the report spec")
+            log.info("skipping modulation ablation (Table 3): no ablation in the report spec")
+        if spec.alpha_sweep is not None:
+            a = spec.alpha_sweep
+            w.table(
+                "alpha sensitivity (Table 4)",
+                lambda: tables.alpha_table(
+                    _rows_over_seeds(runs, agg, a.seeds, ci), model=a.model, benchmark=a.benchmark,
+                    alpha_methods=a.methods, names=names, default_alpha=a.default_alpha,
+                    zero_label=a.zero_label, ks=a.ks, seed_note=a.seeds is not None,
+                ),
+            )  # fmt: skip
+        else:
+            log.info("skipping alpha sensitivity (Table 4): no alpha sweep in the report spec")
         if paper is not None:
             w.table(
                 "ours vs paper",
@@ -259,10 +292,12 @@ def render_from_files(
     compare_to_paper: bool = True,
     title: str = "Results",
     formats: Sequence[str] = ("pdf", "png"),
+    ci: str = "t",
 ) -> list[Path]:
     """Read Pass@k and diagnostics files (:mod:`acerl.report.schema`) and call :func:`render_all`."""
     passk_paths, diagnostics_paths = list(passk_paths), list(diagnostics_paths)
     runs = load_passk_records(passk_paths) if passk_paths else None
+    problems = load_passk_problems(passk_paths) if passk_paths else None
     diag = load_diagnostics(diagnostics_paths) if diagnostics_paths else None
     paper = None
     if compare_to_paper:
@@ -279,6 +314,8 @@ def render_from_files(
         hyperparameters=hyperparameters,
         title=title,
         formats=formats,
+        ci=ci,
+        problems=problems,
     )
 
 

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from acerl.errors import BadInputError
 from acerl.evaluate.passk import mean_pass_at_k
 from acerl.report.io import atomic_write_json
 
@@ -79,7 +80,7 @@ ENTROPY_COLUMNS = ("model", "method", "seed", "step", "entropy")
 _PASSK_TOLERANCE = 1e-9
 
 
-class ResultFormatError(ValueError):
+class ResultFormatError(BadInputError):
     """A result file does not follow its format; the message names the file and the key."""
 
 

@@ -6,7 +6,7 @@ The config layer (or :data:`acerl.report.paper.PAPER_SPEC` for the published num
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -52,13 +52,17 @@ class DisplayNames:
         return self.benchmarks.get(key, key)
 
 
+def _frozen_seeds(m: Mapping[str, Sequence[int]] | None) -> Mapping[str, tuple[int, ...]] | None:
+    return None if m is None else MappingProxyType({k: tuple(int(s) for s in v) for k, v in m.items()})
+
+
 @dataclass(frozen=True)
 class AlphaSweepSpec:
-    """Table 3: Pass@k of ``model`` on ``benchmark`` for each method key of ``methods`` (key -> its alpha).
+    """Table 4 (App. D): Pass@k of ``model`` on ``benchmark`` for each method key of ``methods`` (key -> alpha).
 
-    ``seeds``: the sweep's seeds; every row is averaged over these only (the default alpha's run is usually
-    also a main-grid run with more seeds, which would otherwise make its row an average over more seeds than
-    the others). ``None``: all seeds present.
+    ``seeds``: method key -> the seeds its row averages (:meth:`acerl.config.Config.table_rows`: rows that are
+    main-grid runs average the main seeds, the others the sweep's); the caption then says how many runs each
+    row averages. ``None``: every seed present, no seed note (the paper's own numbers).
     """
 
     model: str
@@ -67,22 +71,26 @@ class AlphaSweepSpec:
     default_alpha: float = 1.0
     zero_label: str | None = "GRPO"  # alpha = 0 is standard GRPO: "0.0 (GRPO)"
     ks: tuple[int, ...] = (1, 32)
-    seeds: tuple[int, ...] | None = None
+    seeds: Mapping[str, tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", MappingProxyType({k: float(v) for k, v in self.methods.items()}))
+        object.__setattr__(self, "seeds", _frozen_seeds(self.seeds))
 
 
 @dataclass(frozen=True)
 class AblationSpec:
-    """Table 4: the modulation ablation, rows = ``methods`` (key -> row label) of ``model`` on ``benchmark``."""
+    """Table 3 (Sec. 5.4): the modulation ablation, rows = ``methods`` (key -> row label) of ``model`` on
+    ``benchmark``; ``seeds`` as in :class:`AlphaSweepSpec`."""
 
     model: str
     benchmark: str
     methods: Mapping[str, str]
+    seeds: Mapping[str, tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", _frozen(self.methods))
+        object.__setattr__(self, "seeds", _frozen_seeds(self.seeds))
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,7 @@ class ReportSpec:
         comparisons: ``{ace_method: baseline}`` for the significance tables.
         no_ci_benchmarks: benchmarks whose Pass@k table shows point estimates only (paper Table 2: AIME).
         ks: the k columns (``None``: every k found).
-        alpha_sweep, ablation: Tables 3 and 4 (``None``: skipped).
+        alpha_sweep, ablation: Tables 4 and 3 (``None``: skipped).
         diagnostic_methods: methods compared in the OEF / entropy figures (paper: GRPO vs ACE-GRPO).
         entropy_steps: last training step shown in the early-entropy figure (paper: 20).
         penalty_alpha: alpha of the penalty-multiplier figure (paper default 1.0).

@@ -12,26 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from acerl import paths
-from acerl.config import BASE_METHOD, Config, alpha_variant_key
+from acerl.config import BASE_METHOD, Config
+from acerl.report.aggregate import MissingData
+from acerl.report.compute import compute_tables
+from acerl.report.io import atomic_write_text
 from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
+from acerl.report.tables import to_markdown
 
-__all__ = ["report_spec", "hyperparameters_from_config", "report_study"]
+__all__ = ["report_spec", "hyperparameters_from_config", "report_study", "add_compute_accounting"]
 
 log = logging.getLogger(__name__)
 
 _NO_THINKING_TEMPLATES = {"qwen3_boxed_nothink"}
-
-
-def _baseline_of(cfg: Config, method: str, candidates: list[str]) -> str | None:
-    """The GRPO-estimator method of the same family as ACE method ``method`` (ACE-GRPO -> GRPO)."""
-    fam = cfg.method(method).family
-    for other in candidates:
-        m = cfg.method(other)
-        if other != method and m.family == fam and m.estimator.name == "grpo":
-            return other
-    return None
 
 
 def _ablation_label(cfg: Config, method: str) -> str:
@@ -43,7 +37,8 @@ def _ablation_label(cfg: Config, method: str) -> str:
 
 
 def report_spec(cfg: Config) -> ReportSpec:
-    """Report layout of a study: display names from the config, the main grid, Tables 3-4 when configured.
+    """Report layout of a study: display names from the config, the main grid, Tables 3-4 when configured
+    (each row over the seeds :meth:`acerl.config.Config.table_rows` gives it).
 
     ACE methods of the main grid are tested against the GRPO-estimator method of the same algorithm family.
     """
@@ -56,7 +51,7 @@ def report_spec(cfg: Config) -> ReportSpec:
     comparisons = {}
     for method in main.methods:
         if cfg.method(method).estimator.name == "ace":
-            base = _baseline_of(cfg, method, list(main.methods))
+            base = cfg.grpo_counterpart(method, main.methods)
             if base is not None:
                 comparisons[method] = base
     alpha = None
@@ -66,9 +61,9 @@ def report_spec(cfg: Config) -> ReportSpec:
         alpha = AlphaSweepSpec(
             model=s.model,
             benchmark=cfg.table_benchmark("alpha_sweep"),
-            methods={alpha_variant_key(s.method, a, default): float(a) for a in s.alphas},
+            methods={cfg.sweep_method(a): float(a) for a in s.alphas},
             default_alpha=default,
-            seeds=tuple(s.seeds),
+            seeds=cfg.table_rows("alpha_sweep"),
         )
     ablation = None
     if cfg.study.ablation is not None:
@@ -77,6 +72,7 @@ def report_spec(cfg: Config) -> ReportSpec:
             model=ab.model,
             benchmark=cfg.table_benchmark("ablation"),
             methods={m: _ablation_label(cfg, m) for m in ab.methods},
+            seeds=cfg.table_rows("ablation"),
         )
     ace_alphas = [
         cfg.method(m).estimator.alpha for m in main.methods if cfg.method(m).estimator.name == "ace"
@@ -143,7 +139,7 @@ def report_study(cfg: Config, root: str | Path) -> list[Path]:
         if len(have) < len(want):
             missing = [str(p) for p in want if not p.is_file()]
             log.warning("%d of %d %s files missing, e.g. %s", len(missing), len(want), kind, missing[0])
-    return render_from_files(
+    written = render_from_files(
         paths.results_dir(root),
         spec=report_spec(cfg),
         passk_paths=passk_files,
@@ -152,4 +148,27 @@ def report_study(cfg: Config, root: str | Path) -> list[Path]:
         compare_to_paper=cfg.report.compare_to_paper,
         title=f"Results: {cfg.name}",
         formats=tuple(cfg.report.formats),
+        ci=cfg.report.ci,
     )
+    return written + add_compute_accounting(cfg, root)
+
+
+def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
+    """Write ``results/compute.md`` (:func:`acerl.report.compute.compute_tables`) and append it to
+    ``report.md``.
+
+    Kept out of ``results/tables/``: timings differ on every machine, while the tables are a function of the
+    result files alone (a colleague who pulls the results regenerates them bit for bit). Jobs run by DVC leave
+    no benchmark files; ``compute.md`` then says so.
+    """
+    try:
+        text = "\n".join(to_markdown(t) + "\n" for t in compute_tables(cfg, root))
+    except MissingData as e:
+        log.info("no compute accounting: %s", e)
+        text = f"No compute accounting: {e} (Snakemake writes them; DVC does not).\n"
+    report = paths.report_file(root)
+    section = "\n## Compute\n\n" + text
+    return [
+        atomic_write_text(paths.compute_file(root), f"# Compute: {cfg.name}\n" + section.split("\n", 2)[2]),
+        atomic_write_text(report, report.read_text(encoding="utf-8") + section),
+    ]

@@ -8,11 +8,17 @@ a power of ten) and in the table frame. Tables (paper numbering):
   +- 95% CI across seeds (LaTeX ``74.2\\tpm{0.8}``, Markdown ``74.2 ± 0.8``); bold = best, underline = second
   within each model group (ranked on the displayed, rounded values; ties share the mark; competition ranking,
   so two tied best values leave no second).
-- :func:`alpha_table` — Table 3: rows alpha, columns Pass@1 and Pass@32, the default row in bold.
-- :func:`ablation_table` — Table 4: GRPO baseline, ACE-ReLU, ACE-Softplus x @k.
+- :func:`ablation_table` — Table 3 (Sec. 5.4): GRPO baseline, ACE-ReLU, ACE-Softplus x @k.
+- :func:`alpha_table` — Table 4 (App. D): rows alpha, columns Pass@1 and Pass@32, the default row in bold.
 - :func:`hyperparameter_table` — Table 5: one column per model from ``{model: {hyperparameter: value}}``.
 - :func:`significance_table` — ACE vs its baseline per k: difference in points with the p-value.
 - :func:`ours_vs_paper_table` — our numbers next to the paper's, with the difference.
+- :func:`power_table` — ACE vs its baseline per k: paired difference with its t and bootstrap intervals, and
+  the minimal detectable effect of the design (:mod:`acerl.report.power`).
+
+A table that reproduces one of the paper's carries its number (:attr:`Table.number`, from :data:`PAPER_TABLES`)
+and starts its caption with the paper caption's first sentence; ``tests/report/test_table_numbers.py`` checks
+both against the LaTeX source, in the order the compiled paper numbers its tables.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from acerl.report.aggregate import AGG_COLUMNS, CMP_COLUMNS, SIG_COLUMNS, MissingData, require_columns
+from acerl.report.power import POWER_COLUMNS
 from acerl.report.spec import DisplayNames
 
 __all__ = [
@@ -38,22 +46,32 @@ __all__ = [
     "LATEX",
     "MARKDOWN",
     "TPM_MACRO",
+    "PAPER_TABLES",
     "rank_marks",
     "render_cell",
     "to_latex",
     "to_markdown",
     "passk_table",
     "alpha_table",
+    "rows_seed_note",
     "ablation_table",
     "hyperparameter_table",
     "significance_table",
     "ours_vs_paper_table",
+    "power_table",
 ]
 
 Mark = Literal["bold", "underline"]
 
 TPM_MACRO = r"\providecommand{\tpm}[1]{{\scriptsize\,$\pm$\,#1}}"
 """The paper's ``\\tpm`` macro (mean +- CI); every generated .tex file starts with it."""
+
+PAPER_TABLES: Mapping[str, int] = MappingProxyType(
+    {"passk": 1, "ablation": 3, "alpha": 4, "hyperparameters": 5}
+)
+"""Table numbers of the compiled paper: the Pass@k tables are 1 (first benchmark, MATH-500) and 2 (second,
+AIME 2025), the modulation ablation (Sec. 5.4) is 3, the alpha sensitivity (App. D) 4, the hyperparameters
+(App. E) 5. LaTeX numbers floats in source order and ``\\appendix`` does not reset the counter."""
 
 
 # -------------------------------------------------------------------------------------------- structure
@@ -78,7 +96,7 @@ class Cell:
 class Row:
     label: str
     cells: tuple[Cell, ...]
-    bold_label: bool = False  # e.g. Table 3's default alpha (its numbers carry mark="bold")
+    bold_label: bool = False  # e.g. Table 4's default alpha (its numbers carry mark="bold")
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,8 @@ class Table:
         notes: lines printed under the Markdown table and as ``%`` comments in LaTeX.
         align: one LaTeX column letter per column (``l``/``c``/``r``); default ``l`` then ``c``. Markdown
             left-aligns ``l`` columns and right-aligns the others (numbers).
+        number: the paper's table number this table reproduces (:data:`PAPER_TABLES`), ``None`` for tables
+            the paper does not have; LaTeX shows it as the caption's number, Markdown as ``Table N.``.
     """
 
     name: str
@@ -108,6 +128,7 @@ class Table:
     resize: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     align: str | None = None
+    number: int | None = None
 
     def __post_init__(self) -> None:
         ncol = len(self.header) - 1
@@ -299,6 +320,11 @@ def to_latex(table: Table) -> str:
         *(f"% {note}" for note in table.notes),
         r"\begin{table}[t]",
         r"\centering",
+        *(
+            [rf"\renewcommand{{\thetable}}{{{table.number}}}% the paper's Table {table.number}"]
+            if table.number
+            else []
+        ),
         rf"\caption{{{syn.escape(table.caption)}}}",
         rf"\label{{{table.label}}}",
     ]
@@ -323,7 +349,7 @@ def to_markdown(table: Table) -> str:
     """The table as GitHub-flavoured Markdown: a bold caption line, the pipe table, then the notes."""
     syn = MARKDOWN
     lines = [
-        f"**{syn.escape(table.caption)}**",
+        f"**{'' if table.number is None else f'Table {table.number}: '}{syn.escape(table.caption)}**",
         "",
         "| " + " | ".join(syn.escape(h) for h in table.header) + " |",
         "|" + "|".join(":---" if a == "l" else "---:" for a in table.column_align) + "|",
@@ -391,6 +417,8 @@ def passk_table(
     caption: str | None = None,
     label: str | None = None,
     scale: float = 100.0,
+    number: int | None = None,
+    ci_kind: str | None = None,
 ) -> Table:
     """Paper Tables 1/2: Pass@k (%) of every model x method on one benchmark.
 
@@ -403,6 +431,9 @@ def passk_table(
         with_ci: show ``mean +- ci95`` (Table 1) or the mean only (Table 2).
         mark: bold best / underline second within each model group (:func:`rank_marks`).
         scale: fraction -> display unit (100: percent).
+        number: the paper's table number (1 or 2, :data:`PAPER_TABLES`) or ``None``.
+        ci_kind: how the CIs were computed (``"t"`` / ``"normal"``), named in the caption; ``None``: not named
+            (the paper's own numbers).
 
     Raises:
         MissingData: nothing for this benchmark.
@@ -440,7 +471,7 @@ def passk_table(
     bench = names.benchmark(benchmark)
     if caption is None:
         stat = (
-            f"Mean $\\pm$ 95% confidence interval over {_seed_phrase(seed_counts)}"
+            f"Mean $\\pm$ 95% confidence interval{_CI_NAMES.get(ci_kind or '', '')} over {_seed_phrase(seed_counts)}"
             if with_ci
             else "Point estimates (mean over training runs)"
         )
@@ -455,7 +486,11 @@ def passk_table(
         groups=tuple(groups),
         decimals=decimals,
         resize=with_ci,
+        number=number,
     )
+
+
+_CI_NAMES = {"t": " (Student t)", "normal": " (normal approximation)"}
 
 
 def _row_label(names: DisplayNames, model: str, method: str) -> str:
@@ -464,6 +499,27 @@ def _row_label(names: DisplayNames, model: str, method: str) -> str:
 
 def _alpha_text(alpha: float) -> str:
     return f"{alpha:.1f}" if round(alpha, 1) == alpha else f"{alpha:g}"
+
+
+def rows_seed_note(counts: Sequence[tuple[str, Any]]) -> str:
+    """Caption sentence saying how many training runs each row averages, from ``(row label, n_seeds)`` pairs:
+    one count for all rows, or the rows grouped by count when they differ (e.g. rows reused from the main grid
+    with its seeds next to rows trained for this table only)."""
+    known = [(label, int(n)) for label, n in counts if n is not None and not pd.isna(n)]
+    if not known:
+        return ""
+    by_n: dict[int, list[str]] = {}
+    for label, n in known:
+        by_n.setdefault(n, []).append(label)
+    if len(by_n) == 1:
+        n = next(iter(by_n))
+        return f"Every row averages {n} training run{'s' if n != 1 else ''}."
+    parts = [f"{n} ({', '.join(labels)})" for n, labels in sorted(by_n.items(), reverse=True)]
+    return "Training runs averaged per row: " + "; ".join(parts) + "."
+
+
+def _caption(*sentences: str) -> str:
+    return " ".join(s for s in sentences if s)
 
 
 def alpha_table(
@@ -478,19 +534,22 @@ def alpha_table(
     ks: Sequence[int] = (1, 32),
     name: str = "alpha_sensitivity",
     scale: float = 100.0,
+    seed_note: bool = False,
+    number: int | None = PAPER_TABLES["alpha"],
 ) -> Table:
-    """Paper Table 3: sensitivity to alpha; rows sorted by alpha, the default alpha's row in bold.
+    """Paper Table 4 (App. D): sensitivity to alpha; rows sorted by alpha, the default alpha's row in bold.
 
     Args:
         alpha_methods: method key -> its alpha (e.g. ``{"grpo": 0.0, "ace_grpo-alpha0.5": 0.5, "ace_grpo": 1.0}``).
         zero_label: shown after alpha = 0 (``"0.0 (GRPO)"``); ``None`` for none.
+        seed_note: add :func:`rows_seed_note` (from ``agg``'s ``n_seeds``) to the caption.
 
     Raises:
         MissingData: none of the methods has results for ``model`` on ``benchmark``.
     """
     sub = agg[(agg["benchmark"] == benchmark) & (agg["model"] == model)]
     cells = _cell_lookup(sub)
-    rows = []
+    rows, counts = [], []
     for method, alpha in sorted(alpha_methods.items(), key=lambda kv: kv[1]):
         if not any((benchmark, model, method, k) in cells for k in ks):
             continue
@@ -503,10 +562,13 @@ def alpha_table(
         vals = [cells.get((benchmark, model, method, k), (math.nan,))[0] * scale for k in ks]
         mark: Mark | None = "bold" if is_default else None
         rows.append(Row(label, tuple(Cell(value=v, mark=mark) for v in vals), bold_label=is_default))
+        counts.append((label, _row_seeds(cells, benchmark, model, method, ks)))
     if not rows:
         raise MissingData(f"no alpha-sweep results for {model!r} on {benchmark!r}")
-    caption = (
-        f"Sensitivity to $\\alpha$ on {names.benchmark(benchmark)} ({names.model(model)}); default in bold."
+    caption = _caption(
+        f"Sensitivity to $\\alpha$ on {names.benchmark(benchmark)} ({names.model(model)}).",
+        "Default in bold.",
+        rows_seed_note(counts) if seed_note else "",
     )
     return Table(
         name=name,
@@ -514,7 +576,21 @@ def alpha_table(
         label="tab:alpha_sensitivity",
         header=("$\\alpha$", *(f"Pass@{k} (%)" for k in ks)),
         groups=(tuple(rows),),
+        number=number,
     )
+
+
+def _row_seeds(
+    cells: Mapping[tuple[str, str, str, int], tuple[float, float, Any]],
+    benchmark: str,
+    model: str,
+    method: str,
+    ks: Sequence[int],
+) -> Any:
+    """The largest seed count of one row's cells (``None`` when no cell states one)."""
+    ns = [cells[key][2] for k in ks if (key := (benchmark, model, method, k)) in cells]
+    ns = [int(n) for n in ns if n is not None and not pd.isna(n)]
+    return max(ns) if ns else None
 
 
 def ablation_table(
@@ -528,8 +604,11 @@ def ablation_table(
     alpha: float | None = 1.0,
     name: str = "ablation_modulation",
     scale: float = 100.0,
+    seed_note: bool = False,
+    number: int | None = PAPER_TABLES["ablation"],
 ) -> Table:
-    """Paper Table 4: the modulation-function ablation; rows ``methods`` (key -> row label), columns @k.
+    """Paper Table 3 (Sec. 5.4): the modulation-function ablation; rows ``methods`` (key -> row label),
+    columns @k. ``seed_note``: add :func:`rows_seed_note` (from ``agg``'s ``n_seeds``) to the caption.
 
     Raises:
         MissingData: none of the methods has results for ``model`` on ``benchmark``.
@@ -539,21 +618,28 @@ def ablation_table(
         raise MissingData(f"no ablation results for {model!r} on {benchmark!r}")
     cells = _cell_lookup(sub)
     ks = _ks(sub, ks)
+    present = [
+        (m, label) for m, label in methods.items() if any((benchmark, model, m, k) in cells for k in ks)
+    ]
     rows = tuple(
         Row(label, tuple(Cell(value=cells.get((benchmark, model, m, k), (math.nan,))[0] * scale) for k in ks))
-        for m, label in methods.items()
-        if any((benchmark, model, m, k) in cells for k in ks)
+        for m, label in present
     )
     if not rows:
         raise MissingData(f"none of the ablation methods {list(methods)} ran for {model!r} on {benchmark!r}")
-    extra = f", $\\alpha$ = {alpha:g}" if alpha is not None else ""
-    caption = f"Ablation: modulation function on {names.benchmark(benchmark)} ({names.model(model)}{extra})."
+    extra = f", $\\alpha = {_alpha_text(alpha)}$" if alpha is not None else ""
+    counts = [(label, _row_seeds(cells, benchmark, model, m, ks)) for m, label in present]
+    caption = _caption(
+        f"Ablation: modulation function on {names.benchmark(benchmark)} ({names.model(model)}{extra}).",
+        rows_seed_note(counts) if seed_note else "",
+    )
     return Table(
         name=name,
         caption=caption,
         label="tab:ablation_modulation",
         header=("Method", *(f"@{k}" for k in ks)),
         groups=(rows,),
+        number=number,
     )
 
 
@@ -562,7 +648,8 @@ def hyperparameter_table(
     *,
     names: DisplayNames,
     name: str = "hyperparameters",
-    caption: str = "Training hyperparameters.",
+    caption: str = "Training hyperparameters for ACE-GRPO experiments. Every method on a model uses them.",
+    number: int | None = PAPER_TABLES["hyperparameters"],
 ) -> Table:
     """Paper Table 5: ``{model: {hyperparameter: value}}`` -> rows = hyperparameters (first-seen order),
     columns = models. Values: ints and strings as given, booleans as True/False, ``None`` as ``--``, floats
@@ -588,7 +675,28 @@ def hyperparameter_table(
         label="tab:hyperparameters",
         header=("Hyperparameter", *(names.model(m) for m in models)),
         groups=(rows,),
+        number=number,
     )
+
+
+def _comparison_rows(
+    frame: pd.DataFrame,
+    columns: Sequence[str],
+    what: str,
+    benchmark: str,
+    ks: Sequence[int] | None,
+    data: str,
+) -> tuple[tuple[int, ...], dict[tuple[str, str, int], Any]]:
+    """The ks and a ``(model, method, k) -> row`` lookup of one benchmark's method-vs-baseline rows.
+
+    Raises:
+        MissingData: no comparison for this benchmark.
+    """
+    require_columns(frame, columns, what)
+    sub = frame[frame["benchmark"] == benchmark]
+    if sub.empty:
+        raise MissingData(f"no method/baseline pairs with {data} on {benchmark!r}")
+    return _ks(sub, ks), {(r.model, r.method, int(r.k)): r for r in sub.itertuples(index=False)}
 
 
 def significance_table(
@@ -610,12 +718,7 @@ def significance_table(
     Raises:
         MissingData: no comparison for this benchmark.
     """
-    require_columns(sig, SIG_COLUMNS, "significance results")
-    sub = sig[sig["benchmark"] == benchmark]
-    if sub.empty:
-        raise MissingData(f"no method/baseline pairs with results on {benchmark!r}")
-    ks = _ks(sub, ks)
-    look = {(r.model, r.method, int(r.k)): r for r in sub.itertuples(index=False)}
+    ks, look = _comparison_rows(sig, SIG_COLUMNS, "significance results", benchmark, ks, "results")
     groups = []
     for model in models:
         rows = []
@@ -641,7 +744,7 @@ def significance_table(
         raise MissingData(f"no comparisons for models {list(models)} on {benchmark!r}")
     test = "Welch's t-test" if pvalue == "p_welch" else "paired t-test (matched seeds)"
     caption = f"ACE vs its baseline on {names.benchmark(benchmark)}: difference in Pass@$k$ (points)"
-    if sub[pvalue].notna().any():
+    if any(pd.notna(getattr(r, pvalue)) for r in look.values()):
         caption += (
             f" with the two-sided p-value of {test} across seeds; bold = $p < {alpha_level:g}$ (uncorrected)."
         )
@@ -710,4 +813,78 @@ def ours_vs_paper_table(
         header=("Benchmark", "Model", "Method", "k", "Ours", "Paper", "$\\Delta$"),
         groups=tuple(groups),
         align="lllcccc",
+    )
+
+
+def power_table(
+    pw: pd.DataFrame,
+    benchmark: str,
+    *,
+    names: DisplayNames,
+    models: Sequence[str],
+    comparisons: Mapping[str, str],
+    ks: Sequence[int] | None = None,
+    alpha_level: float = 0.05,
+    power: float = 0.8,
+    name: str | None = None,
+    scale: float = 100.0,
+) -> Table:
+    """ACE vs its baseline on one benchmark with the power of the design (:func:`acerl.report.power.power_frame`).
+
+    Per comparison three rows, columns @k: the paired difference (points) +- its t interval with the paired
+    p-value (bold where ``p < alpha_level``); the hierarchical-bootstrap interval over seeds and problems; the
+    minimal detectable effect (two-sided ``alpha_level``, ``power``).
+
+    Raises:
+        MissingData: no comparison for this benchmark.
+    """
+    ks, look = _comparison_rows(pw, POWER_COLUMNS, "power results", benchmark, ks, "per-problem results")
+    level = f"{100 * (1 - alpha_level):g}%"
+    stats: tuple[tuple[str, Callable[[Any], Cell]], ...] = (
+        (
+            f"$\\Delta$ ± {level} CI (paired t)",
+            lambda r: Cell(
+                value=r.delta * scale, signed=True, ci=(r.ci_high - r.ci_low) / 2 * scale, pvalue=r.p_paired,
+                mark="bold" if _finite(r.p_paired) and r.p_paired < alpha_level else None,
+            ),
+        ),
+        (
+            f"{level} CI (bootstrap seeds × problems)",
+            lambda r: Cell(raw=f"[{_number(r.boot_low * scale, 1, True)}, {_number(r.boot_high * scale, 1, True)}]"),
+        ),
+        (f"MDE ($\\alpha$ = {alpha_level:g}, power {power:g})", lambda r: Cell(value=r.mde * scale)),
+    )  # fmt: skip
+    groups, designs = [], set()
+    for model in models:
+        for method, baseline in comparisons.items():
+            found = [look.get((model, method, k)) for k in ks]
+            if not any(r is not None for r in found):
+                continue
+            designs |= {(r.n_seeds, r.n_problems, r.n_samples) for r in found if r is not None}
+            label = f"{names.model(model)}: {names.method(method)} vs {names.method(baseline)}"
+            groups.append(
+                tuple(
+                    Row(
+                        label if i == 0 else "",
+                        (Cell(raw=stat), *(Cell() if r is None else cell(r) for r in found)),
+                    )
+                    for i, (stat, cell) in enumerate(stats)
+                )
+            )
+    if not groups:
+        raise MissingData(f"no comparisons for models {list(models)} on {benchmark!r}")
+    design = "; ".join(f"{s} seeds, {p} problems, n = {n}" for s, p, n in sorted(designs))
+    caption = (
+        f"Power of ACE vs its baseline on {names.benchmark(benchmark)} ({design}): difference in Pass@$k$ "
+        f"(points) paired by seed with its t interval and p-value, the bootstrap interval over seeds and "
+        f"problems, and the minimal detectable effect (MDE) of this design; bold = $p < {alpha_level:g}$."
+    )
+    name = name or f"power_{benchmark}"
+    return Table(
+        name=name,
+        caption=caption,
+        label=f"tab:{name}",
+        header=("Comparison", "Statistic", *(f"@{k}" for k in ks)),
+        groups=tuple(groups),
+        align="ll" + "c" * len(ks),
     )

@@ -252,7 +252,9 @@ def load_checkpoint(
         if not ref_file.is_file():
             raise FileNotFoundError(f"{path} has no {REF_FILE}; it was not written with an EMA reference")
         load_model(ref_model, str(ref_file), strict=True, device=str(device))
-    optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location=device, weights_only=True))
+    # loaded on the host: load_state_dict moves each state tensor to its parameter's device and keeps AdamW's
+    # step counters on the host, where a fresh optimizer has them (map_location=cuda would put them on the GPU)
+    optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=True))
     return read_trainer_state(path)
 
 

@@ -60,6 +60,8 @@ from acerl.config import (
     spec_json,
 )
 from acerl.data.io import read_jsonl
+from acerl.errors import MissingInputError
+from acerl.generate import resolve_device
 from acerl.generate.hf import (
     RolloutBatch,
     encode_prompt,
@@ -69,7 +71,7 @@ from acerl.generate.hf import (
     sample_batch,
 )
 from acerl.prompts import build_prompt
-from acerl.runtime import configure_torch
+from acerl.runtime import autocast, configure_torch
 from acerl.train.checkpoint import (
     find_latest,
     get_rng_states,
@@ -85,7 +87,7 @@ from acerl.train.checkpoint import (
 from acerl.train.data import PromptStream
 from acerl.train.metrics import MetricsLog
 from acerl.train.optim import build_optimizer
-from acerl.train.rewards import Verifier, compute_rewards
+from acerl.train.rewards import Rewards, Verifier, compute_rewards
 from acerl.train.signals import PreemptionFlag, TrainingPreempted
 
 logger = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ __all__ = [
     "batch_logprobs",
     "collect_rollouts",
     "init_state",
+    "micro_batches",
     "resolve_setup",
     "train_run",
     "single_pass_update",
@@ -134,6 +137,12 @@ class TrainSetup:
             before the update, as verl computes them; exact, so ``c_i = 0`` at step 0; when the update is a
             single forward pass they are taken from that pass, see :func:`single_pass_update`) or
             ``rollout`` (the sampler's own log-probs: equal up to float rounding).
+        precision: ``fp32`` or ``bf16`` (autocast of every forward pass; fp32 master weights), from
+            ``compute.precision``; see :func:`acerl.runtime.autocast`.
+        gradient_checkpointing: recompute decoder-layer activations in the backward pass
+            (``compute.gradient_checkpointing``).
+        max_tokens_per_micro_batch: padded-token cap per micro-batch (``compute.max_tokens_per_micro_batch``);
+            ``None``: ``micro_batch_size_per_gpu`` rows only. See :func:`micro_batches`.
     """
 
     hyper: TrainHyper
@@ -147,6 +156,9 @@ class TrainSetup:
     policy_loss: str
     needs_reference: bool
     old_logprobs: OldLogprobs = "recompute"
+    precision: str = "fp32"
+    gradient_checkpointing: bool = False
+    max_tokens_per_micro_batch: int | None = None
 
 
 def estimator_needs_reference(name: str) -> bool:
@@ -228,6 +240,9 @@ def resolve_setup(
         policy_loss=policy_loss,
         needs_reference=family.use_kl_loss or estimator_needs_reference(method.estimator.name),
         old_logprobs=old_source,
+        precision=cfg.compute.precision,
+        gradient_checkpointing=cfg.compute.gradient_checkpointing,
+        max_tokens_per_micro_batch=cfg.compute.max_tokens_per_micro_batch,
     )
 
 
@@ -308,14 +323,18 @@ class Rollouts:
 
     Attributes:
         batch: kept rollouts, ``G`` consecutive rows per group.
-        scores: (B,) rewards used for advantages; group_ids: (B,) group index per row.
+        scores: (B,) rewards used for advantages; group_ids: (B,) group index per row (both on the model's
+            device, like ``batch``).
         sampled: metrics over all rollouts sampled this step (kept or filtered out).
+        correct: (B,) bool grader verdicts of the kept rollouts, before any overlong penalty (which rollouts
+            ACE amplifies, ``estimator.amplify``).
     """
 
     batch: RolloutBatch | None
     scores: Tensor
     group_ids: Tensor
     sampled: dict[str, float]
+    correct: Tensor
 
 
 def collect_rollouts(
@@ -328,14 +347,14 @@ def collect_rollouts(
     eos_id, pad_id = eos_pad_ids(state.tokenizer)
     dynamic = fam.dynamic_sampling.enable
     max_batches = fam.dynamic_sampling.max_batches if dynamic else 1
-    kept: list[tuple[RolloutBatch, Tensor, Tensor]] = []  # (batch, kept rows, scores of kept rows)
+    kept: list[tuple[RolloutBatch, Tensor, Rewards]] = []  # (batch, kept rows, rewards of kept rows)
     n_kept = n_seen = n_mixed = 0
     all_scores, all_correct, all_lengths, all_stopped, all_overlong = [], [], [], [], []
     n_batches = 0
     for _ in range(max_batches):
         n_batches += 1
         idx = state.stream.next(want)
-        with timer("rollout"):
+        with timer("rollout"), autocast(state.device, setup.precision):
             batch = sample_batch(
                 state.model,
                 [data.prompt_ids(i) for i in idx],
@@ -373,7 +392,9 @@ def collect_rollouts(
         all_overlong.append(rewards.overlong)
         keep = mixed if dynamic else torch.ones_like(mixed)
         rows = keep.nonzero().squeeze(-1)[: (want - n_kept) * g]
-        kept.append((batch, rows, rewards.scores[rows]))
+        kept.append(
+            (batch, rows, Rewards(rewards.scores[rows], rewards.correct[rows], rewards.overlong[rows]))
+        )
         n_kept += rows.numel() // g
         if n_kept >= want:
             break
@@ -391,17 +412,24 @@ def collect_rollouts(
         "train/gen_batches": float(n_batches),
         "train/groups": float(n_kept),
     }
+    device = state.device
     if n_kept == 0:
-        return Rollouts(None, torch.zeros(0), torch.zeros(0, dtype=torch.long), sampled)
+        empty = torch.zeros(0, device=device)
+        return Rollouts(
+            None, empty, torch.zeros(0, dtype=torch.long, device=device), sampled,
+            torch.zeros(0, dtype=torch.bool, device=device),
+        )  # fmt: skip
     if len(kept) == 1 and kept[0][1].numel() == len(kept[0][0]):
         merged = kept[0][0]  # everything kept: no re-packing
     else:
         merged = RolloutBatch.cat([b for b, _, _ in kept], pad_id, rows=[r for _, r, _ in kept])
+    # rewards are graded on the host; the advantages combine them with the response mask on the model's device
     return Rollouts(
         batch=merged,
-        scores=torch.cat([s for _, _, s in kept]),
-        group_ids=torch.arange(n_kept).repeat_interleave(g),
+        scores=torch.cat([r.scores for _, _, r in kept]).to(device),
+        group_ids=torch.arange(n_kept, device=device).repeat_interleave(g),
         sampled=sampled,
+        correct=torch.cat([r.correct for _, _, r in kept]).to(device),
     )
 
 
@@ -419,6 +447,33 @@ def _micro_inputs(batch: RolloutBatch, rows: Tensor) -> tuple[Tensor, Tensor, in
     return batch.input_ids[rows, first : p + t], attn[:, first : p + t], t
 
 
+def micro_batches(
+    batch: RolloutBatch, rows: Tensor, max_rows: int, max_tokens: int | None = None
+) -> list[Tensor]:
+    """``rows`` in order, split into consecutive micro-batches of at most ``max_rows`` rows and, with
+    ``max_tokens``, at most ``max_tokens`` padded tokens: ``rows x width``, the width being the longest prompt
+    plus the longest response of the micro-batch (the layout :func:`_micro_inputs` cuts). Long responses then
+    go in small micro-batches and short ones in large ones (verl's ``ppo_max_token_len_per_gpu``); a row wider
+    than the budget forms a micro-batch of its own. The gradient accumulated over micro-batches is the same
+    however they are cut (the losses are aggregated with mini-batch counts), so this is a memory setting."""
+    if max_tokens is None:
+        return list(rows.split(max_rows))
+    p = batch.prompt_length
+    prompt_len = batch.attention_mask[rows, :p].sum(dim=-1).tolist()
+    response_len = batch.response_mask[rows].sum(dim=-1).tolist()
+    out: list[Tensor] = []
+    start, longest_p, longest_r = 0, 0, 0
+    for i, (lp, lr) in enumerate(zip(prompt_len, response_len, strict=True)):
+        wide_p, wide_r = max(longest_p, lp), max(longest_r, lr)
+        n = i - start
+        if n > 0 and (n + 1 > max_rows or (n + 1) * (wide_p + wide_r) > max_tokens):
+            out.append(rows[start:i])
+            start, wide_p, wide_r = i, lp, lr
+        longest_p, longest_r = wide_p, wide_r
+    out.append(rows[start:])
+    return out
+
+
 @torch.no_grad()
 def batch_logprobs(
     model: torch.nn.Module,
@@ -426,13 +481,14 @@ def batch_logprobs(
     temperature: float,
     micro_batch_size: int,
     with_entropy: bool = False,
+    max_tokens: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """(B, T) log-probs (and entropies) of every response token under ``model``, ``micro_batch_size`` rows
-    per forward pass; zeros on padding."""
+    """(B, T) log-probs (and entropies) of every response token under ``model``, in the micro-batches of
+    :func:`micro_batches` (``micro_batch_size`` rows, ``max_tokens`` padded tokens); zeros on padding."""
     b, t = batch.response_ids.shape
     logprobs = torch.zeros(b, t, dtype=torch.float32, device=batch.input_ids.device)
     entropy = torch.zeros_like(logprobs) if with_entropy else None
-    for rows in torch.arange(b, device=logprobs.device).split(micro_batch_size):
+    for rows in micro_batches(batch, torch.arange(b, device=logprobs.device), micro_batch_size, max_tokens):
         ids, attn, tm = _micro_inputs(batch, rows)
         lp, ent = response_logprobs(model, ids, attn, tm, temperature=temperature, with_entropy=with_entropy)
         logprobs[rows, :tm] = lp
@@ -453,10 +509,27 @@ def single_pass_update(setup: TrainSetup, rows: int) -> bool:
     micro-batch (the embedded default). Then ``log pi_old`` -- the policy's log-probs before the update --
     are exactly the (detached) log-probs of that pass, and a separate teacher-forced pass is redundant."""
     h = setup.hyper
-    return h.ppo_epochs == 1 and rows <= min(h.mini_batch_size * h.group_size, h.micro_batch_size_per_gpu)
+    one_micro = rows <= h.micro_batch_size_per_gpu and setup.max_tokens_per_micro_batch is None
+    return h.ppo_epochs == 1 and rows <= h.mini_batch_size * h.group_size and one_micro
 
 
 OnPolicyAdvantages = Callable[[Tensor], Tensor]
+
+
+@contextmanager
+def _checkpointing(model: torch.nn.Module, setup: TrainSetup) -> Iterator[None]:
+    """Train mode for the update's forward when gradient checkpointing is on (transformers checkpoints decoder
+    layers only in train mode; the models here have no dropout, so the values are unchanged). The prompt-KV
+    sharing of :func:`acerl.generate.hf.response_logprobs` needs a KV cache, which checkpointed layers do not
+    fill, so it is off then."""
+    if not setup.gradient_checkpointing:
+        yield
+        return
+    model.train()
+    try:
+        yield
+    finally:
+        model.eval()
 
 
 def update_policy(
@@ -496,11 +569,20 @@ def update_policy(
             n_seqs = (mask[mini].sum(dim=-1) > 0).sum()
             state.optimizer.zero_grad(set_to_none=True)
             pg_total = kl_total = 0.0
-            for rows in mini.split(h.micro_batch_size_per_gpu):
+            for rows in micro_batches(
+                batch, mini, h.micro_batch_size_per_gpu, setup.max_tokens_per_micro_batch
+            ):
                 ids, attn, t = _micro_inputs(batch, rows)
-                logprobs, entropy = response_logprobs(
-                    state.model, ids, attn, t, temperature=h.temperature, with_entropy=epoch == 0
-                )
+                with autocast(mask.device, setup.precision), _checkpointing(state.model, setup):
+                    logprobs, entropy = response_logprobs(
+                        state.model,
+                        ids,
+                        attn,
+                        t,
+                        temperature=h.temperature,
+                        with_entropy=epoch == 0,
+                        share_prompts=not setup.gradient_checkpointing,
+                    )
                 m = mask[rows, :t]
                 if old_logprobs is None:  # on-policy single pass: rows is the whole batch, t its width
                     old_mb = logprobs.detach().masked_fill(~m.bool(), 0.0)
@@ -573,18 +655,20 @@ def _advantage_metrics(adv: Tensor, mask: Tensor) -> dict[str, float]:
 
 
 def _confidence_metrics(
-    out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, estimator: EstimatorConfig
+    out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, estimator: EstimatorConfig, correct: Tensor
 ) -> dict[str, float]:
     """``ace/`` metrics (batch OEF = ``ace/overconfident_frac_neg``); for estimators that do not report them
-    (GRPO) they are computed from the same log-probs with multiplier 1."""
+    (GRPO) they are computed from the same log-probs with multiplier 1, over the rollouts ACE would amplify
+    (``estimator.amplify``)."""
     if out.metrics:
         return dict(out.metrics)
     conf = confidence_scores(old, ref, mask, estimator.length_normalize)
     negative = out.stats.get("negative", out.advantages < 0 if out.advantages.dim() == 1 else None)
     if negative is None:
         return {}
+    amplified = negative & ~correct if estimator.amplify == "incorrect" else negative
     ones = torch.ones_like(conf)
-    return AceOutput(out.advantages, conf, ones, negative, torch.ones_like(negative)).metrics()
+    return AceOutput(out.advantages, conf, ones, negative, torch.ones_like(negative), amplified).metrics()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -637,21 +721,28 @@ def train_step(
         mask = batch.response_mask
         # Alg. 1 line 8 inputs: log pi_old (the sampling policy) and log pi_ref of every response token
         in_update = setup.old_logprobs == "recompute" and single_pass_update(setup, len(batch))
-        with timer("logprobs"):
+        micro = {"max_tokens": setup.max_tokens_per_micro_batch}
+        with timer("logprobs"), autocast(mask.device, setup.precision):
             old: Tensor | None = None
             if setup.old_logprobs == "rollout":
                 old = batch.logprobs
             elif not in_update:
-                old, _ = batch_logprobs(state.model, batch, h.temperature, h.micro_batch_size_per_gpu)
+                old, _ = batch_logprobs(
+                    state.model, batch, h.temperature, h.micro_batch_size_per_gpu, **micro
+                )
             ref = None
             if state.ref_model is not None:
-                ref, _ = batch_logprobs(state.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu)
+                ref, _ = batch_logprobs(
+                    state.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu, **micro
+                )
         computed: dict[str, Any] = {}
 
         def advantages_from(old_lp: Tensor) -> Tensor:
             # Alg. 1 lines 6-9: GRPO group advantages, ACE amplification of negative ones (registry by name)
             with timer("advantage"):
-                out = compute_advantages(est.name, ro.scores, ro.group_ids, old_lp, ref, mask, **est.kwargs())
+                out = compute_advantages(
+                    est.name, ro.scores, ro.group_ids, old_lp, ref, mask, correct=ro.correct, **est.kwargs()
+                )
             computed.update(old=old_lp, out=out)
             return out.token_level(mask)
 
@@ -664,7 +755,7 @@ def train_step(
         old, out = computed["old"], computed["out"]
         metrics.update(_advantage_metrics(out.advantages, mask))
         if ref is not None:
-            metrics.update(_confidence_metrics(out, old, ref, mask, est))
+            metrics.update(_confidence_metrics(out, old, ref, mask, est, ro.correct))
     else:
         logger.warning(
             "step %d: no group with mixed rewards after %d batches; no update",
@@ -691,12 +782,6 @@ def train_step(
 
 def _comparable_spec(spec: dict[str, Any]) -> str:
     return spec_json({k: v for k, v in spec.items() if k != "diagnostic_steps"})
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
@@ -765,7 +850,7 @@ def train_run(
     previous_threads = torch.get_num_threads()
     configure_torch(threads)
     try:
-        dev = _resolve_device(device)
+        dev = torch.device(resolve_device(device))
         state, data = init_state(root, run, setup, dev)
         if ckpt is not None:
             _resume(state, ckpt, setup, dev)
@@ -786,8 +871,8 @@ def init_state(
     the sampling generator seeded with the run seed, and the training set."""
     base = paths.base_model_dir(root, run.model)
     if not (base / "config.json").is_file():
-        raise FileNotFoundError(
-            f"base model folder {base} is missing (run prepare_base for {run.model!r} first)"
+        raise MissingInputError(
+            f"base model folder {base} is missing (run `acerl prepare-base --model {run.model}` first)"
         )
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device).eval()
@@ -795,6 +880,8 @@ def init_state(
     # differently when a weight requires grad, so this keeps its numerics identical to the policy's (at step 1
     # log pi_ref == log pi_old bit for bit and every c_i is exactly 0). No gradient is ever computed for it.
     ref_model = copy.deepcopy(model).eval() if setup.needs_reference else None
+    if setup.gradient_checkpointing:  # the policy only: the reference never runs a backward pass
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     train_file = paths.data_file(root, "train")
     rows = read_jsonl(train_file, required=("problem", "answer"))
     data = TrainingSet(rows, tokenizer, setup.template, setup.hyper.max_prompt_length, train_file)

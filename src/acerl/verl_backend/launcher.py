@@ -38,6 +38,7 @@ from acerl.data.real import (
     verl_train_file,
     verl_val_file,
 )
+from acerl.errors import MissingInputError
 from acerl.verl_backend import PLUGIN_MODULE
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
@@ -574,7 +575,7 @@ def train_run_verl(
         return final
     if not verl_train_file(root, run.model).is_file() and not dry_run:
         if not paths.data_file(root, "train").is_file():
-            raise FileNotFoundError(f"{paths.data_file(root, 'train')} is missing: run prepare_data first")
+            raise MissingInputError(f"{paths.data_file(root, 'train')} is missing: run prepare_data first")
         prepare_verl_data(cfg, root, [run.model])
     cmd = [*build_verl_command(cfg, run, root), *extra_overrides]
     env = verl_env(cfg, run, root)

@@ -1,0 +1,100 @@
+"""What each table and figure of a study's report is: its category and caption in Snakemake's HTML report.
+
+``snakemake --report report.html`` (or ``.zip``) lists every table (``results/tables/*.md``) and figure
+(``results/figures/*.png``) the report rule wrote, grouped by category, each with the caption given here
+(``workflow/rules/report.smk`` passes :func:`captions` to ``workflow/report/item.rst``). A file this catalog does
+not know (a table added later) still appears, under "Other tables" / "Other figures" with its name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from acerl.config import Config
+
+__all__ = ["ReportItem", "describe", "captions", "TABLE_STEMS", "FIGURE_STEMS"]
+
+Kind = Literal["table", "figure"]
+
+
+@dataclass(frozen=True)
+class ReportItem:
+    category: str
+    caption: str
+
+
+_TABLES: tuple[tuple[str, str, str], ...] = (
+    (
+        r"passk_(?P<b>.+)",
+        "Pass@k",
+        "Pass@k (%) of every model and method on {b}: mean over seeds with the 95% confidence interval; "
+        "best bold, second underlined within a model (the paper's main tables).",
+    ),
+    (
+        r"significance_(?P<b>.+)_paired",
+        "Significance",
+        "Each ACE method minus its GRPO-estimator baseline on {b}, in Pass@k points, with the paired t-test "
+        "p-value over matched seeds.",
+    ),
+    (
+        r"significance_(?P<b>.+)",
+        "Significance",
+        "Each ACE method minus its GRPO-estimator baseline on {b}, in Pass@k points, with Welch's t-test "
+        "p-value across seeds.",
+    ),
+    (
+        r"alpha_sensitivity",
+        "Ablations",
+        "Pass@k as the ACE strength alpha varies (alpha = 0 is the baseline).",
+    ),
+    (
+        r"ablation_modulation",
+        "Ablations",
+        "Pass@k of the baseline, ACE with ReLU modulation and ACE with softplus modulation.",
+    ),
+    (
+        r"hyperparameters",
+        "Setup",
+        "Training hyperparameters of each model (the paper's hyperparameter table).",
+    ),
+    (r"ours_vs_paper", "Comparison with the paper", "Our Pass@k against the paper's published numbers."),
+)
+_FIGURES: tuple[tuple[str, str, str], ...] = (
+    (r"passk_curves", "Figures", "Pass@k against k for every method, per model and benchmark (log-scale k)."),
+    (
+        r"penalty_multiplier",
+        "Figures",
+        "ACE's penalty multiplier 1 + alpha * softplus(c) on an incorrect rollout against its confidence c.",
+    ),
+    (
+        r"oef_dynamics",
+        "Figures",
+        "Overconfident-error fraction and overconfidence magnitude on held-out prompts during training.",
+    ),
+    (r"entropy_early", "Figures", "Mean token entropy of the policy over the first training steps."),
+)
+TABLE_STEMS = tuple(p for p, _, _ in _TABLES)
+FIGURE_STEMS = tuple(p for p, _, _ in _FIGURES)
+
+
+def describe(stem: str, kind: Kind) -> ReportItem:
+    """Category and caption of the table or figure written as ``<stem>.md`` / ``<stem>.png``."""
+    for pattern, category, caption in _TABLES if kind == "table" else _FIGURES:
+        m = re.fullmatch(pattern, stem)
+        if m:
+            return ReportItem(category, caption.format(**m.groupdict()))
+    return ReportItem("Other tables" if kind == "table" else "Other figures", stem)
+
+
+def captions(cfg: Config) -> dict[str, str]:
+    """Caption of every table and figure a study can write, by file stem (Snakemake's report ``params``)."""
+    stems = [
+        *(f"{prefix}_{b}" for b in cfg.evaluation.benchmarks for prefix in ("passk", "significance")),
+        *(f"significance_{b}_paired" for b in cfg.evaluation.benchmarks),
+        *(p for p in TABLE_STEMS if "(" not in p),
+    ]
+    out = {s: describe(s, "table").caption for s in stems}
+    out.update({s: describe(s, "figure").caption for s in FIGURE_STEMS})
+    return out

@@ -1,0 +1,217 @@
+"""Compute accounting of a study from Snakemake's ``benchmark:`` TSVs: what a reproduction costs.
+
+Every rule writes one TSV per job (:func:`acerl.paths.benchmark_file`): wall seconds ``s``, ``cpu_time``
+(seconds, user + system of the job's processes), ``max_rss`` (MB, peak resident memory), ... :func:`study_jobs`
+lists the jobs of a configured study exactly as the workflow builds them, :func:`load_benchmarks` reads their
+TSVs, and :func:`compute_tables` sums them per rule, per method and per run, with GPU-hours = wall x the GPUs
+the job requested (``compute.resources`` / ``compute.model_resources``: ``gpus`` per node x ``nodes``).
+
+What it does not count: the report job itself (its TSV is written after it ends), Snakemake's own process, and
+the attempts before a retry (a retried or resumed job's TSV holds its last attempt only). A job run by DVC writes
+no TSV; with none present the tables are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from acerl import paths
+from acerl.config import BASE_METHOD, Config, Run
+from acerl.errors import BadInputError
+from acerl.report.aggregate import MissingData
+from acerl.report.tables import Cell, Row, Table
+
+__all__ = ["GPU_RULES", "Job", "study_jobs", "load_benchmarks", "compute_tables", "BENCH_COLUMNS"]
+
+log = logging.getLogger(__name__)
+
+GPU_RULES = ("prepare_base", "train_policy", "sample", "diagnose")
+"""The rules whose ``resources:`` request ``gpus`` (``workflow/rules/*.smk``; a test keeps the two in step)."""
+MULTI_NODE_RULES = ("train_policy",)
+"""The rules whose ``resources:`` request ``nodes`` (GPUs requested = gpus per node x nodes)."""
+RULE_ORDER = ("prepare_data", "prepare_base", "train_policy", "sample", "grade", "passk", "diagnose")
+BENCH_COLUMNS = ("rule", "job", "model", "method", "seed", "wall_s", "cpu_s", "max_rss_mb", "gpus")
+NOTE = (
+    "Wall and CPU time summed over jobs (jobs run in parallel, so the study's elapsed time is shorter); "
+    "peak memory = the largest resident set of one job; GPU-hours = wall x GPUs requested "
+    "(compute.resources: gpus per node x nodes). From Snakemake's benchmarks/logs/ TSVs (the last "
+    "attempt of each job; the report job and Snakemake itself are not counted). CPU time is Snakemake's "
+    "sampled cpu_time, which misses child processes that end between two samples: a lower bound."
+)
+SHARED = "(shared)"  # the method label of jobs that belong to no method: data and base-model preparation
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of the workflow: its rule, its benchmark path parts, and the run it belongs to (if any)."""
+
+    rule: str
+    parts: tuple[str, ...]
+    model: str | None = None
+    run: Run | None = None
+
+    @property
+    def label(self) -> str:
+        return "/".join(self.parts)
+
+
+def _run_parts(run: Run) -> tuple[str, ...]:
+    return (run.model, run.method, f"seed{run.seed}")
+
+
+def study_jobs(cfg: Config) -> list[Job]:
+    """Every job ``snakemake all`` runs for ``cfg`` except the report (the same grid as ``rule all``)."""
+    models = list(dict.fromkeys(r.model for r in cfg.base_runs() + cfg.runs()))
+    jobs = [Job("prepare_data", ("data",))]
+    jobs += [Job("prepare_base", (m,), model=m) for m in models]
+    jobs += [Job("train_policy", _run_parts(r), r.model, r) for r in cfg.runs()]
+    for rule in ("sample", "grade", "passk"):
+        jobs += [Job(rule, (b, *_run_parts(r)), r.model, r) for b, r in cfg.evaluations()]
+    jobs += [Job("diagnose", _run_parts(r), r.model, r) for r in cfg.diagnostic_runs()]
+    return jobs
+
+
+def gpus_requested(cfg: Config, job: Job) -> int:
+    """GPUs the job asked SLURM for: the rule's ``gpus`` per node x ``nodes`` (0 for rules that ask none)."""
+    if job.rule not in GPU_RULES:
+        return 0
+    res = cfg.resources(job.rule, job.model)
+    return res.gpus * (res.nodes if job.rule in MULTI_NODE_RULES else 1)
+
+
+def _number(value: object) -> float:
+    """A TSV field as a float (Snakemake writes ``NA`` / ``-`` where a job was too short to measure)."""
+    out = pd.to_numeric(value, errors="coerce")
+    return float(out) if pd.notna(out) else float("nan")
+
+
+def read_benchmark_tsv(path: Path) -> dict[str, float]:
+    """The last row of one Snakemake benchmark TSV: wall and CPU seconds, peak RSS in MB."""
+    frame = pd.read_csv(path, sep="\t")
+    if frame.empty or "s" not in frame.columns:
+        raise BadInputError(
+            f"{path}: not a Snakemake benchmark file (no 's' column or no row); delete it (the job's next run "
+            "writes it again)"
+        )
+    row = frame.iloc[-1]
+    return {
+        "wall_s": _number(row["s"]),
+        "cpu_s": _number(row.get("cpu_time")),
+        "max_rss_mb": _number(row.get("max_rss")),
+    }
+
+
+def load_benchmarks(cfg: Config, root: str | Path, jobs: Iterable[Job] | None = None) -> pd.DataFrame:
+    """One row per job of the study whose benchmark TSV exists (:data:`BENCH_COLUMNS`)."""
+    rows = []
+    for job in study_jobs(cfg) if jobs is None else jobs:
+        path = paths.benchmark_file(root, job.rule, *job.parts)
+        if not path.is_file():
+            continue
+        rows.append(
+            {
+                "rule": job.rule,
+                "job": job.label,
+                "model": job.model,
+                "method": job.run.method if job.run else SHARED,
+                "seed": job.run.seed if job.run else None,
+                **read_benchmark_tsv(path),
+                "gpus": gpus_requested(cfg, job),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(BENCH_COLUMNS))
+
+
+def _totals(frame: pd.DataFrame) -> dict[str, float]:
+    return {
+        "jobs": float(len(frame)),
+        "wall_s": float(frame["wall_s"].sum()),
+        "cpu_s": float(frame["cpu_s"].sum()),
+        "max_rss_mb": float(frame["max_rss_mb"].max()) if frame["max_rss_mb"].notna().any() else float("nan"),
+        "gpu_h": float((frame["wall_s"] * frame["gpus"]).sum() / 3600.0),
+    }
+
+
+def _unit(total_wall_s: float) -> tuple[str, float]:
+    """Hours for a study that took ten hours or more, minutes below (so a CI run does not read 0.00 h)."""
+    return ("h", 3600.0) if total_wall_s >= 36000 else ("min", 60.0)
+
+
+def _row(label: str, t: dict[str, float], scale: float, bold: bool = False) -> Row:
+    gib = t["max_rss_mb"] / 1024.0
+    return Row(
+        label,
+        (
+            Cell(raw=f"{int(t['jobs'])}"),
+            Cell(raw=f"{t['wall_s'] / scale:.2f}"),
+            Cell(raw=f"{t['cpu_s'] / scale:.2f}" if pd.notna(t["cpu_s"]) else "--"),
+            Cell(raw=f"{gib:.2f}" if pd.notna(gib) else "--"),
+            Cell(raw=f"{t['gpu_h']:.2f}"),
+        ),
+        bold_label=bold,
+    )
+
+
+def _table(
+    name: str,
+    caption: str,
+    first: str,
+    groups: dict[str, pd.DataFrame],
+    unit: tuple[str, float],
+    total_label: str = "Total",
+    notes: tuple[str, ...] = (),
+) -> Table:
+    label, scale = unit
+    body = tuple(_row(key, _totals(part), scale) for key, part in groups.items())
+    total = _row(total_label, _totals(pd.concat(list(groups.values()))), scale, bold=True)
+    return Table(
+        name=name,
+        caption=caption,
+        label=f"tab:{name}",
+        header=(first, "Jobs", f"Wall ({label})", f"CPU ({label})", "Peak memory (GiB)", "GPU-hours"),
+        groups=(body, (total,)),
+        notes=notes,
+    )
+
+
+def compute_tables(cfg: Config, root: str | Path) -> list[Table]:
+    """Compute per rule, per method and per run (each with the study's total) from the benchmark TSVs.
+
+    Raises :class:`~acerl.report.aggregate.MissingData` when no job of the study has a TSV (e.g. a DVC run).
+    """
+    bench = load_benchmarks(cfg, root)
+    if bench.empty:
+        raise MissingData("no Snakemake benchmark files (benchmarks/logs/) for this study's jobs")
+    expected = len(study_jobs(cfg))
+    if len(bench) < expected:
+        log.warning("compute accounting: %d of %d jobs have a benchmark file", len(bench), expected)
+    unit = _unit(float(bench["wall_s"].sum()))
+    method_names = {BASE_METHOD: "Base", **{k: m.display for k, m in cfg.resolved_methods.items()}}
+    by_rule = {r: bench[bench["rule"] == r] for r in RULE_ORDER if (bench["rule"] == r).any()}
+    methods = [SHARED, BASE_METHOD, *cfg.resolved_methods]
+    by_method = {
+        method_names.get(m, m): bench[bench["method"] == m] for m in methods if (bench["method"] == m).any()
+    }
+    in_run = bench[bench["seed"].notna()]
+    by_run = {
+        f"{cfg.models[mk].display} / {method_names.get(me, me)} / seed {int(s)}": part
+        for (mk, me, s), part in in_run.groupby(["model", "method", "seed"], sort=False)
+    }
+    study = f"{cfg.name}: {len(bench)} jobs"
+    return [
+        _table("compute_rules", f"Compute per rule ({study}).", "Rule", by_rule, unit, notes=(NOTE,)),
+        _table("compute_methods", f"Compute per method ({study}).", "Method", by_method, unit),
+        _table(
+            "compute_runs",
+            f"Compute per run, base models included ({study}).",
+            "Run",
+            by_run,
+            unit,
+            "Total of the runs",
+        ),
+    ]

@@ -1,0 +1,304 @@
+"""Power of the study's ACE-vs-baseline comparisons and the variance decomposition, from per-problem counts.
+
+:func:`power_frame` feeds the report's power tables (:func:`acerl.report.tables.power_table`);
+:func:`decomposition_frame` and :func:`design_frame` the variance decomposition and the design predictions of
+``python -m acerl.report.power`` (docs/reports.md, "Power"). The statistics live in :mod:`acerl.evaluate.power`.
+
+    python -m acerl.report.power <root>/metrics/*/*/*/*.json [--k 32] [--seeds 3 5 8] [--n 32 64 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from acerl.evaluate.passk import pass_at_k_array
+from acerl.evaluate.power import (
+    comparison_components,
+    hierarchical_bootstrap_ci,
+    mde_paired,
+    method_components,
+    paired_effect,
+    predicted_sd,
+    sampling_variance,
+)
+from acerl.report.aggregate import require_columns
+from acerl.report.schema import load_passk_problems
+
+__all__ = [
+    "PROBLEM_COLUMNS",
+    "POWER_COLUMNS",
+    "RunMatrix",
+    "run_matrix",
+    "power_frame",
+    "decomposition_frame",
+    "design_frame",
+    "main",
+]
+
+PROBLEM_COLUMNS = ("benchmark", "model", "method", "seed", "id", "n", "c")
+"""Per-problem counts (:func:`acerl.report.schema.load_passk_problems`)."""
+
+POWER_COLUMNS = (
+    "benchmark", "model", "method", "baseline", "k", "n_seeds", "n_problems", "n_samples",
+    "delta", "ci_low", "ci_high", "p_paired", "boot_low", "boot_high", "sd_diff", "mde",
+    "var_seed", "var_seed_problem", "var_sampling", "var_problem",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunMatrix:
+    """Counts of one method's runs on one benchmark: ``c: (S, P)`` correct of ``n`` per seed and problem."""
+
+    seeds: tuple[int, ...]
+    ids: tuple[str, ...]
+    n: int
+    c: np.ndarray
+
+    def passk(self, k: int) -> np.ndarray:
+        """``(S, P)`` per-problem Pass@k."""
+        return np.stack([pass_at_k_array(self.n, row, k) for row in self.c])
+
+    def sampling(self, k: int, n_eval: int | None = None) -> np.ndarray:
+        """``(S, P)`` sampling variances (:func:`acerl.evaluate.power.sampling_variance`, one prior per run)."""
+        return np.stack([sampling_variance(row, self.n, k, n_eval=n_eval) for row in self.c])
+
+
+def run_matrix(
+    problems: pd.DataFrame, benchmark: str, model: str, method: str, seeds: Sequence[int] | None = None
+) -> RunMatrix:
+    """The ``(seeds, problems)`` counts of one method on one benchmark (problems sorted by id).
+
+    Raises:
+        ValueError: no runs, seeds with different problem sets, or runs with different ``n`` (the report
+            reads ``n`` per problem; the power analysis needs one ``n`` per benchmark).
+    """
+    require_columns(problems, PROBLEM_COLUMNS, "per-problem counts")
+    sub = problems[
+        (problems["benchmark"] == benchmark) & (problems["model"] == model) & (problems["method"] == method)
+    ]
+    sub = sub[sub["seed"].notna()]
+    if seeds is not None:
+        sub = sub[sub["seed"].isin(list(seeds))]
+    if sub.empty:
+        raise ValueError(f"no per-problem counts for {model}/{method} on {benchmark}")
+    ns = sorted(set(sub["n"].astype(int)))
+    if len(ns) != 1:
+        raise ValueError(
+            f"{model}/{method} on {benchmark}: samples per problem differ ({ns}); rerun with one n"
+        )
+    wide = sub.pivot(index="seed", columns="id", values="c")
+    if wide.isna().any().any():
+        raise ValueError(f"{model}/{method} on {benchmark}: the seeds were evaluated on different problems")
+    wide = wide.sort_index().sort_index(axis=1)
+    return RunMatrix(
+        tuple(int(s) for s in wide.index), tuple(str(i) for i in wide.columns), ns[0], wide.to_numpy(np.int64)
+    )
+
+
+def _pair(
+    problems: pd.DataFrame, bench: str, model: str, method: str, baseline: str
+) -> tuple[RunMatrix, ...]:
+    """A and B on their common seeds; the problems must match."""
+    a, b = (run_matrix(problems, bench, model, m) for m in (method, baseline))
+    common = sorted(set(a.seeds) & set(b.seeds))
+    if not common:
+        raise ValueError(
+            f"{model} on {bench}: {method} and {baseline} share no seed; the paired test needs some"
+        )
+    a, b = (run_matrix(problems, bench, model, m, common) for m in (method, baseline))
+    if a.ids != b.ids or a.n != b.n:
+        raise ValueError(
+            f"{model} on {bench}: {method} and {baseline} were evaluated on different problems or n"
+        )
+    return a, b
+
+
+def _comparisons(problems: pd.DataFrame, comparisons: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
+    keys = problems[["benchmark", "model", "method"]].drop_duplicates()
+    have = set(map(tuple, keys.to_numpy()))
+    out = []
+    for bench, model in sorted({(b, m) for b, m, _ in have}):
+        out += [
+            (bench, model, a, b)
+            for a, b in comparisons.items()
+            if {(bench, model, a), (bench, model, b)} <= have
+        ]
+    return out
+
+
+def power_frame(
+    problems: pd.DataFrame,
+    comparisons: Mapping[str, str],
+    ks: Sequence[int],
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    n_boot: int = 4000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Every ACE-vs-baseline comparison per (benchmark, model, k): :data:`POWER_COLUMNS` (fractions).
+
+    ``delta, ci_low, ci_high, p_paired``: the paired t-test on per-seed differences; ``boot_low/high``: the
+    hierarchical bootstrap over seeds and problems; ``sd_diff``: ``sd(d_s)``; ``mde``: its minimal detectable
+    effect at ``alpha``/``power`` with this design; ``var_*``: :func:`acerl.evaluate.power.comparison_components`.
+    Comparisons where either method is absent are left out.
+    """
+    rows = []
+    for bench, model, method, baseline in _comparisons(problems, comparisons):
+        a, b = _pair(problems, bench, model, method, baseline)
+        for k in ks:
+            if k > a.n:
+                continue
+            d = a.passk(k) - b.passk(k)
+            eff = paired_effect(d.mean(axis=1), alpha=alpha, power=power)
+            boot = hierarchical_bootstrap_ci(d, n_boot=n_boot, level=1.0 - alpha, seed=seed)
+            comp = comparison_components(d, a.sampling(k) + b.sampling(k))
+            rows.append(
+                (bench, model, method, baseline, int(k), len(a.seeds), len(a.ids), a.n, eff.delta, eff.ci_low,
+                 eff.ci_high, eff.pvalue, *boot, eff.sd, eff.mde, comp.seed, comp.seed_problem, comp.sampling,
+                 comp.problem)
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(POWER_COLUMNS))
+
+
+def decomposition_frame(problems: pd.DataFrame, ks: Sequence[int]) -> pd.DataFrame:
+    """Per (benchmark, model, method, k) with trained seeds: the SDs of :class:`~acerl.evaluate.power.
+    MethodComponents` (fractions) -- between seeds, of which evaluation sampling and training, and problems."""
+    rows = []
+    trained = problems[problems["seed"].notna()]
+    for bench, model, method in (
+        trained[["benchmark", "model", "method"]].drop_duplicates().itertuples(index=False)
+    ):
+        m = run_matrix(problems, bench, model, method)
+        for k in (k for k in ks if k <= m.n):
+            x = m.passk(k)
+            mc = method_components(x, m.sampling(k))
+            rows.append(
+                (bench, model, method, int(k), mc.n_seeds, mc.n_problems, m.n, float(x.mean()), mc.between_seeds,
+                 mc.sampling, mc.training, mc.problems)
+            )  # fmt: skip
+    cols = ["benchmark", "model", "method", "k", "n_seeds", "n_problems", "n_samples", "mean", "sd_between",
+            "sd_sampling", "sd_training", "sd_problems"]  # fmt: skip
+    return pd.DataFrame(rows, columns=cols).sort_values(
+        ["benchmark", "model", "method", "k"], ignore_index=True
+    )
+
+
+def design_frame(
+    problems: pd.DataFrame,
+    comparisons: Mapping[str, str],
+    k: int,
+    *,
+    seeds: Sequence[int],
+    n_samples: Sequence[int],
+    n_problems: Sequence[int] | None = None,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> pd.DataFrame:
+    """Predicted ``sd(d_s)`` and MDE of each comparison at Pass@``k`` for every design (seeds x problems x n),
+    from the variance components the observed runs give (sampling noise re-derived for each ``n``)."""
+    rows = []
+    for bench, model, method, baseline in _comparisons(problems, comparisons):
+        a, b = _pair(problems, bench, model, method, baseline)
+        if k > a.n:
+            continue
+        comp = comparison_components(a.passk(k) - b.passk(k), a.sampling(k) + b.sampling(k))
+        for s, n, p in itertools.product(seeds, n_samples, n_problems or [len(a.ids)]):
+            if k > n:
+                continue
+            samp = float((a.sampling(k, n_eval=n) + b.sampling(k, n_eval=n)).mean())
+            sd = predicted_sd(comp, n_problems=p, sampling=samp) if math.isfinite(comp.seed) else math.nan
+            rows.append(
+                (
+                    bench,
+                    model,
+                    method,
+                    baseline,
+                    int(k),
+                    int(s),
+                    int(p),
+                    int(n),
+                    sd,
+                    mde_paired(sd, s, alpha, power),
+                )
+            )
+    cols = [
+        "benchmark",
+        "model",
+        "method",
+        "baseline",
+        "k",
+        "n_seeds",
+        "n_problems",
+        "n_samples",
+        "sd_diff",
+        "mde",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _markdown(df: pd.DataFrame, decimals: int = 2) -> str:
+    """A DataFrame as a Markdown pipe table (floats to ``decimals`` places)."""
+
+    def cell(v: object) -> str:
+        return f"{v:.{decimals}f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the variance decomposition, the power of every comparison and the design predictions (Markdown)."""
+    ap = argparse.ArgumentParser(prog="python -m acerl.report.power", description=main.__doc__)
+    ap.add_argument(
+        "metrics", nargs="+", type=Path, help="Pass@k metrics files (metrics/<benchmark>/.../*.json)"
+    )
+    ap.add_argument(
+        "--ks", type=int, nargs="+", default=None, help="budgets (default: every k the files hold)"
+    )
+    ap.add_argument(
+        "--k", type=int, default=None, help="budget of the design predictions (default: largest k)"
+    )
+    ap.add_argument("--seeds", type=int, nargs="+", default=[3, 5, 8], help="seed counts of the designs")
+    ap.add_argument("--n", type=int, nargs="+", default=None, help="samples per problem of the designs")
+    ap.add_argument("--problems", type=int, nargs="+", default=None, help="problem counts of the designs")
+    ap.add_argument("--comparisons", nargs="+", default=["ace_grpo:grpo", "ace_dapo:dapo"],
+                    help="method:baseline pairs")  # fmt: skip
+    args = ap.parse_args(argv)
+    problems = load_passk_problems(args.metrics)
+    n_max = int(problems["n"].min())
+    ks = args.ks or [k for k in (1, 2, 4, 8, 16, 32, 64, 128) if k <= n_max]
+    comparisons = dict(pair.split(":", 1) for pair in args.comparisons)
+    k = args.k or max(ks)
+    pct = 100.0
+    dec = decomposition_frame(problems, ks)
+    dec[["mean", *[c for c in dec.columns if c.startswith("sd_")]]] *= pct
+    print("## Variance decomposition (Pass@k points; SD of one run's score)\n")
+    print(_markdown(dec))
+    pw = power_frame(problems, comparisons, ks)
+    pw[["delta", "ci_low", "ci_high", "boot_low", "boot_high", "sd_diff", "mde"]] *= pct
+    for c in ("var_seed", "var_seed_problem", "var_sampling", "var_problem"):
+        pw[c] = np.sqrt(pw[c]) * pct  # shown as SDs in points
+    print("## Comparisons (points; var_* columns shown as SDs in points)\n")
+    print(_markdown(pw, decimals=3))
+    des = design_frame(
+        problems, comparisons, k, seeds=args.seeds, n_samples=args.n or [n_max], n_problems=args.problems
+    )
+    des[["sd_diff", "mde"]] *= pct
+    print(f"## Designs at Pass@{k} (predicted sd of the per-seed difference and MDE, points)\n")
+    print(_markdown(des))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

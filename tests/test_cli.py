@@ -1,0 +1,291 @@
+"""The ``acerl`` command line as a user meets it: expected failures print one line naming the file / key and the
+fix with a documented exit code (no traceback unless ``--verbose``); config composes as in the workflow; one
+training command; a closed stdout ends quietly; hub models come from the local Hugging Face cache offline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acerl import paths
+from acerl.cli import config_files, main
+from acerl.config import load_config
+from acerl.errors import BadInputError, MissingInputError, SourceUnavailableError
+from acerl.train.__main__ import main as train_module_main
+
+REPO = Path(__file__).resolve().parents[1]
+ACERL = Path(sys.executable).parent / "acerl"
+PAPER_MODEL = "qwen25_math_7b"
+PAPER_HUB_ID = "Qwen/Qwen2.5-Math-7B"
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands run from the project directory, where the workflow default config/config.yaml lives."""
+    monkeypatch.chdir(REPO)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line(err: str, *needles: str) -> str:
+    """``err`` is one ``acerl <command>: <kind>: ...`` line holding every needle, with no traceback."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("acerl ")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------- error policy
+def test_train_without_base_model_is_one_line_exit_3(capsys, tmp_path: Path) -> None:
+    code, _, err = run_main(
+        capsys, "train", "--model", "tiny", "--method", "ace_grpo", "--root", str(tmp_path)
+    )
+    assert code == MissingInputError.exit_code == 3
+    line = assert_one_line(err, "acerl train: missing input:", str(paths.base_model_dir(tmp_path, "tiny")))
+    assert "acerl prepare-base --model tiny" in line  # the fix
+
+
+def test_verbose_adds_the_traceback(capsys, tmp_path: Path) -> None:
+    code, _, err = run_main(
+        capsys, "train", "--model", "tiny", "--method", "grpo", "--root", str(tmp_path), "--verbose"
+    )
+    assert code == 3
+    assert "Traceback (most recent call last)" in err and "MissingInputError" in err
+    assert err.rstrip().splitlines()[-1].startswith("acerl train: missing input:")
+
+
+def test_python_m_acerl_train_is_acerl_train(capsys, tmp_path: Path) -> None:
+    """One training command: the module entry point is the CLI's ``train`` with the same options and policy."""
+    code = train_module_main(
+        ["--model", "tiny", "--method", "grpo", "--root", str(tmp_path), "--threads", "1"]
+    )
+    assert code == 3
+    assert_one_line(capsys.readouterr().err, "acerl train: missing input:")
+
+
+def test_train_has_the_local_trainer_options(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["train", "-h"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--device", "--threads", "--reference", "--ref-ema-decay", "--old-logprobs", "--no-progress"):
+        assert opt in out
+
+
+def test_local_trainer_options_refused_with_verl(capsys, tmp_path: Path) -> None:
+    code, _, err = run_main(
+        capsys, "train", "--model", "tiny", "--method", "grpo", "--root", str(tmp_path),
+        "--set", "compute.backend=verl", "--reference", "ema", "--threads", "2",
+    )  # fmt: skip
+    assert code == 2
+    assert_one_line(err, "config error", "--threads", "--reference", "compute.backend: verl")
+
+
+def test_unknown_model_names_the_valid_ones(capsys, tmp_path: Path) -> None:
+    code, _, err = run_main(capsys, "prepare-base", "--model", "gpt5", "--root", str(tmp_path))
+    assert code == 2
+    assert_one_line(err, "--model", "'gpt5'", "valid: tiny")
+
+
+def test_missing_dataset_file_names_the_key(capsys, tmp_path: Path) -> None:
+    """Real data from a local path that is absent: the file, and the key to fix."""
+    code, _, err = run_main(
+        capsys, "prepare-data", "--config", "config/paper.yaml", "--root", str(tmp_path),
+        "--set", f"data.real.train.path={tmp_path / 'nope.jsonl'}",
+    )  # fmt: skip
+    assert code == BadInputError.exit_code == 4
+    assert_one_line(err, "acerl prepare-data: bad input:", "nope.jsonl")
+
+
+def test_malformed_data_row_names_file_and_line(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "train.jsonl"
+    bad.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "problem": \n')
+    code, _, err = run_main(
+        capsys, "prepare-data", "--config", "config/paper.yaml", "--root", str(tmp_path / "w"),
+        "--set", f"data.real.train.path={bad}",
+    )  # fmt: skip
+    assert code == 4
+    assert_one_line(err, "bad input", f"{bad}:2: invalid JSON")
+
+
+def test_config_error_lists_valid_template_names(capsys) -> None:
+    code, _, err = run_main(capsys, "config", "--set", "models.tiny.template=bogus")
+    assert code == 2
+    assert "Traceback" not in err
+    assert "models.tiny.template: unknown prompt template 'bogus'; valid: " in err and "qwen_boxed" in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("families.grpo.reference=ema", "families.grpo.reference: 'ema'"),
+        ("models.tiny.train.old_logprobs=rollout", "models.tiny.train.old_logprobs: 'rollout'"),
+    ],
+)
+def test_local_only_settings_with_verl_are_refused(capsys, setting: str, key: str) -> None:
+    """verl has no EMA reference and always recomputes log pi_old: such settings are refused at validation,
+    never silently dropped by the backend."""
+    code, _, err = run_main(capsys, "config", "--set", "compute.backend=verl", "--set", setting)
+    assert code == 2
+    assert_one_line(err, "config error", key, "compute.backend: local")
+
+
+def test_closed_stdout_ends_quietly_like_a_unix_tool() -> None:
+    """``acerl config runs | head -0``: no BrokenPipeError traceback, the SIGPIPE status 141."""
+    proc = subprocess.Popen(
+        [str(ACERL), "config", "runs"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # the reader goes away before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""
+
+
+# -------------------------------------------------------------------------------------- one way in: config
+def test_cli_stacks_user_files_over_the_workflow_default(capsys) -> None:
+    """``acerl config --config config/paper.yaml`` validates what ``snakemake --configfile=config/paper.yaml``
+    runs (common.smk: the default first, then the user's files)."""
+    code, out, err = run_main(capsys, "config", "--config", "config/paper.yaml")
+    assert code == 0, err
+    assert "benchmarks math500, aime2025" in out
+    assert config_files(["config/paper.yaml"]) == [Path("config/config.yaml"), Path("config/paper.yaml")]
+    assert config_files(["config/config.yaml", "config/test.yaml"]) == [
+        Path("config/config.yaml"),
+        Path("config/test.yaml"),
+    ]
+    cli = load_config(config_files(["config/paper.yaml"]))
+    assert cli == load_config(["config/config.yaml", "config/paper.yaml"])
+
+
+def test_no_default_config_uses_the_files_alone(capsys) -> None:
+    code, _, err = run_main(capsys, "config", "--no-default-config", "--config", "config/paper.yaml")
+    assert code == 2
+    assert_one_line(err, "config error", "config/paper.yaml", "methods")
+
+
+def test_default_config_missing_names_the_fix(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(capsys, "config")
+    assert code == 2
+    assert_one_line(err, "config/config.yaml", "project directory", "--no-default-config")
+
+
+# ---------------------------------------------------------------------------------- hub models, offline
+def _offline_env(hub_cache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    return {**env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(hub_cache.parent), "HF_HUB_CACHE": str(hub_cache)}
+
+
+def _fake_hub_snapshot(hub_cache: Path, repo_id: str, files: dict[str, str]) -> Path:
+    """A model in the Hugging Face cache layout (refs/main -> snapshots/<commit>/), as a download leaves it."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for name, text in files.items():
+        (snap / name).write_text(text)
+    return snap
+
+
+def _prepare_paper_base(root: Path, hub_cache: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [str(ACERL), "prepare-base", "--config", "config/paper.yaml", "--model", PAPER_MODEL]
+    return subprocess.run(
+        [*cmd, "--root", str(root)], cwd=REPO, env=_offline_env(hub_cache), capture_output=True, text=True
+    )
+
+
+def test_hub_model_from_the_local_cache_offline(tmp_path: Path) -> None:
+    snap = _fake_hub_snapshot(
+        tmp_path / "hf" / "hub",
+        PAPER_HUB_ID,
+        {"config.json": '{"model_type": "qwen2"}', "tokenizer.json": "{}"},
+    )
+    proc = _prepare_paper_base(tmp_path / "w", tmp_path / "hf" / "hub")
+    assert proc.returncode == 0, proc.stderr
+    out = paths.base_model_dir(tmp_path / "w", PAPER_MODEL)
+    assert out.is_symlink() and out.resolve() == snap.resolve()
+    assert (out / "config.json").read_text() == '{"model_type": "qwen2"}'
+
+
+def test_hub_model_offline_and_not_cached_names_models_path(tmp_path: Path) -> None:
+    (tmp_path / "hf" / "hub").mkdir(parents=True)
+    proc = _prepare_paper_base(tmp_path / "w", tmp_path / "hf" / "hub")
+    assert proc.returncode == SourceUnavailableError.exit_code == 4, proc.stderr
+    assert_one_line(
+        proc.stderr, "acerl prepare-base: source unavailable:", PAPER_HUB_ID, f"models.{PAPER_MODEL}.path"
+    )
+    assert not paths.base_model_dir(tmp_path / "w", PAPER_MODEL).exists()
+
+
+def test_local_model_path_is_linked_and_checked(capsys, tmp_path: Path) -> None:
+    local = tmp_path / "my-model"
+    local.mkdir()
+    argv = [
+        "prepare-base",
+        "--config",
+        "config/paper.yaml",
+        "--model",
+        PAPER_MODEL,
+        "--root",
+        str(tmp_path / "w"),
+    ]
+    code, _, err = run_main(capsys, *argv, "--set", f"models.{PAPER_MODEL}.path={local}")
+    assert code == 2
+    assert_one_line(err, f"models.{PAPER_MODEL}.path", "no config.json")
+    (local / "config.json").write_text("{}")
+    code, _, err = run_main(capsys, *argv, "--set", f"models.{PAPER_MODEL}.path={local}")
+    assert code == 0, err
+    assert paths.base_model_dir(tmp_path / "w", PAPER_MODEL).resolve() == local.resolve()
+
+
+# ------------------------------------------------------------------------------ the paper-scale profile
+def test_missing_slurm_profile_names_the_installer(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "site"))
+    code, _, err = run_main(capsys, "profile")
+    assert code == 3
+    assert_one_line(
+        err, "acerl profile: missing input:", "'slurm'", "scripts/install_slurm_profile.sh --partition"
+    )
+
+
+def test_installed_slurm_profile_is_found(tmp_path: Path) -> None:
+    """After the installer, ``acerl profile`` finds the profile where ``snakemake --profile slurm`` does."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    install = [str(REPO / "scripts" / "install_slurm_profile.sh"), "--partition", "gpu", "--no-account"]
+    subprocess.run(
+        [*install, "--status-command", "squeue"], cwd=REPO, env=env, check=True, capture_output=True
+    )
+    proc = subprocess.run([str(ACERL), "profile"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()) == tmp_path / "xdg" / "snakemake" / "slurm" / "config.yaml"
+
+
+def test_every_profile_command_shown_names_the_installer() -> None:
+    """Nowhere the project shows ``snakemake --profile slurm`` without the installer (or the check naming it)."""
+    from study import project_files
+
+    shown = [
+        f
+        for f in project_files()
+        if not f.startswith("tests/") and "snakemake --profile slurm" in (REPO / f).read_text(errors="ignore")
+    ]
+    assert {"README.md", "Makefile", "Snakefile", "config/paper.yaml", "docs/cluster.md"} <= set(shown)
+    for f in shown:
+        text = (REPO / f).read_text(errors="ignore")
+        assert "install_slurm_profile.sh" in text, (
+            f"{f} shows `snakemake --profile slurm` without the installer"
+        )

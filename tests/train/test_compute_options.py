@@ -1,0 +1,152 @@
+"""The one-GPU settings of the local trainer, checked on CPU: ``compute.precision: bf16`` (autocast with fp32
+master weights), ``compute.gradient_checkpointing``, ``compute.max_tokens_per_micro_batch`` and
+``compute.device: auto``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from trainer_fixtures import DigitVerifier, make_config
+
+from acerl import paths
+from acerl.algos.advantages import compute_advantages
+from acerl.config import Run
+from acerl.generate.hf import RolloutBatch, pack_rows
+from acerl.runtime import autocast
+from acerl.train import train_run
+from acerl.train.checkpoint import find_latest
+from acerl.train.loop import (
+    Timer,
+    batch_logprobs,
+    collect_rollouts,
+    init_state,
+    micro_batches,
+    resolve_setup,
+    update_policy,
+)
+
+RUN = Run("tiny", "ace_grpo", 0)
+
+
+def _train(root: Path, *extra: str, device: str = "cpu") -> dict[str, torch.Tensor]:
+    cfg = make_config("models.tiny.train.total_steps=1", *extra)
+    final = train_run(cfg, RUN, root, device=device, verifier=DigitVerifier(), progress=False)
+    return load_file(str(final / "model.safetensors"))
+
+
+def test_bf16_autocast_changes_the_forward_but_keeps_fp32_weights(tiny_root: Path, tmp_path: Path) -> None:
+    cfg = make_config("compute.precision=bf16")
+    assert cfg.run_spec(RUN)["precision"] == "bf16"  # bf16 results are cached apart from fp32 ones
+    assert "precision" not in make_config().run_spec(RUN)  # fp32 specs are unchanged
+    state, data = init_state(tiny_root, RUN, resolve_setup(cfg, RUN), torch.device("cpu"))
+    prompts = [data.prompt_ids(i) for i in range(4)]
+    ids, attn, resp = pack_rows(prompts, [[5, 6, 7]] * 4, pad_id=0)
+    batch = RolloutBatch(ids, attn, ids[:, -3:], resp, torch.zeros(4, 3), torch.ones(4, dtype=torch.bool))
+    fp32, _ = batch_logprobs(state.model, batch, 1.0, 4)
+    with autocast("cpu", "bf16"):
+        bf16, _ = batch_logprobs(state.model, batch, 1.0, 4)
+    assert bf16.dtype == torch.float32 and not torch.equal(bf16, fp32)  # autocast engaged; log-probs float32
+    torch.testing.assert_close(bf16, fp32, rtol=0, atol=0.05)
+
+    rollouts = {}
+    for precision in ("fp32", "bf16"):  # the trainer's own rollouts run under the setting
+        setup = resolve_setup(make_config(f"compute.precision={precision}"), RUN)
+        state, data = init_state(tiny_root, RUN, setup, torch.device("cpu"))
+        rollouts[precision] = collect_rollouts(state, setup, data, DigitVerifier(), Timer()).batch.logprobs
+    assert not torch.equal(rollouts["fp32"], rollouts["bf16"])
+
+    weights = _train(tiny_root, "compute.precision=bf16", device="auto")  # auto: cpu on this machine
+    assert all(w.dtype == torch.float32 for w in weights.values())
+    optim = torch.load(find_latest(paths.checkpoints_dir(tiny_root, RUN)) / "optimizer.pt")
+    moments = [s["exp_avg"] for s in optim["state"].values()]
+    assert moments and all(m.dtype == torch.float32 and m.abs().sum() > 0 for m in moments)
+
+
+def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, int]:
+    """The gradient of one step's update (the optimizer step is skipped), the bytes autograd saved for the
+    backward pass and the number of micro-batches, on the rollouts of the seeded first step (the same for
+    every ``extra`` setting here)."""
+    cfg = make_config("models.tiny.train.mini_batch_size=4", "models.tiny.train.lr=1.0e-8", *extra)
+    setup = resolve_setup(cfg, RUN)
+    state, data = init_state(root, RUN, setup, torch.device("cpu"))
+    ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+    old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)
+    ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 16)
+    adv = compute_advantages("grpo", ro.scores, ro.group_ids).token_level(ro.batch.response_mask)
+    grads: list[torch.Tensor] = []
+    state.optimizer.step = lambda: grads.extend(p.grad.clone() for p in state.model.parameters())
+    saved = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        update_policy(state, setup, ro.batch, old, ref, adv)
+    rows = torch.arange(len(ro.batch))
+    n_micro = len(micro_batches(ro.batch, rows, 16, setup.max_tokens_per_micro_batch))
+    return grads, saved, n_micro
+
+
+def _same_gradient(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-4)
+
+
+def test_gradient_checkpointing_saves_activations_not_results(tiny_root: Path) -> None:
+    plain, plain_saved, _ = _update_gradient(tiny_root, "models.tiny.train.micro_batch_size_per_gpu=16")
+    ckpt, ckpt_saved, _ = _update_gradient(
+        tiny_root, "models.tiny.train.micro_batch_size_per_gpu=16", "compute.gradient_checkpointing=true"
+    )
+    _same_gradient(plain, ckpt)  # the same update ...
+    assert ckpt_saved < 0.5 * plain_saved, (ckpt_saved, plain_saved)  # ... keeping far fewer activations
+
+
+def test_token_budget_micro_batches_give_the_same_gradient(tiny_root: Path) -> None:
+    whole, _, one = _update_gradient(tiny_root, "models.tiny.train.micro_batch_size_per_gpu=16")
+    budget, _, several = _update_gradient(
+        tiny_root, "models.tiny.train.micro_batch_size_per_gpu=16", "compute.max_tokens_per_micro_batch=200"
+    )
+    assert one == 1 and several > 2
+    _same_gradient(whole, budget)
+
+
+def test_micro_batches_respect_rows_and_token_budget() -> None:
+    prompts = [[1] * n for n in (3, 5, 2, 4, 6, 1)]
+    responses = [[2] * n for n in (4, 1, 9, 2, 2, 3)]
+    ids, attn, resp = pack_rows(prompts, responses, pad_id=0)
+    t = resp.shape[1]
+    batch = RolloutBatch(ids, attn, ids[:, -t:], resp, torch.zeros(6, t), torch.ones(6, dtype=torch.bool))
+    rows = torch.arange(6)
+    assert [r.tolist() for r in micro_batches(batch, rows, 4)] == [[0, 1, 2, 3], [4, 5]]
+    parts = micro_batches(batch, rows, 4, max_tokens=20)
+    assert torch.cat(parts).tolist() == list(range(6))  # every row once, in order
+    for part in parts:
+        width = max(len(prompts[i]) for i in part) + max(len(responses[i]) for i in part)
+        assert len(part) <= 4 and (len(part) == 1 or len(part) * width <= 20), part
+    assert [r.tolist() for r in parts] == [[0, 1], [2], [3, 4], [5]]
+    assert [r.tolist() for r in micro_batches(batch, rows, 4, max_tokens=1)] == [[i] for i in range(6)]
+
+
+@pytest.mark.parametrize("key", ["compute.precision=fp16", "compute.max_tokens_per_micro_batch=0"])
+def test_bad_compute_settings_are_refused(key: str) -> None:
+    from acerl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=key.split("=")[0].split(".")[-1]):
+        make_config(key)
+
+
+def test_cuda_without_a_gpu_is_a_config_error() -> None:
+    from acerl.config import ConfigError
+    from acerl.generate import resolve_device
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match=r"compute\.device.*no CUDA GPU"):
+        resolve_device("cuda")

@@ -1,0 +1,48 @@
+"""docs/verl.md quotes the paper config's numbers: the override listing and the step / snapshot counts must be
+what the launcher and ``config/paper.yaml`` give today (a stale 90-step schedule once survived a config fix)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from acerl.config import Run
+from acerl.verl_backend.launcher import verl_overrides
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "verl.md"
+EXAMPLE = Run("qwen25_math_7b", "grpo", 0)
+EXAMPLE_ROOT = Path("/work")  # the root the doc's listing is rendered with ("with `root=/work`")
+
+
+def doc_listing(text: str) -> dict[str, str]:
+    """``key -> value`` of the override listing (the ``text`` block after "Full list for"), comments dropped."""
+    start = text.index("Full list for `qwen25_math_7b / grpo / seed0`")
+    block = text[
+        text.index("```text", start) + len("```text") : text.index("```", text.index("```text", start) + 7)
+    ]
+    out = {}
+    for line in block.strip().splitlines():
+        item = re.split(r"\s+#", line, maxsplit=1)[0].strip()
+        key, value = item.split("=", 1)
+        out[key] = value
+    return out
+
+
+def test_override_listing_is_what_the_launcher_builds(paper_cfg):
+    ours = dict(item.split("=", 1) for item in verl_overrides(paper_cfg, EXAMPLE, EXAMPLE_ROOT))
+    doc = doc_listing(DOC.read_text(encoding="utf-8"))
+    assert sorted(doc) == sorted(ours), "docs/verl.md lists other keys than the launcher builds"
+    stale = {k: (doc[k], ours[k]) for k in doc if doc[k] != ours[k]}
+    assert not stale, f"docs/verl.md: (doc, launcher) values differ: {stale}"
+
+
+def test_step_and_snapshot_numbers_follow_the_config(paper_cfg):
+    text = DOC.read_text(encoding="utf-8")
+    qwen25, qwen3 = (paper_cfg.models[m].train.total_steps for m in ("qwen25_math_7b", "qwen3_8b_base"))
+    assert f"this is {qwen25} steps for Qwen2.5-Math-7B (batch 2048) and {qwen3} for Qwen3/Llama" in text
+    steps = paper_cfg.diagnostic_steps("qwen25_math_7b")
+    save_freq = math.gcd(paper_cfg.models["qwen25_math_7b"].train.save_every, *steps)
+    schedule = ", ".join(str(s) for s in steps[:2]) + ", ..., " + ", ".join(str(s) for s in steps[4:])
+    assert f"({save_freq} for the paper's schedule {schedule};" in text
+    assert f"{qwen25 // save_freq} saves of a 7B model over {qwen25} steps" in text
