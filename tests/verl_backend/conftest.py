@@ -67,11 +67,3 @@ def _apply_overrides(base, overrides: Sequence[str]):
 def apply_overrides():
     """``apply_overrides(base, overrides)``: see :func:`_apply_overrides`."""
     return _apply_overrides
-
-
-@pytest.fixture
-def requires_ace_amplify() -> None:
-    """:func:`ace_interface.require_ace_amplify` as a fixture."""
-    from ace_interface import require_ace_amplify
-
-    require_ace_amplify()

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ace_interface import verl_overrides  # launcher.verl_overrides; ACE runs skip until issue 13 is merged
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from acerl.config import Run
+from acerl.verl_backend.launcher import verl_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER_CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"]

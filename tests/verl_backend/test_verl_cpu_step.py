@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from ace_interface import ace_amplify_merged, require_ace_amplify
 
 from acerl.algos.advantages import ace_advantages, grpo_advantages
 from acerl.algos.dapo import overlong_penalty
@@ -44,12 +43,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def step(tmp_path_factory, shared_data: Path) -> Path:
-    """Run ``cpu_step.py`` once for every method (ACE methods once issue 13's interface is merged)."""
+    """Run ``cpu_step.py`` once for every method."""
     import acerl
     from acerl.verl_backend import PLUGIN_MODULE
 
     work = tmp_path_factory.mktemp("verl_cpu_step")
-    methods = METHODS if ace_amplify_merged() else ("grpo", "dapo")
     src = Path(acerl.__file__).resolve().parents[1]
     env = {
         **os.environ,
@@ -68,7 +66,7 @@ def step(tmp_path_factory, shared_data: Path) -> Path:
         str(work),
         str(shared_data),
         str(repo),
-        ",".join(methods),
+        ",".join(METHODS),
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-6000:])
@@ -76,8 +74,6 @@ def step(tmp_path_factory, shared_data: Path) -> Path:
 
 
 def _load(step: Path, method: str) -> tuple[dict, dict]:
-    if method.startswith("ace"):
-        require_ace_amplify(method)
     tensors = torch.load(step / f"result_{method}.pt", weights_only=True)
     return tensors, json.loads((step / f"result_{method}.json").read_text())
 

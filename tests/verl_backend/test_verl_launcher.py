@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from ace_interface import require_ace_amplify, verl_overrides  # noqa: E402  (skips ACE runs until issue 13)
 from omegaconf import OmegaConf
 
 from acerl import paths
@@ -35,6 +34,7 @@ from acerl.verl_backend.launcher import (
     format_value,
     supersede_if_settings_changed,
     train_run_verl,
+    verl_overrides,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,7 +257,6 @@ def test_misconfigurations_fail(paper_cfg) -> None:
 
 def test_command_and_dry_run(paper_cfg, tmp_path: Path, monkeypatch, caplog) -> None:
     run = Run("qwen3_8b_base", "ace_dapo", 1)
-    require_ace_amplify(run.method)
     cmd = build_verl_command(paper_cfg, run, tmp_path)
     assert cmd[:3] == [sys.executable, "-m", ENTRY_MODULE]
     monkeypatch.setenv(
@@ -431,7 +430,6 @@ def test_train_run_verl_orchestration(tmp_path: Path) -> None:
         ],
     )
     run = Run("qwen25_math_7b", "ace_grpo", 0)
-    require_ace_amplify(run.method)
     rows = [{"id": f"p{i}", "problem": f"Find {i}+{i}.", "answer": str(2 * i)} for i in range(9)]
     for split in ("train", "math500", "aime2025"):
         write_jsonl(paths.data_file(tmp_path, split), rows)

@@ -85,7 +85,6 @@ def test_estimator_registered_and_shim_installed() -> None:
     assert not hasattr(ray_trainer.compute_advantage.__wrapped__, "__wrapped__")
 
 
-@pytest.mark.usefixtures("requires_ace_amplify")
 @pytest.mark.parametrize("signed", [False, True])
 @pytest.mark.parametrize(
     "ace",
@@ -133,7 +132,6 @@ def test_grpo_path_unchanged() -> None:
     assert torch.equal(through_shim.batch["advantages"], direct)
 
 
-@pytest.mark.usefixtures("requires_ace_amplify")
 def test_alpha_zero_equals_verl_grpo() -> None:
     a, b = _batch(seed=7), _batch(seed=7)
     ace = ray_trainer.compute_advantage(a, adv_estimator="ace", config=_algo_config(alpha=0.0))
@@ -141,7 +139,6 @@ def test_alpha_zero_equals_verl_grpo() -> None:
     torch.testing.assert_close(ace.batch["advantages"], grpo.batch["advantages"], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.usefixtures("requires_ace_amplify")
 def test_token_granularity_and_std_switch() -> None:
     data = _batch(seed=3)
     out = ray_trainer.compute_advantage(
@@ -179,7 +176,6 @@ def _overlong_group() -> DataProto:
     )
 
 
-@pytest.mark.usefixtures("requires_ace_amplify")
 def test_ace_amplifies_only_incorrect_rollouts_with_verl_acc() -> None:
     """Defect 7: a correct but overlong rollout with A < 0 is not amplified under ``amplify=incorrect`` (the
     verdict comes from verl's ``acc``: legacy trainer in ``non_tensor_batch``, V1 through the step context);
@@ -208,7 +204,6 @@ def test_ace_amplifies_only_incorrect_rollouts_with_verl_acc() -> None:
     assert neg[2] < grpo[2] and neg[3] < grpo[3]
 
 
-@pytest.mark.usefixtures("requires_ace_amplify")
 def test_missing_verdicts_are_a_clear_error() -> None:
     with pytest.raises(ValueError, match="correct"):
         ray_trainer.compute_advantage(_overlong_group(), adv_estimator="ace", config=_algo_config())
@@ -310,9 +305,8 @@ def test_dynamic_sampling_is_capped(paper_cfg, verl_base_config, apply_overrides
     """Defect: V1's replay buffer ignores ``filter_groups.max_num_gen_batches`` and refills without bound. The
     plugin's wrapper around verl's own ``PPOTrainer.prepare_step`` / ``_add_prompts_to_generate`` stops a step
     once refills exceed ``(max_num_gen_batches - 1) * train_batch_size`` prompts (the DAPO recipe's rule)."""
-    from ace_interface import verl_overrides
-
     from acerl.config import Run
+    from acerl.verl_backend.launcher import verl_overrides
 
     trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
     dapo = apply_overrides(

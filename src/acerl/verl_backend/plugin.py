@@ -72,7 +72,7 @@ from verl.base_config import BaseConfig
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
-from acerl.algos.advantages import MODULATIONS, ace_advantages_with_stats, as_group_ids
+from acerl.algos.advantages import AMPLIFY_RULES, MODULATIONS, ace_advantages_with_stats, as_group_ids
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ RAY_TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
 V1_TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 CORRECT_KEY = "acc"
 """``reward_extra_info`` key holding the grader's verdict (``acerl.grading.reward.compute_score``)."""
-AMPLIFY_CHOICES: tuple[str, ...] = ("incorrect", "negative_advantage")
+AMPLIFY_CHOICES = AMPLIFY_RULES  # the ACE estimator's rules (acerl.algos.advantages)
 _SHIM_FLAG = "_acerl_logprob_shim"
 
 
