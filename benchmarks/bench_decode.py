@@ -36,8 +36,8 @@ MAX_NEW = 64
 
 def prompts(count: int) -> list[str]:
     """Rendered training prompts of the synthetic task (the pipeline's own data generator, seed 0)."""
-    from acerl.data.io import read_jsonl
     from acerl.data.synthetic import write_splits
+    from acerl.io import read_jsonl
     from acerl.prompts import build_prompt
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,7 +16,6 @@ import torch
 
 from acerl import paths
 from acerl.config import Config, Run, load_config
-from acerl.data.io import read_jsonl, write_jsonl
 from acerl.data.synthetic import write_splits
 from acerl.diagnostics import diagnose_run
 from acerl.diagnostics.run import diagnose_checkpoint, diagnostic_settings, partial_file
@@ -24,6 +23,7 @@ from acerl.evaluate.passk import pass_at_k
 from acerl.evaluate.pipeline import SCORED_COLUMNS, grade_run, passk_run, problem_counts, sample_run
 from acerl.generate import make_sampler
 from acerl.grading import Grader
+from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.report.schema import read_json, validate_diagnostics_record, validate_passk_record

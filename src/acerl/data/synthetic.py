@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from acerl.data.io import write_jsonl
+from acerl.io import write_jsonl
 
 logger = logging.getLogger(__name__)
 

@@ -40,13 +40,12 @@ from tqdm.auto import tqdm
 from acerl import paths
 from acerl.algos.advantages import confidence_scores
 from acerl.config import Config, Run
-from acerl.data.io import read_jsonl
 from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, token_weighted_mean
 from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
 from acerl.generate import Sampler, SamplingParams, make_sampler, resolve_device, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp
-from acerl.report.io import atomic_write_json
+from acerl.io import read_jsonl, write_json
 from acerl.report.schema import diagnostics_record, write_diagnostics_record
 
 __all__ = [
@@ -170,7 +169,7 @@ def _load_partial(path: Path, key: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 
 def _save_partial(path: Path, key: dict[str, Any], done: dict[int, dict[str, Any]]) -> None:
-    atomic_write_json(path, {"key": key, "records": {str(s): r for s, r in sorted(done.items())}})
+    write_json(path, {"key": key, "records": {str(s): r for s, r in sorted(done.items())}})
 
 
 def diagnose_checkpoint(

@@ -28,12 +28,11 @@ import pandas as pd
 
 from acerl import paths
 from acerl.config import Config, Run
-from acerl.data.io import read_jsonl, write_jsonl
 from acerl.errors import MissingInputError
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp, remove_shards, run_sharded
+from acerl.io import atomic_path, read_jsonl, write_jsonl
 from acerl.prompts import build_prompt
-from acerl.report.io import atomic_path
 from acerl.report.schema import passk_record, write_passk_record
 
 __all__ = [

@@ -23,8 +23,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
 
+from acerl.io import atomic_path
 from acerl.report.aggregate import AGG_COLUMNS, MissingData, require_columns, seed_summary
-from acerl.report.io import atomic_path
 from acerl.report.spec import DisplayNames
 from acerl.report.style import method_style, report_style
 

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from acerl.io import write_text
 from acerl.report import figures, tables
 from acerl.report.aggregate import (
     MissingData,
@@ -38,7 +39,6 @@ from acerl.report.aggregate import (
     significance,
     significance_from_summary,
 )
-from acerl.report.io import atomic_write_text
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
 from acerl.report.power import power_frame
 from acerl.report.schema import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
@@ -53,8 +53,8 @@ def write_table(table: tables.Table, directory: str | Path) -> list[Path]:
     """Write ``<directory>/<table.name>.tex`` and ``.md`` atomically; returns both paths."""
     d = Path(directory)
     return [
-        atomic_write_text(d / f"{table.name}.tex", tables.to_latex(table)),
-        atomic_write_text(d / f"{table.name}.md", tables.to_markdown(table)),
+        write_text(d / f"{table.name}.tex", tables.to_latex(table)),
+        write_text(d / f"{table.name}.md", tables.to_markdown(table)),
     ]
 
 
@@ -277,7 +277,7 @@ def render_all(
     else:
         log.info("skipping OEF and entropy figures: no diagnostics")
     index = out / "report.md"
-    w.written.append(atomic_write_text(index, f"# {title}\n\n" + "\n".join(s + "\n" for s in w.sections)))
+    w.written.append(write_text(index, f"# {title}\n\n" + "\n".join(s + "\n" for s in w.sections)))
     log.info("report: wrote %d files under %s", len(w.written), out)
     return w.written
 

@@ -39,7 +39,7 @@ import pandas as pd
 
 from acerl.errors import BadInputError
 from acerl.evaluate.passk import mean_pass_at_k
-from acerl.report.io import atomic_write_json
+from acerl.io import write_json
 
 __all__ = [
     "ResultFormatError",
@@ -266,7 +266,7 @@ def validate_passk_record(obj: Any, source: str = "<record>") -> dict[str, Any]:
 def write_passk_record(record: Mapping[str, Any], path: str | Path) -> Path:
     """Validate and write a Pass@k record atomically."""
     validate_passk_record(record, str(path))
-    return atomic_write_json(path, record)
+    return write_json(path, record)
 
 
 def read_json(path: str | Path) -> Any:
@@ -425,7 +425,7 @@ def validate_diagnostics_record(obj: Any, source: str = "<record>") -> dict[str,
 def write_diagnostics_record(record: Mapping[str, Any], path: str | Path) -> Path:
     """Validate and write a diagnostics record atomically."""
     validate_diagnostics_record(record, str(path))
-    return atomic_write_json(path, record)
+    return write_json(path, record)
 
 
 def diagnostics_frames(records: Iterable[tuple[Mapping[str, Any], str]]) -> Diagnostics:

@@ -59,7 +59,6 @@ from acerl.config import (
     TrainHyper,
     spec_json,
 )
-from acerl.data.io import read_jsonl
 from acerl.errors import MissingInputError
 from acerl.generate import resolve_device
 from acerl.generate.hf import (
@@ -70,6 +69,8 @@ from acerl.generate.hf import (
     response_text,
     sample_batch,
 )
+from acerl.io import read_jsonl, save_hf_folder
+from acerl.io import write_text as write_text_atomic
 from acerl.prompts import build_prompt
 from acerl.runtime import autocast, configure_torch
 from acerl.train.checkpoint import (
@@ -79,10 +80,8 @@ from acerl.train.checkpoint import (
     read_trainer_state,
     remove_stale_temps,
     save_checkpoint,
-    save_hf_folder,
     set_rng_states,
     supersede_stale_state,
-    write_text_atomic,
 )
 from acerl.train.data import PromptStream
 from acerl.train.metrics import MetricsLog
