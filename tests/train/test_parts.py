@@ -15,7 +15,6 @@ import torch
 from trainer_fixtures import Verdict
 
 from acerl.config import OverlongShaping, TrainHyper
-from acerl.io import write_text
 from acerl.train.checkpoint import get_rng_states, set_rng_states
 from acerl.train.data import PromptStream
 from acerl.train.metrics import MetricsLog, read_metrics

@@ -18,7 +18,6 @@ from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 
 from acerl import paths
 from acerl.config import Run
-from acerl.io import atomic_dir
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
 from acerl.train.checkpoint import LATEST_FILE, find_latest, list_checkpoints
 

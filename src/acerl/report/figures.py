@@ -258,7 +258,7 @@ def oef_figure(
 ) -> Figure:
     """Fig. 3: OEF (%) and mean overconfidence magnitude over training steps; one row per model.
 
-    ``records``: :data:`acerl.report.schema.DIAG_COLUMNS`. Bands: 95% t CI across seeds (none for one seed).
+    ``records``: :data:`acerl.report.frames.DIAG_COLUMNS`. Bands: 95% t CI across seeds (none for one seed).
 
     Raises:
         MissingData: no diagnostics for ``methods``.
@@ -297,7 +297,7 @@ def entropy_figure(
 ) -> Figure:
     """Fig. 4: mean token entropy over training steps ``0..max_step``; one panel per model.
 
-    ``entropy``: :data:`acerl.report.schema.ENTROPY_COLUMNS`.
+    ``entropy``: :data:`acerl.report.frames.ENTROPY_COLUMNS`.
 
     Raises:
         MissingData: no entropy values for ``methods`` up to ``max_step``.
