@@ -14,7 +14,7 @@ from trainer_fixtures import DigitVerifier, make_config
 from acerl import paths
 from acerl.algos.advantages import compute_advantages
 from acerl.config import Run
-from acerl.generate.hf import RolloutBatch, pack_rows
+from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
 from acerl.train import train_run
 from acerl.train.checkpoint import find_latest

@@ -61,14 +61,8 @@ from acerl.config import (
 )
 from acerl.errors import MissingInputError
 from acerl.generate import resolve_device
-from acerl.generate.hf import (
-    RolloutBatch,
-    encode_prompt,
-    eos_pad_ids,
-    response_logprobs,
-    response_text,
-    sample_batch,
-)
+from acerl.generate.base import encode_prompt, eos_pad_ids, response_text
+from acerl.generate.rollout import RolloutBatch, response_logprobs, sample_batch
 from acerl.io import read_jsonl, save_hf_folder
 from acerl.io import write_text as write_text_atomic
 from acerl.prompts import build_prompt
@@ -519,7 +513,7 @@ OnPolicyAdvantages = Callable[[Tensor], Tensor]
 def _checkpointing(model: torch.nn.Module, setup: TrainSetup) -> Iterator[None]:
     """Train mode for the update's forward when gradient checkpointing is on (transformers checkpoints decoder
     layers only in train mode; the models here have no dropout, so the values are unchanged). The prompt-KV
-    sharing of :func:`acerl.generate.hf.response_logprobs` needs a KV cache, which checkpointed layers do not
+    sharing of :func:`acerl.generate.rollout.response_logprobs` needs a KV cache, which checkpointed layers do not
     fill, so it is off then."""
     if not setup.gradient_checkpointing:
         yield
