@@ -143,7 +143,7 @@ def test_bad_compute_settings_are_refused(key: str) -> None:
 
 def test_cuda_without_a_gpu_is_a_config_error() -> None:
     from acerl.config import ConfigError
-    from acerl.generate import resolve_device
+    from acerl.runtime import resolve_device
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is visible")

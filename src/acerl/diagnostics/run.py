@@ -43,10 +43,11 @@ from acerl.config import Config, Run
 from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, token_weighted_mean
 from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
-from acerl.generate import Sampler, SamplingParams, make_sampler, resolve_device, sampler_from_config
+from acerl.generate import Sampler, SamplingParams, make_sampler, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp
 from acerl.io import read_jsonl, write_json
 from acerl.records import diagnostics_record, write_diagnostics_record
+from acerl.runtime import resolve_device
 
 __all__ = [
     "DIAG_SEED_STREAM",

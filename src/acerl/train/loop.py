@@ -60,13 +60,12 @@ from acerl.config import (
     spec_json,
 )
 from acerl.errors import MissingInputError
-from acerl.generate import resolve_device
 from acerl.generate.base import encode_prompt, eos_pad_ids, response_text
 from acerl.generate.rollout import RolloutBatch, response_logprobs, sample_batch
 from acerl.io import read_jsonl, save_hf_folder
 from acerl.io import write_text as write_text_atomic
 from acerl.prompts import build_prompt
-from acerl.runtime import autocast, configure_torch
+from acerl.runtime import autocast, configure_torch, resolve_device
 from acerl.train.checkpoint import (
     find_latest,
     get_rng_states,
