@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from acerl.algos import ace_advantages, ace_advantages_with_stats, compute_advantages, grpo_advantages
-from acerl.report.io import atomic_write_text
+from acerl.io import write_text
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = run(args.batch, args.length, args.group_size, args.repeats, with_verl=not args.no_verl)
     text = to_markdown(results, args, command)
-    atomic_write_text(args.output, text)
+    write_text(args.output, text)
     print(text)
     return 0
 

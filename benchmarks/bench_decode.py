@@ -1,6 +1,6 @@
 """Benchmark the sampler's decode step: the lean Llama-family decoder against transformers' own forward.
 
-Both run :func:`acerl.generate.hf.sample_batch` on the same model, prompts, seed and settings (``lean=True``
+Both run :func:`acerl.generate.rollout.sample_batch` on the same model, prompts, seed and settings (``lean=True``
 vs ``lean=False``). Their logits agree to float rounding (tests/generate/test_decoding.py), so they sample
 the same tokens except where rounding moves a draw across a bin boundary; with top-p, near-tied probabilities
 of a near-uniform random-init model also swap places in the sort, and the same uniform then picks the other
@@ -36,8 +36,8 @@ MAX_NEW = 64
 
 def prompts(count: int) -> list[str]:
     """Rendered training prompts of the synthetic task (the pipeline's own data generator, seed 0)."""
-    from acerl.data.io import read_jsonl
     from acerl.data.synthetic import write_splits
+    from acerl.io import read_jsonl
     from acerl.prompts import build_prompt
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,7 +53,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="markdown report to write")
     args = parser.parse_args()
 
-    from acerl.generate.hf import encode_prompt, eos_pad_ids, sample_batch
+    from acerl.generate.base import encode_prompt, eos_pad_ids
+    from acerl.generate.rollout import sample_batch
     from acerl.models.tiny import TinyModelConfig, build_tiny_model
     from acerl.models.tokenizer import build_char_tokenizer
     from acerl.runtime import configure_torch

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from acerl.report.io import atomic_write_text
+from acerl.io import write_text
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in times.items():
         lines.append(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
     lines.append("")
-    atomic_write_text(args.out, "\n".join(lines))
+    write_text(args.out, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from acerl.grading import Grader, Verdict
 from acerl.grading.fastpath import simple_number
-from acerl.report.io import atomic_write_text
+from acerl.io import write_text
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = build_cases(rows)
     res = run(cases, args.repeats, args.workers, args.threads)
     text = to_markdown(cases, res, args, command)
-    atomic_write_text(args.output, text)
+    write_text(args.output, text)
     print(text)
     return 0
 

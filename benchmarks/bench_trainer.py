@@ -178,8 +178,8 @@ def bench_trl(
     from trl import GRPOConfig, GRPOTrainer
 
     from acerl import paths
-    from acerl.data.io import read_jsonl
     from acerl.grading import Grader
+    from acerl.io import read_jsonl
     from acerl.prompts import build_prompt
 
     rows = read_jsonl(paths.data_file(root, "train"))

@@ -212,8 +212,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="markdown report to write")
     args = parser.parse_args()
-    from acerl.generate import resolve_device
-    from acerl.runtime import configure_torch
+    from acerl.runtime import configure_torch, resolve_device
 
     args.device = resolve_device(args.device)
     if args.size == "0.5b" and args.device == "cpu":

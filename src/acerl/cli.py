@@ -103,7 +103,7 @@ def _threads(cfg: Config, override: int | None = None) -> int:
 
 
 def _device(cfg: Config, override: str | None = None) -> str:
-    from acerl.generate import resolve_device
+    from acerl.runtime import resolve_device
 
     return resolve_device(override or cfg.compute.device)
 

@@ -13,6 +13,10 @@ Vocabulary:
   aggregation, KL, dynamic sampling, overlong shaping) and an advantage *estimator* (``grpo`` | ``ace`` with its
   parameters), so a new variant is a config entry, not code;
 - a *run* is (model, method, seed); the *study* section lists which runs the paper's tables need.
+
+Kept as one module: it is the schema, one pydantic tree whose sections validate against each other (methods
+name families and estimators, the study names models and methods); read top to bottom it is the reference of
+every key (``acerl config --reference`` prints it), and split files would scatter the cross-field checks.
 """
 
 from __future__ import annotations

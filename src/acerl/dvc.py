@@ -531,7 +531,7 @@ def _render_for(config_files: Sequence[str | Path], root: Path) -> str:
 def write_dvc_yaml(config_files: Sequence[str | Path], out: str | Path) -> Path:
     """Render ``dvc.yaml`` for ``config_files`` (relative to the folder of ``out``, where the stages will run)
     and write it atomically; returns ``Path(out)``."""
-    from acerl.report.io import atomic_write_text
+    from acerl.io import write_text as atomic_write_text
 
     path = atomic_write_text(out, _render_for(config_files, Path(out).parent))
     umask = os.umask(0)

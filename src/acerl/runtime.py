@@ -1,4 +1,5 @@
-"""Process-wide torch settings of a pipeline job (one home for them: the CLI, the trainer and the benchmarks)."""
+"""Process-wide torch settings of a pipeline job and its device (one home for them: the CLI, the trainer, the
+samplers and the benchmarks)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-__all__ = ["PRECISIONS", "autocast", "configure_torch"]
+__all__ = ["PRECISIONS", "autocast", "configure_torch", "resolve_device"]
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -38,3 +39,24 @@ def autocast(device: torch.device | str, precision: str) -> AbstractContextManag
     if precision == "fp32":
         return nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def resolve_device(device: str) -> str:
+    """``'auto'`` -> ``'cuda'`` when a CUDA GPU is visible, else ``'cpu'``; other values are returned unchanged.
+
+    Raises:
+        acerl.config.ConfigError: a ``cuda`` device where torch sees no CUDA GPU (the message names
+            ``compute.device``; the CLI prints it as a one-line error).
+    """
+    if device != "auto" and not device.startswith("cuda"):
+        return device
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        from acerl.config import ConfigError
+
+        raise ConfigError(
+            f"device {device!r} (compute.device) but torch sees no CUDA GPU (torch {torch.__version__}); "
+            "set compute.device to 'auto' or 'cpu', or run on a machine with a GPU"
+        )
+    return device

@@ -14,7 +14,6 @@ from transformers import PreTrainedTokenizerFast
 
 from acerl import paths
 from acerl.config import load_config
-from acerl.data.io import read_jsonl, write_jsonl
 from acerl.data.real import (
     IDENTITY_CHAT_TEMPLATE,
     DataSourceError,
@@ -28,8 +27,8 @@ from acerl.data.real import (
     unwrap_dapo,
     verl_train_file,
     verl_val_file,
-    write_parquet,
 )
+from acerl.io import read_jsonl, write_jsonl, write_parquet
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.prompts import BOXED_INSTRUCTION, DAPO_PREFIX, DAPO_SUFFIX, build_prompt, template_names
 

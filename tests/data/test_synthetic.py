@@ -10,7 +10,6 @@ from collections import Counter
 
 import pytest
 
-from acerl.data.io import read_jsonl
 from acerl.data.synthetic import (
     DIFFICULTIES,
     MISTAKE_TYPES,
@@ -22,6 +21,7 @@ from acerl.data.synthetic import (
     worked_solution,
     write_splits,
 )
+from acerl.io import read_jsonl
 
 SMALL = {"synth_easy": 30, "synth_hard": 20, "heldout": 20, "train": 60, "sft": 200}
 BOX = re.compile(r"\\boxed\{(-?\d+)\}$")

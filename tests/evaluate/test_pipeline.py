@@ -16,17 +16,17 @@ import torch
 
 from acerl import paths
 from acerl.config import Config, Run, load_config
-from acerl.data.io import read_jsonl, write_jsonl
 from acerl.data.synthetic import write_splits
 from acerl.diagnostics import diagnose_run
 from acerl.diagnostics.run import diagnose_checkpoint, diagnostic_settings, partial_file
-from acerl.evaluate.passk import pass_at_k
 from acerl.evaluate.pipeline import SCORED_COLUMNS, grade_run, passk_run, problem_counts, sample_run
 from acerl.generate import make_sampler
 from acerl.grading import Grader
+from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
-from acerl.report.schema import read_json, validate_diagnostics_record, validate_passk_record
+from acerl.passk import pass_at_k
+from acerl.records import read_json, validate_diagnostics_record, validate_passk_record
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64)

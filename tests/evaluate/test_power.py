@@ -18,7 +18,6 @@ import pytest
 from scipy import optimize
 from scipy import stats as sps
 
-from acerl.evaluate.passk import pass_at_k_array
 from acerl.evaluate.power import (
     BetaPrior,
     beta_passk,
@@ -34,6 +33,7 @@ from acerl.evaluate.power import (
     predicted_sd,
     sampling_variance,
 )
+from acerl.passk import pass_at_k_array
 
 P, N, K = 40, 8, 8
 SD_SEED, SD_SEED_PROBLEM = 0.25, 0.5

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from acerl.evaluate.passk import pass_at_k_array
 from acerl.evaluate.stats import (
     bootstrap_ci,
     compare_seeds,
@@ -18,6 +17,7 @@ from acerl.evaluate.stats import (
     welch_from_summary,
     welch_test,
 )
+from acerl.passk import pass_at_k_array
 
 T_975_DF4 = 2.7764451051977987  # Student t quantile, 0.975, 4 degrees of freedom (tables: 2.776)
 

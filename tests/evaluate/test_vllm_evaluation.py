@@ -18,11 +18,11 @@ from test_pipeline import OVERRIDES, Interrupted, Recording
 
 from acerl import paths
 from acerl.config import Run, load_config
-from acerl.data.io import read_jsonl
 from acerl.data.synthetic import write_splits
-from acerl.evaluate.passk import pass_at_k
 from acerl.evaluate.pipeline import sample_run
-from acerl.report.schema import read_json, validate_passk_record
+from acerl.io import read_jsonl
+from acerl.passk import pass_at_k
+from acerl.records import read_json, validate_passk_record
 
 pytestmark = pytest.mark.vllm
 

@@ -14,7 +14,7 @@ from transformers import (
 )
 
 from acerl.generate.decoding import HFDecoder, LlamaFamilyDecoder, make_decoder, supports_llama_family
-from acerl.generate.hf import pack_rows, position_ids_from_mask, sample_batch
+from acerl.generate.rollout import pack_rows, position_ids_from_mask, sample_batch
 
 SMALL = dict(
     vocab_size=61, hidden_size=48, intermediate_size=96, num_hidden_layers=2, max_position_embeddings=128

@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from acerl.generate.base import Completion, Sampler, SamplingParams
-from acerl.generate.hf import (
-    HFSampler,
-    RolloutBatch,
-    encode_prompt,
-    pack_rows,
-    response_logprobs,
-    sample_batch,
-    sample_next_token,
-)
+from acerl.generate.base import Completion, Sampler, SamplingParams, encode_prompt
+from acerl.generate.hf import HFSampler
+from acerl.generate.rollout import RolloutBatch, pack_rows, response_logprobs, sample_batch, sample_next_token
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
 

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from acerl.data.io import write_jsonl
 from acerl.generate.shards import (
     MANIFEST_NAME,
     derive_seed,
@@ -16,6 +15,7 @@ from acerl.generate.shards import (
     shard_path,
     shard_ranges,
 )
+from acerl.io import write_jsonl
 
 
 class Interrupted(Exception):

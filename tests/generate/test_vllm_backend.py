@@ -14,7 +14,9 @@ import torch
 
 import acerl.generate.vllm_backend as vb
 from acerl.generate import SamplingParams, make_sampler
-from acerl.generate.hf import HFSampler, encode_prompt, pack_rows, response_logprobs, sample_batch
+from acerl.generate.base import encode_prompt
+from acerl.generate.hf import HFSampler
+from acerl.generate.rollout import pack_rows, response_logprobs, sample_batch
 
 no_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from acerl.generate import SamplingParams, make_sampler
-from acerl.generate.hf import encode_prompt
+from acerl.generate.base import encode_prompt
 
 pytestmark = pytest.mark.vllm
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from acerl.data.io import read_jsonl
 from acerl.data.synthetic import write_splits
+from acerl.io import read_jsonl
 from acerl.models.sft import (
     IGNORE_INDEX,
     METRICS_FILE,

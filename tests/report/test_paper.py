@@ -15,6 +15,7 @@ from typing import NamedTuple
 import pandas as pd
 import pytest
 
+from acerl.records import ResultFormatError
 from acerl.report import tables
 from acerl.report.aggregate import AGG_COLUMNS
 from acerl.report.paper import (
@@ -26,7 +27,6 @@ from acerl.report.paper import (
     paper_results_dir,
     paper_spec,
 )
-from acerl.report.schema import ResultFormatError
 from acerl.report.spec import DEFAULT_MAIN_METHODS
 
 KS = (1, 2, 4, 8, 16, 32)

@@ -8,9 +8,9 @@ import pytest
 from report_synthetic import NAMES
 
 from acerl.evaluate.power import mde_paired
+from acerl.records import passk_record, write_passk_record
 from acerl.report.aggregate import MissingData
 from acerl.report.power import main, power_frame, run_matrix
-from acerl.report.schema import passk_record, write_passk_record
 from acerl.report.tables import power_table, to_latex, to_markdown
 
 N, P, SEEDS = 8, 30, (0, 1, 2, 3)

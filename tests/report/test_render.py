@@ -153,12 +153,7 @@ def _config_paths() -> list[Path]:
 def test_report_study_from_the_pipeline_files(tmp_path):
     from acerl import paths
     from acerl.config import load_config
-    from acerl.report.schema import (
-        diagnostics_record,
-        passk_record,
-        write_diagnostics_record,
-        write_passk_record,
-    )
+    from acerl.records import diagnostics_record, passk_record, write_diagnostics_record, write_passk_record
     from acerl.report.study import hyperparameters_from_config, report_spec, report_study
 
     cfg = load_config(_config_paths(), overrides=["report.formats=[png]"])

@@ -14,7 +14,7 @@ from trainer_fixtures import DigitVerifier, make_config
 from acerl import paths
 from acerl.algos.advantages import compute_advantages
 from acerl.config import Run
-from acerl.generate.hf import RolloutBatch, pack_rows
+from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
 from acerl.train import train_run
 from acerl.train.checkpoint import find_latest
@@ -143,7 +143,7 @@ def test_bad_compute_settings_are_refused(key: str) -> None:
 
 def test_cuda_without_a_gpu_is_a_config_error() -> None:
     from acerl.config import ConfigError
-    from acerl.generate import resolve_device
+    from acerl.runtime import resolve_device
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is visible")

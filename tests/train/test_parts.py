@@ -15,7 +15,7 @@ import torch
 from trainer_fixtures import Verdict
 
 from acerl.config import OverlongShaping, TrainHyper
-from acerl.train.checkpoint import get_rng_states, set_rng_states, write_text_atomic
+from acerl.train.checkpoint import get_rng_states, set_rng_states
 from acerl.train.data import PromptStream
 from acerl.train.metrics import MetricsLog, read_metrics
 from acerl.train.optim import build_optimizer, lr_factor
@@ -132,10 +132,3 @@ def test_preemption_flag_records_signals_and_restores_handlers():
     err = TrainingPreempted(step=3, signum=signal.SIGTERM)
     assert isinstance(err, SystemExit) and err.code == PREEMPTED_EXIT_CODE == 75
     assert "SIGTERM" in str(err) and "step 3" in str(err)
-
-
-def test_write_text_atomic(tmp_path: Path):
-    target = tmp_path / "latest"
-    write_text_atomic(target, "a\n")
-    write_text_atomic(target, "b\n")
-    assert target.read_text() == "b\n" and [p.name for p in tmp_path.iterdir()] == ["latest"]

@@ -19,7 +19,7 @@ from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 from acerl import paths
 from acerl.config import Run
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
-from acerl.train.checkpoint import LATEST_FILE, atomic_dir, find_latest, list_checkpoints
+from acerl.train.checkpoint import LATEST_FILE, find_latest, list_checkpoints
 
 STEPS, SAVE_EVERY = 4, 2
 
@@ -155,19 +155,6 @@ def test_keep_checkpoints_rotation(tiny_root: Path, verifier: DigitVerifier):
     assert (ckpt_dir / LATEST_FILE).read_text().strip() == "step_000003"
     state = torch.load(ckpt_dir / "step_000003" / "trainer_state.pt", weights_only=True)
     assert state["step"] == 3 and set(state) >= {"scheduler", "data", "rng", "spec"}
-
-
-def test_atomic_dir_leaves_nothing_on_error(tmp_path: Path):
-    final = tmp_path / "out"
-    final.mkdir()
-    (final / "old.txt").write_text("old")
-    with pytest.raises(RuntimeError), atomic_dir(final) as tmp:
-        (tmp / "new.txt").write_text("new")
-        raise RuntimeError("killed")
-    assert (final / "old.txt").read_text() == "old" and list(tmp_path.iterdir()) == [final]
-    with atomic_dir(final) as tmp:
-        (tmp / "new.txt").write_text("new")
-    assert [p.name for p in final.iterdir()] == ["new.txt"] and list(tmp_path.iterdir()) == [final]
 
 
 def test_changed_settings_start_over_and_keep_the_old_state(tiny_root: Path, verifier: DigitVerifier):

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from acerl import paths
 from acerl.config import Run, load_config
-from acerl.data.io import write_jsonl
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE
+from acerl.io import write_jsonl
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     DiagnosticSnapshots,

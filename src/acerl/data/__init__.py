@@ -1,5 +1,2 @@
-"""Datasets: JSON Lines I/O (:mod:`acerl.data.io`) and the synthetic task (:mod:`acerl.data.synthetic`)."""
-
-from acerl.data.io import DataFormatError, read_jsonl, write_jsonl
-
-__all__ = ["DataFormatError", "read_jsonl", "write_jsonl"]
+"""Datasets: the synthetic task (:mod:`acerl.data.synthetic`), the real data sets (:mod:`acerl.data.real`) and
+the prepare-data step (:mod:`acerl.data.prepare`); their rows are read and written with :mod:`acerl.io`."""

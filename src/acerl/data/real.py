@@ -37,23 +37,24 @@ messages it would render (and the keyword arguments, e.g. ``enable_thinking=Fals
 the string :func:`acerl.prompts.build_prompt` renders with the real tokenizer. A template that does not use a
 chat template (``plain``) is stored as one user message holding the finished prompt text, and the verl launcher
 sets an identity chat template (:data:`IDENTITY_CHAT_TEMPLATE`) for it.
+
+Kept as one module: it is the one prepare-data step at paper scale; the layouts, the de-duplication, the
+held-out draw and the verl rows all depend on the same normalised rows and the same report, and the verl
+conversion is about 100 lines that only this step calls.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import random
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acerl import paths
-from acerl.data.io import read_jsonl, write_jsonl
 from acerl.errors import BadInputError
+from acerl.io import read_jsonl, write_json, write_jsonl, write_parquet
 from acerl.prompts import DAPO_PREFIX, DAPO_SUFFIX, build_prompt
 
 if TYPE_CHECKING:
@@ -84,7 +85,6 @@ __all__ = [
     "verl_rows",
     "verl_train_file",
     "verl_val_file",
-    "write_parquet",
 ]
 
 TRAIN = "train"
@@ -436,28 +436,6 @@ def verl_rows(rows: Iterable[Mapping[str, str]], template: str, data_source: str
         }
 
 
-def write_parquet(path: Path | str, rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Atomically write ``rows`` (dicts with nested lists/structs) as a parquet file; returns ``path``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(list(rows))
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        pq.write_table(table, tmp)
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
 def prepare_verl_data(cfg: Config, root: Path | str, models: Sequence[str] | None = None) -> dict[str, Path]:
     """Write verl's ``train.parquet`` / ``val.parquet`` for each model from the project's JSON Lines.
 
@@ -545,22 +523,6 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
         "heldout": {"size": real.heldout_size, "seed": real.heldout_seed},
         "benchmarks": bench_counts,
     }
-    out["report"] = _write_json(report_file(root), report)
+    out["report"] = write_json(report_file(root), report, indent=2, ensure_ascii=False)
     out.update(prepare_verl_data(cfg, root))
     return out
-
-
-def _write_json(path: Path, obj: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path

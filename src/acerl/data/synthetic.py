@@ -19,6 +19,10 @@ Everything is deterministic from ``seed``: each split draws from its own ``rando
 ``"<seed>:<split>"`` (string seeding is hashed with SHA-512, stable across processes), and splits are
 generated in a fixed order with every problem text used at most once over all splits, so the evaluation
 splits do not change when the training sizes do.
+
+Kept as one module: the two problem families, the mistake model and the split generator share one random
+stream per split and one set of formatting rules; they are the task's definition, read as one document next
+to docs/tiny_task.md, and a change to any of them changes every generated file.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from acerl.data.io import write_jsonl
+from acerl.io import write_jsonl
 
 logger = logging.getLogger(__name__)
 

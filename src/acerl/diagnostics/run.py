@@ -20,7 +20,7 @@ For every diagnostic checkpoint ``paths.diag_step_dir(root, run, step)``, ``step
 
 Only one model is in memory at a time (policy, then reference), so the step also fits a GPU serving vLLM.
 Finished checkpoints are kept in a hidden partial file beside the output; a rerun after a kill continues with
-the next checkpoint. The result (the report's :func:`acerl.report.schema.diagnostics_record`) replaces
+the next checkpoint. The result (:func:`acerl.records.diagnostics_record`) replaces
 ``paths.diagnostics_file(root, run)`` atomically; ``entropy_early`` repeats ``H(t)`` for steps <=
 ``study.diagnostics.early_steps`` (paper Fig. 4).
 """
@@ -40,14 +40,14 @@ from tqdm.auto import tqdm
 from acerl import paths
 from acerl.algos.advantages import confidence_scores
 from acerl.config import Config, Run
-from acerl.data.io import read_jsonl
 from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, token_weighted_mean
 from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
-from acerl.generate import Sampler, SamplingParams, make_sampler, resolve_device, sampler_from_config
+from acerl.generate import Sampler, SamplingParams, make_sampler, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp
-from acerl.report.io import atomic_write_json
-from acerl.report.schema import diagnostics_record, write_diagnostics_record
+from acerl.io import read_jsonl, write_json
+from acerl.records import diagnostics_record, write_diagnostics_record
+from acerl.runtime import resolve_device
 
 __all__ = [
     "DIAG_SEED_STREAM",
@@ -170,7 +170,7 @@ def _load_partial(path: Path, key: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 
 def _save_partial(path: Path, key: dict[str, Any], done: dict[int, dict[str, Any]]) -> None:
-    atomic_write_json(path, {"key": key, "records": {str(s): r for s, r in sorted(done.items())}})
+    write_json(path, {"key": key, "records": {str(s): r for s, r in sorted(done.items())}})
 
 
 def diagnose_checkpoint(

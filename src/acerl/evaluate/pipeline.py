@@ -8,7 +8,7 @@ Each step reads the previous step's file and writes its own atomically (paths fr
 2. :func:`grade_run` -> ``scored/<benchmark>/<run>.parquet``: one math-verify verdict per completion. Re-grading
    stored generations (e.g. after a grader fix) is just rerunning this step; nothing is resampled.
 3. :func:`passk_run` -> ``metrics/<benchmark>/<run>.json``: per-problem ``n`` and ``c`` and the unbiased Pass@k
-   for ``evaluation.ks`` (the report's :func:`acerl.report.schema.passk_record`).
+   for ``evaluation.ks`` (:func:`acerl.records.passk_record`).
 
 Seeds: shard ``s`` of run seed ``r`` samples with :func:`~acerl.generate.shards.derive_seed`
 ``(evaluation.seed, r, s)``, so results depend only on the config, never on interruptions.
@@ -28,13 +28,12 @@ import pandas as pd
 
 from acerl import paths
 from acerl.config import Config, Run
-from acerl.data.io import read_jsonl, write_jsonl
 from acerl.errors import MissingInputError
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp, remove_shards, run_sharded
+from acerl.io import atomic_path, read_jsonl, write_jsonl
 from acerl.prompts import build_prompt
-from acerl.report.io import atomic_path
-from acerl.report.schema import passk_record, write_passk_record
+from acerl.records import passk_record, write_passk_record
 
 __all__ = [
     "SCORED_COLUMNS",
@@ -329,7 +328,7 @@ def problem_counts(scored: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndar
 def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     """Pass@k for ``evaluation.ks`` from the scored samples; writes ``paths.passk_file`` atomically.
 
-    The record is the report's :func:`acerl.report.schema.passk_record` (mean over problems of the unbiased
+    The record is :func:`acerl.records.passk_record` (mean over problems of the unbiased
     estimator ``1 - C(n-c, k) / C(n, k)``, paper Sec. 5.1); ``seed`` is ``None`` for the untrained base model.
     Logs ``pass@1`` and ``pass@<largest k>``.
     """

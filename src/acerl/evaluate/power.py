@@ -38,8 +38,8 @@ from scipy import optimize
 from scipy import special as spf
 from scipy import stats as sps
 
-from acerl.evaluate.passk import pass_at_k_array
 from acerl.evaluate.stats import mean_ci, paired_test
+from acerl.passk import pass_at_k_array
 
 __all__ = [
     "BetaPrior",

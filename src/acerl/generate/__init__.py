@@ -27,35 +27,11 @@ __all__ = [
     "Sampler",
     "SamplingParams",
     "make_sampler",
-    "resolve_device",
     "sampler_from_config",
 ]
 
 Backend = Literal["hf", "vllm"]
 BACKENDS: tuple[str, ...] = ("hf", "vllm")
-
-
-def resolve_device(device: str) -> str:
-    """``'auto'`` -> ``'cuda'`` when a CUDA GPU is visible, else ``'cpu'``; other values are returned unchanged.
-
-    Raises:
-        acerl.config.ConfigError: a ``cuda`` device where torch sees no CUDA GPU (the message names
-            ``compute.device``; the CLI prints it as a one-line error).
-    """
-    if device != "auto" and not device.startswith("cuda"):
-        return device
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if not torch.cuda.is_available():
-        from acerl.config import ConfigError
-
-        raise ConfigError(
-            f"device {device!r} (compute.device) but torch sees no CUDA GPU (torch {torch.__version__}); "
-            "set compute.device to 'auto' or 'cpu', or run on a machine with a GPU"
-        )
-    return device
 
 
 def make_sampler(
@@ -85,6 +61,8 @@ def make_sampler(
         FileNotFoundError: ``model_dir`` does not exist.
         ImportError: ``'vllm'`` without vLLM installed (the ``gpu`` extra, or ``make vllm-cpu-env``).
     """
+    from acerl.runtime import resolve_device  # torch loads only when a sampler is made
+
     model_dir = Path(model_dir)
     if backend not in BACKENDS:
         raise ValueError(f"unknown sampling backend {backend!r}; valid: {', '.join(BACKENDS)}")

@@ -8,10 +8,13 @@ Conventions shared by every backend and by the trainer:
 - Completions stop at the tokenizer's EOS token (EOS is kept in ``token_ids`` but not in ``text``)
   or at ``max_new_tokens`` (``finish_reason == "length"``).
 - Same seed, same prompts, same params -> same completions (on CPU).
+- Prompts are tokenized by :func:`encode_prompt` (BOS never doubled) and responses decoded by
+  :func:`response_text`, in both backends and the trainer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -63,3 +66,30 @@ class Sampler(Protocol):
     ) -> list[list[float]]:
         """Per-token log-probs of the given response token ids after each prompt (teacher forcing)."""
         ...
+
+
+# ------------------------------------------------------------------------------------------- prompt tokens
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt: the tokenizer's special tokens are added (e.g. BOS) unless the text
+    already starts with the BOS token (chat templates render it), so BOS is never doubled."""
+    bos = getattr(tokenizer, "bos_token", None)
+    add_special = not (bos and text.startswith(bos))
+    ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
+    if not ids:
+        raise ValueError(f"prompt {text[:60]!r} encodes to no tokens")
+    return list(ids)
+
+
+def response_text(tokenizer: Any, token_ids: Sequence[int], stopped: bool) -> str:
+    """Decoded text of a response: the final EOS (when ``stopped``) and special tokens are left out."""
+    ids = list(token_ids[:-1]) if stopped else list(token_ids)
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def eos_pad_ids(tokenizer: Any) -> tuple[int, int]:
+    """``(eos_id, pad_id)`` of a tokenizer (pad falls back to EOS)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no eos_token_id; sampling needs a stop token")
+    pad = tokenizer.pad_token_id
+    return int(eos), int(eos if pad is None else pad)

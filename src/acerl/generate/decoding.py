@@ -1,4 +1,4 @@
-"""The token-by-token decode step of :func:`acerl.generate.hf.sample_batch`: one interface, two implementations.
+"""The token-by-token decode step of :func:`acerl.generate.rollout.sample_batch`: one interface, two implementations.
 
 - :class:`HFDecoder` calls the transformers model's forward for every token (any causal LM);
 - :class:`LlamaFamilyDecoder` runs the same transformers modules and weights of a Llama-family decoder (Llama,

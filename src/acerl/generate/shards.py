@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 from tqdm.auto import tqdm
 
-from acerl.data.io import DataFormatError, read_jsonl, write_jsonl
-from acerl.report.io import atomic_write_json
+from acerl.io import DataFormatError, read_jsonl, write_json, write_jsonl
 
 __all__ = [
     "MANIFEST_NAME",
@@ -104,7 +103,7 @@ def _prepare_shard_dir(shard_dir: Path, manifest: Mapping[str, Any]) -> None:
         logger.warning("%s: shards without a manifest; deleting them and starting over", shard_dir)
         shutil.rmtree(shard_dir)
     shard_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(manifest_file, dict(manifest))
+    write_json(manifest_file, dict(manifest))
 
 
 def _read_shard(path: Path, expected_rows: int) -> list[dict[str, Any]] | None:

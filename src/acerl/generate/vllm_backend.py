@@ -6,7 +6,7 @@ This module imports it only when a sampler is built, so importing the module is 
 
 What it does, mapped onto vLLM (the same conventions as :mod:`acerl.generate.base`):
 
-- Prompts are tokenized with the HF backend's :func:`acerl.generate.hf.encode_prompt` (BOS added unless the
+- Prompts are tokenized with :func:`acerl.generate.base.encode_prompt` (BOS added unless the
   rendered text already starts with it) and passed to vLLM as token ids, so both backends see identical
   prompt tokens.
 - ``generate``: one ``vllm.SamplingParams`` per prompt with ``n``, ``temperature``, ``top_p``,
@@ -44,8 +44,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from acerl.generate.base import Completion, SamplingParams
-from acerl.generate.hf import encode_prompt
+from acerl.generate.base import Completion, SamplingParams, encode_prompt
 from acerl.generate.shards import derive_seed
 
 __all__ = [

@@ -25,9 +25,9 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
     mc = cfg.models[model]
     out = paths.base_model_dir(root, model)
     if mc.source == "tiny":
-        from acerl.generate import resolve_device
         from acerl.models.sft import SFTConfig, prepare_tiny_base
         from acerl.models.tiny import TinyModelConfig
+        from acerl.runtime import resolve_device
 
         try:
             model_cfg = TinyModelConfig(**mc.tiny)

@@ -26,7 +26,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from acerl.data.io import read_jsonl
+import acerl.io
+from acerl.io import read_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model, count_parameters
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.prompts import build_prompt
@@ -265,9 +266,9 @@ def save_hf_folder(
 ) -> Path:
     """Write model (safetensors), tokenizer and ``sft_metrics.json`` to ``out_dir`` atomically (a killed job
     leaves the old folder or none, never a partial one)."""
-    from acerl.train.checkpoint import save_hf_folder as save_atomic
-
-    return save_atomic(Path(out_dir), model, tokenizer, {METRICS_FILE: json.dumps(metrics, indent=2) + "\n"})
+    return acerl.io.save_hf_folder(
+        Path(out_dir), model, tokenizer, {METRICS_FILE: json.dumps(metrics, indent=2) + "\n"}
+    )
 
 
 def prepare_tiny_base(

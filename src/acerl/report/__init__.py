@@ -2,7 +2,7 @@
 
 Modules (import from them; this file imports nothing so that reading a schema does not load matplotlib):
 
-- :mod:`acerl.report.schema` — Pass@k and diagnostics file formats: builders, validators, loaders;
+- :mod:`acerl.report.frames` — Pass@k and diagnostics files (:mod:`acerl.records`) as DataFrames;
 - :mod:`acerl.report.aggregate` — seeds -> mean +- 95% CI, significance tests, ours vs paper;
 - :mod:`acerl.report.tables` — Tables 1-5 (+ significance, ours vs paper) in LaTeX and Markdown;
 - :mod:`acerl.report.figures` / :mod:`acerl.report.style` — Figures 1-4;

@@ -2,7 +2,7 @@
 
 DataFrame shapes (all Pass@k values are fractions in [0, 1]; the tables turn them into %):
 
-- *runs* — one row per run x benchmark x k: :data:`acerl.report.schema.RUN_COLUMNS`
+- *runs* — one row per run x benchmark x k: :data:`acerl.report.frames.RUN_COLUMNS`
   (benchmark, model, method, seed, k, pass_at_k).
 - *aggregated* — one row per (benchmark, model, method, k): :data:`AGG_COLUMNS`
   (mean, ci95 = 95% Student-t half-width across seeds or NaN, std, n_seeds). :func:`aggregate_seeds` makes it
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from acerl.evaluate.stats import compare_seeds, mean_ci, welch_from_summary
-from acerl.report.schema import RUN_COLUMNS
+from acerl.report.frames import RUN_COLUMNS
 
 __all__ = [
     "AGG_KEYS",

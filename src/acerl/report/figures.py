@@ -23,8 +23,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
 
+from acerl.io import atomic_path
 from acerl.report.aggregate import AGG_COLUMNS, MissingData, require_columns, seed_summary
-from acerl.report.io import atomic_path
 from acerl.report.spec import DisplayNames
 from acerl.report.style import method_style, report_style
 
@@ -258,7 +258,7 @@ def oef_figure(
 ) -> Figure:
     """Fig. 3: OEF (%) and mean overconfidence magnitude over training steps; one row per model.
 
-    ``records``: :data:`acerl.report.schema.DIAG_COLUMNS`. Bands: 95% t CI across seeds (none for one seed).
+    ``records``: :data:`acerl.report.frames.DIAG_COLUMNS`. Bands: 95% t CI across seeds (none for one seed).
 
     Raises:
         MissingData: no diagnostics for ``methods``.
@@ -297,7 +297,7 @@ def entropy_figure(
 ) -> Figure:
     """Fig. 4: mean token entropy over training steps ``0..max_step``; one panel per model.
 
-    ``entropy``: :data:`acerl.report.schema.ENTROPY_COLUMNS`.
+    ``entropy``: :data:`acerl.report.frames.ENTROPY_COLUMNS`.
 
     Raises:
         MissingData: no entropy values for ``methods`` up to ``max_step``.

@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from acerl.records import ResultFormatError
 from acerl.report.aggregate import AGG_COLUMNS, AGG_KEYS
-from acerl.report.schema import ResultFormatError
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
 
 __all__ = [

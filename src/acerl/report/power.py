@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acerl.evaluate.passk import pass_at_k_array
 from acerl.evaluate.power import (
     comparison_components,
     hierarchical_bootstrap_ci,
@@ -30,8 +29,9 @@ from acerl.evaluate.power import (
     predicted_sd,
     sampling_variance,
 )
+from acerl.passk import pass_at_k_array
 from acerl.report.aggregate import require_columns
-from acerl.report.schema import load_passk_problems
+from acerl.report.frames import load_passk_problems
 
 __all__ = [
     "PROBLEM_COLUMNS",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 PROBLEM_COLUMNS = ("benchmark", "model", "method", "seed", "id", "n", "c")
-"""Per-problem counts (:func:`acerl.report.schema.load_passk_problems`)."""
+"""Per-problem counts (:func:`acerl.report.frames.load_passk_problems`)."""
 
 POWER_COLUMNS = (
     "benchmark", "model", "method", "baseline", "k", "n_seeds", "n_problems", "n_samples",

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from acerl.io import write_text
 from acerl.report import figures, tables
 from acerl.report.aggregate import (
     MissingData,
@@ -38,10 +39,9 @@ from acerl.report.aggregate import (
     significance,
     significance_from_summary,
 )
-from acerl.report.io import atomic_write_text
+from acerl.report.frames import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
 from acerl.report.power import power_frame
-from acerl.report.schema import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
 from acerl.report.spec import ReportSpec
 
 __all__ = ["write_table", "render_all", "render_from_files", "render_paper"]
@@ -53,8 +53,8 @@ def write_table(table: tables.Table, directory: str | Path) -> list[Path]:
     """Write ``<directory>/<table.name>.tex`` and ``.md`` atomically; returns both paths."""
     d = Path(directory)
     return [
-        atomic_write_text(d / f"{table.name}.tex", tables.to_latex(table)),
-        atomic_write_text(d / f"{table.name}.md", tables.to_markdown(table)),
+        write_text(d / f"{table.name}.tex", tables.to_latex(table)),
+        write_text(d / f"{table.name}.md", tables.to_markdown(table)),
     ]
 
 
@@ -130,18 +130,18 @@ def render_all(
     Args:
         out_dir: output folder (``tables/``, ``figures/`` and ``report.md`` are written inside).
         spec: layout and display names (:class:`acerl.report.spec.ReportSpec`).
-        runs: per-run Pass@k (:data:`acerl.report.schema.RUN_COLUMNS`); aggregated across seeds here and used
+        runs: per-run Pass@k (:data:`acerl.report.frames.RUN_COLUMNS`); aggregated across seeds here and used
             for the significance tests (Welch, plus paired when seeds match).
         agg: already aggregated results (:data:`acerl.report.aggregate.AGG_COLUMNS`), used when ``runs`` is
             ``None`` (e.g. the paper's numbers); significance then uses Welch from the summaries.
         paper: the published numbers (:func:`acerl.report.paper.load_paper_results`) for the ours-vs-paper table.
-        diagnostics: OEF / entropy DataFrames (:func:`acerl.report.schema.load_diagnostics`).
+        diagnostics: OEF / entropy DataFrames (:func:`acerl.report.frames.load_diagnostics`).
         hyperparameters: ``{model: {hyperparameter: value}}`` for Table 5.
         title: heading of ``report.md``.
         formats: figure formats (``report.md`` embeds the PNG when ``"png"`` is among them).
         ci: ``"t"`` (default) or ``"normal"`` 95% CIs when aggregating ``runs`` (``config report.ci``); an
             ``agg`` given as such (the paper's numbers) is shown unchanged.
-        problems: per-problem counts (:func:`acerl.report.schema.load_passk_problems`) for the power tables
+        problems: per-problem counts (:func:`acerl.report.frames.load_passk_problems`) for the power tables
             (:func:`acerl.report.power.power_frame`); ``None``: no power tables.
 
     Returns:
@@ -277,7 +277,7 @@ def render_all(
     else:
         log.info("skipping OEF and entropy figures: no diagnostics")
     index = out / "report.md"
-    w.written.append(atomic_write_text(index, f"# {title}\n\n" + "\n".join(s + "\n" for s in w.sections)))
+    w.written.append(write_text(index, f"# {title}\n\n" + "\n".join(s + "\n" for s in w.sections)))
     log.info("report: wrote %d files under %s", len(w.written), out)
     return w.written
 
@@ -294,7 +294,7 @@ def render_from_files(
     formats: Sequence[str] = ("pdf", "png"),
     ci: str = "t",
 ) -> list[Path]:
-    """Read Pass@k and diagnostics files (:mod:`acerl.report.schema`) and call :func:`render_all`."""
+    """Read Pass@k and diagnostics files (:mod:`acerl.report.frames`) and call :func:`render_all`."""
     passk_paths, diagnostics_paths = list(passk_paths), list(diagnostics_paths)
     runs = load_passk_records(passk_paths) if passk_paths else None
     problems = load_passk_problems(passk_paths) if passk_paths else None

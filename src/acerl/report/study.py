@@ -13,9 +13,9 @@ from typing import Any
 
 from acerl import paths
 from acerl.config import BASE_METHOD, Config
+from acerl.io import write_text
 from acerl.report.aggregate import MissingData
 from acerl.report.compute import compute_tables
-from acerl.report.io import atomic_write_text
 from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
@@ -169,6 +169,6 @@ def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
     report = paths.report_file(root)
     section = "\n## Compute\n\n" + text
     return [
-        atomic_write_text(paths.compute_file(root), f"# Compute: {cfg.name}\n" + section.split("\n", 2)[2]),
-        atomic_write_text(report, report.read_text(encoding="utf-8") + section),
+        write_text(paths.compute_file(root), f"# Compute: {cfg.name}\n" + section.split("\n", 2)[2]),
+        write_text(report, report.read_text(encoding="utf-8") + section),
     ]

@@ -19,6 +19,10 @@ a power of ten) and in the table frame. Tables (paper numbering):
 A table that reproduces one of the paper's carries its number (:attr:`Table.number`, from :data:`PAPER_TABLES`)
 and starts its caption with the paper caption's first sentence; ``tests/report/test_table_numbers.py`` checks
 both against the LaTeX source, in the order the compiled paper numbers its tables.
+
+Kept as one module: the builders decide marks, captions and units in the terms of the table model and its
+two syntaxes (a builder's choice of cell kind is how the renderers format it), so the seven builders are read
+and checked next to the cell model; each section (structure, syntax, formatting, marking, builders) is short.
 """
 
 from __future__ import annotations

@@ -21,14 +21,10 @@ removed on the next start). ``*.pt`` files hold only tensors and plain Python va
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +34,12 @@ from safetensors.torch import load_model, save_model
 
 from acerl import paths
 from acerl.config import Run
+from acerl.io import TMP_PREFIX, atomic_dir, write_text
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "LATEST_FILE",
-    "TMP_PREFIX",
-    "atomic_dir",
     "checkpoint_name",
     "find_latest",
     "get_rng_states",
@@ -53,14 +48,11 @@ __all__ = [
     "read_trainer_state",
     "remove_stale_temps",
     "save_checkpoint",
-    "save_hf_folder",
     "set_rng_states",
     "supersede_stale_state",
-    "write_text_atomic",
 ]
 
 LATEST_FILE = "latest"
-TMP_PREFIX = ".tmp-"
 MODEL_FILE = "model.safetensors"
 REF_FILE = "ref.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -70,70 +62,6 @@ _NAME = re.compile(r"^step_(\d{6,})$")
 
 def checkpoint_name(step: int) -> str:
     return f"step_{step:06d}"
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def atomic_dir(final: Path) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``final``; on normal exit it replaces ``final`` in one rename.
-
-    Files inside are fsync'd before the rename. On an exception the temporary folder is removed and
-    ``final`` is left untouched. An existing ``final`` is moved aside first and deleted after the rename.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}.", dir=final.parent))
-    try:
-        yield tmp
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                _fsync_path(f)
-        old = None
-        if final.exists():
-            old = final.parent / f"{TMP_PREFIX}{final.name}.old-{os.getpid()}"
-            os.replace(final, old)
-        os.replace(tmp, final)
-        _fsync_path(final.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def save_hf_folder(
-    out_dir: Path, model: torch.nn.Module, tokenizer: Any, extra_files: dict[str, str] | None = None
-) -> Path:
-    """Save ``model`` (safetensors), ``tokenizer`` and ``extra_files`` (name -> text) as an HF folder, atomically."""
-    with atomic_dir(Path(out_dir)) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text, encoding="utf-8")
-    return Path(out_dir)
 
 
 def remove_stale_temps(folder: Path) -> None:
@@ -231,7 +159,7 @@ def save_checkpoint(
             save_model(ref_model, str(tmp / REF_FILE))
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         torch.save({**state, "step": step}, tmp / STATE_FILE)
-    write_text_atomic(ckpt_dir / LATEST_FILE, final.name + "\n")
+    write_text(ckpt_dir / LATEST_FILE, final.name + "\n")
     for _, old in list_checkpoints(ckpt_dir)[:-keep]:
         if old != final:
             shutil.rmtree(old, ignore_errors=True)

@@ -59,19 +59,13 @@ from acerl.config import (
     TrainHyper,
     spec_json,
 )
-from acerl.data.io import read_jsonl
 from acerl.errors import MissingInputError
-from acerl.generate import resolve_device
-from acerl.generate.hf import (
-    RolloutBatch,
-    encode_prompt,
-    eos_pad_ids,
-    response_logprobs,
-    response_text,
-    sample_batch,
-)
+from acerl.generate.base import encode_prompt, eos_pad_ids, response_text
+from acerl.generate.rollout import RolloutBatch, response_logprobs, sample_batch
+from acerl.io import read_jsonl, save_hf_folder
+from acerl.io import write_text as write_text_atomic
 from acerl.prompts import build_prompt
-from acerl.runtime import autocast, configure_torch
+from acerl.runtime import autocast, configure_torch, resolve_device
 from acerl.train.checkpoint import (
     find_latest,
     get_rng_states,
@@ -79,10 +73,8 @@ from acerl.train.checkpoint import (
     read_trainer_state,
     remove_stale_temps,
     save_checkpoint,
-    save_hf_folder,
     set_rng_states,
     supersede_stale_state,
-    write_text_atomic,
 )
 from acerl.train.data import PromptStream
 from acerl.train.metrics import MetricsLog
@@ -520,7 +512,7 @@ OnPolicyAdvantages = Callable[[Tensor], Tensor]
 def _checkpointing(model: torch.nn.Module, setup: TrainSetup) -> Iterator[None]:
     """Train mode for the update's forward when gradient checkpointing is on (transformers checkpoints decoder
     layers only in train mode; the models here have no dropout, so the values are unchanged). The prompt-KV
-    sharing of :func:`acerl.generate.hf.response_logprobs` needs a KV cache, which checkpointed layers do not
+    sharing of :func:`acerl.generate.rollout.response_logprobs` needs a KV cache, which checkpointed layers do not
     fill, so it is off then."""
     if not setup.gradient_checkpointing:
         yield

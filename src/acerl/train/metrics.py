@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from acerl.train.checkpoint import write_text_atomic
+from acerl.io import write_text
 
 __all__ = ["MetricsLog", "read_metrics"]
 
@@ -70,7 +70,7 @@ class MetricsLog:
     def __init__(self, jsonl_path: Path, resume_step: int, live_dir: Path | None = None) -> None:
         self.path = Path(jsonl_path)
         kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= resume_step]
-        write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._fh = self.path.open("a", encoding="utf-8")
         self._live = _live(live_dir) if live_dir is not None else None
         for record in kept:

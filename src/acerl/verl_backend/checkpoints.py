@@ -36,7 +36,7 @@ from typing import Any
 
 from acerl import paths
 from acerl.config import Run
-from acerl.train.checkpoint import atomic_dir
+from acerl.io import atomic_dir
 
 logger = logging.getLogger(__name__)
 

@@ -395,7 +395,7 @@ def build_verl_command(cfg: Config, run: Run, root: Path | str) -> list[str]:
 def collect_metrics(logs: Path | str, target: Path | str) -> Path:
     """Merge verl's file-logger records (``{"step", "data"}``, one file per attempt) into the project's flat
     ``metrics.jsonl`` (``{"step": s, **metrics}``); a step logged by several attempts keeps the last one."""
-    from acerl.train.checkpoint import write_text_atomic
+    from acerl.io import write_text as write_text_atomic
 
     by_step: dict[int, dict[str, Any]] = {}
     for f in sorted(Path(logs).glob("metrics*.jsonl"), key=_attempt_order):
@@ -606,7 +606,7 @@ def train_run_verl(
         logger.info("%s: training finished earlier; exporting", run.id)
         return export_run(cfg, run, root, env=env, runner=runner)
     _check_steps(cfg, run, root)
-    from acerl.train.checkpoint import write_text_atomic
+    from acerl.io import write_text as write_text_atomic
 
     run_dir, logs = paths.run_dir(root, run), verl_logs_dir(root, run)
     logs.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,9 @@ product form used by human-eval, limit-of-RLVR and lighteval::
 
 which never forms a binomial coefficient, so it stays exact for large ``n``. The benchmark score is the mean
 over problems (:func:`mean_pass_at_k`). ``n`` must be at least the largest ``k`` reported.
+
+The one estimator of the project (a ground-floor module, numpy only): the evaluate step, the result records
+(:mod:`acerl.records`), the power analysis and the report all import it from here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from acerl.evaluate.passk import mean_pass_at_k, pass_at_k, pass_at_k_array
+from acerl.passk import mean_pass_at_k, pass_at_k, pass_at_k_array
 
 
 def brute_force(n: int, c: int, k: int) -> float:

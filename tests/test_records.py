@@ -1,4 +1,5 @@
-"""Result file formats: builders, validation with clear errors, loaders."""
+"""Result records (acerl.records): builders, pydantic validation with one-line errors naming file, row and key;
+the report's DataFrame loaders (acerl.report.frames) on top."""
 
 from __future__ import annotations
 
@@ -9,19 +10,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acerl.evaluate.passk import pass_at_k
-from acerl.report.schema import (
-    DIAG_COLUMNS,
-    RUN_COLUMNS,
+from acerl.passk import pass_at_k
+from acerl.records import (
     ResultFormatError,
     diagnostics_record,
-    load_diagnostics,
-    load_passk_problems,
-    load_passk_records,
     passk_record,
     validate_passk_record,
     write_diagnostics_record,
     write_passk_record,
+)
+from acerl.report.frames import (
+    DIAG_COLUMNS,
+    RUN_COLUMNS,
+    load_diagnostics,
+    load_passk_problems,
+    load_passk_records,
 )
 
 
@@ -164,3 +167,33 @@ def test_diagnostics_round_trip(tmp_path):
 def test_diagnostics_validation_errors(over, msg):
     with pytest.raises(ResultFormatError, match=msg):
         _diag(**over)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "msg"),
+    [
+        (lambda r: r.update(benchmak="math500"), "bad.json: key 'benchmak': unexpected key"),
+        (lambda r: r["problems"][1].update(nn=3), "bad.json: problems\\[1\\]: key 'nn': unexpected key"),
+        (
+            lambda r: r["problems"].__setitem__(1, [3]),
+            "bad.json: problems\\[1\\]: expected an object, got list",
+        ),
+        (lambda r: r.update(problems={}), "bad.json: key 'problems': expected a list, got dict"),
+        (lambda r: r.update(ks=[1, 1]), "bad.json: key 'ks': expected a non-empty list of distinct"),
+        (lambda r: r["pass_at_k"].update({"1": float("inf")}), "key 'pass_at_k.1': expected a fraction"),
+    ],
+)
+def test_record_errors_are_one_line_with_row_and_key(tmp_path, mutate, msg):
+    rec = _record()
+    mutate(rec)
+    with pytest.raises(ResultFormatError, match=msg) as err:
+        validate_passk_record(rec, str(tmp_path / "bad.json"))
+    assert "\n" not in str(err.value)
+
+
+def test_root_must_be_an_object(tmp_path):
+    path = _write_raw(tmp_path / "list.json", [1, 2])
+    with pytest.raises(ResultFormatError, match="list.json: key '<root>': expected an object, got list"):
+        load_passk_records([path])
+    with pytest.raises(ResultFormatError, match="diagnostics_record.*entropy_early\\[0\\]: key 'step'"):
+        diagnostics_record("m", "grpo", 0, [], [{"step": -1, "entropy": 0.5}])
