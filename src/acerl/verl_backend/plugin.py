@@ -35,6 +35,10 @@ which does two things:
 4. **Caps dynamic sampling** (:func:`refill_cap`): the V1 replay buffer ignores
    ``algorithm.filter_groups.max_num_gen_batches``; the plugin stops a step that needs more generation batches.
 
+Kept as one module: it is the single entry verl imports in every process, and its four parts patch each other's
+hooks (the shim reads the step context the V1 wrapper sets; the import hook installs both); split, a process
+could load one part without the others.
+
 ACE's parameters are verl config keys under ``algorithm.ace`` (:class:`AceConfig`)::
 
     algorithm.adv_estimator=ace
