@@ -84,13 +84,14 @@ def test_paper_grid_dry_run_job_counts(tmp_path: Path) -> None:
 
 def test_gpu_config_dry_run_job_counts(tmp_path: Path) -> None:
     """config/gpu.yaml (the one-GPU study, docs/gpu.md) plans the whole study: 4 methods x 5 seeds on the
-    small model, the alpha sweep's 5 other alphas and the ReLU ablation on 5 seeds."""
+    small model, the alpha sweep's 4 alphas besides 0 (the GRPO run) and 1 (the ACE-GRPO run), and the ReLU
+    ablation on 5 seeds."""
     wd = copy_workflow(tmp_path)
     proc = snakemake(wd, "-n", "all", "--configfile", "config/gpu.yaml")
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = job_counts(proc.stdout)
     assert counts == expected_counts([REPO / "config/config.yaml", REPO / "config/gpu.yaml"])
-    assert counts["train_policy"] == 4 * 5 + 5 + 5 and counts["prepare_base"] == 1
+    assert counts["train_policy"] == 4 * 5 + 4 + 5 and counts["prepare_base"] == 1
     assert counts["diagnose"] == 2 * 5
 
 
