@@ -4,7 +4,7 @@
     python smk_api.py WORKDIR changes VARIANTS CONFIG...
         VARIANTS: a JSON file ``[[label, {config path: text}], ...]``. For each variant the files are written,
         the workflow loaded, and the outputs whose recorded params differ from the job's current params listed
-        (Snakemake's ``--list-params-changes``, what ``--rerun-triggers params`` reruns); prints
+        (what ``--rerun-triggers params`` reruns); prints
         ``{label: [outputs]}``.
 
 CONFIG: the ``--configfile`` files (relative to WORKDIR).
@@ -57,9 +57,9 @@ def jobs(workdir: Path, configfiles: list[str]) -> list[dict[str, Any]]:
         ]
 
 
-def changes(workdir: Path, variants: list[tuple[str, dict[str, str]]], configfiles: list[str]) -> dict[str, Any]:
-    from snakemake.settings.enums import ChangeType
-
+def changes(
+    workdir: Path, variants: list[tuple[str, dict[str, str]]], configfiles: list[str]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for label, files in variants:
         for rel, text in files.items():
@@ -67,7 +67,12 @@ def changes(workdir: Path, variants: list[tuple[str, dict[str, str]]], configfil
         with _workflow(workdir, configfiles) as w:
             w._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True)
             w._build_dag()
-            out[label] = sorted(w.async_run(w.dag.get_outputs_with_changes(ChangeType.PARAMS)))
+            # the truth value the params rerun trigger tests (DAG.needrun); not ``--list-params-changes``, which
+            # in Snakemake 9.27 lists every output (ParamsChange.__or__ keeps the files of unchanged records)
+            changed = [
+                job for job in w.dag.jobs if job.rule.name != "all" and w.persistence.params_changed(job)
+            ]
+            out[label] = sorted(str(f) for job in changed for f in job.output)
     return out
 
 
