@@ -19,14 +19,16 @@ PACKAGE = "acerl"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # ground floor: no project imports but errors (acerl itself holds only __version__)
-    ("acerl", "acerl.errors"),
+    ("acerl", "acerl.errors", "acerl.stage_versions"),
     # files, the Pass@k estimator, prompt templates, the tiny architecture (whose defaults config reads)
     ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.models.tiny"),
     # the result records (pydantic), written by the steps and read by the report
     ("acerl.records",),
     ("acerl.config",),
-    # what the config derives: paths, the stage table, torch/device settings; the SLURM profile check
-    ("acerl.paths", "acerl.stages", "acerl.runtime", "acerl.cluster"),
+    # what the config derives: paths, torch/device settings; the SLURM profile check
+    ("acerl.paths", "acerl.runtime", "acerl.cluster"),
+    # the stage table (its jobs' files come from acerl.paths)
+    ("acerl.stages",),
     # the pure parts: algorithms, grading, datasets, base models
     ("acerl.algos", "acerl.grading", "acerl.data", "acerl.models"),
     ("acerl.generate",),

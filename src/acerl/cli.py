@@ -149,6 +149,17 @@ def cmd_prepare_base(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare_verl_data(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if args.model not in cfg.models:
+        raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(cfg.models)}")
+    from acerl.data.real import prepare_verl_data
+
+    for key, path in prepare_verl_data(cfg, args.root, [args.model]).items():
+        log.info("wrote %s -> %s", key, path)
+    return 0
+
+
 LOCAL_TRAIN_OPTIONS = ("device", "threads", "reference", "ref_ema_decay", "old_logprobs")
 """``acerl train`` options that only the local trainer reads (refused with ``compute.backend: verl``)."""
 
@@ -242,6 +253,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "config": (cmd_config, "validate / show the resolved config, list the runs"),
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
     "prepare-base": (cmd_prepare_base, "build (tiny) or fetch (hub) a base model"),
+    "prepare-verl-data": (cmd_prepare_verl_data, "write verl's parquet files of one model (verl backend)"),
     "train": (cmd_train, "train one (model, method, seed) run with the local backend; resumes"),
     "sample": (cmd_sample, "sample n completions per benchmark problem; resumable shards"),
     "grade": (cmd_grade, "grade stored generations with math-verify"),
@@ -274,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
             _add_run_args(p)
         if name in {"sample", "grade", "passk"}:
             p.add_argument("--benchmark", required=True, help="benchmark name (evaluation.benchmarks)")
-        if name == "prepare-base":
+        if name in {"prepare-base", "prepare-verl-data"}:
             p.add_argument("--model", required=True, help="model key (models.<key>)")
         if name in {"train", "sample", "diagnose"}:
             p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -1,17 +1,20 @@
 """The pipeline as DVC stages: ``dvc.yaml`` is generated from the config, never written by hand.
 
 ``python -m acerl.dvc write`` renders :func:`render_dvc_yaml` for ``config/config.yaml`` into ``dvc.yaml`` (a
-test checks the committed file is current). Every stage's command is :func:`acerl.stages.stage_command` (the
-same command the Snakemake rule runs), every path comes from :mod:`acerl.paths`, and every stage lists as
-params exactly the config keys that decide its result, read from the config files themselves, so
-``dvc exp run -S 'config/config.yaml:methods.ace_dapo.estimator.alpha=0.5'`` changes what the command reads.
+test checks the committed file is current). Every stage is one job of the stage table :mod:`acerl.stages`, which
+the Snakemake rules read too: the same command, inputs (``deps``), outputs (``outs``, ``metrics``) and deciding
+config keys (``params``, read from the config files themselves, so ``dvc exp run -S
+'config/config.yaml:methods.ace_dapo.estimator.alpha=0.5'`` changes what the command reads), plus the stage's
+code version from ``src/acerl/stage_versions.py`` (:mod:`acerl.stage_versions`).
 
 One stage per job, named ``<snakemake rule>-<wildcards>`` (DVC allows only letters, digits, ``_`` and ``-``):
 
     prepare_data                         data/<split>.jsonl
     prepare_base-<model>                 models/base/<model>/
+    prepare_verl_data-<model>            data/verl/<model>/{train,val}.parquet (compute.backend: verl)
     train_policy-<model>-<method>-seed<s>   runs/<model>/<method>/seed<s>/{final/, metrics.jsonl, dvclive/}
-    sample|grade|passk-<benchmark>-<model>-<method>-seed<s>   generations/, scored/, metrics/ (Pass@k: metrics)
+    sample|grade|passk-<benchmark>-<model>-<method>-seed<s>   generations/, scored/, metrics/ (Pass@k: metrics
+                                         and its curve, drawn by ``dvc plots show``)
     diagnose-<model>-<method>-seed<s>    diagnostics/<run>.json
     report                               results/{tables/, figures/, report.md, compute.md}
 
@@ -37,7 +40,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,18 +48,19 @@ from typing import Any
 import yaml
 
 from acerl import paths
-from acerl.config import (
-    Config,
-    ConfigError,
-    DiagnosticsConfig,
-    EstimatorConfig,
-    EvaluationConfig,
-    ModelConfig,
-    Run,
-    load_config,
-    read_yaml,
+from acerl.config import Config, ConfigError, load_config, read_yaml
+from acerl.stages import (
+    ROOT,
+    VERSIONS_FILE,
+    VERSIONS_KEY,
+    job_command,
+    job_inputs,
+    job_outputs,
+    models_used,
+    param_keys,
+    spec,
+    study_jobs,
 )
-from acerl.stages import stage_command
 
 __all__ = [
     "DEFAULT_CONFIG_FILES",
@@ -66,7 +70,6 @@ __all__ = [
     "check_dvc_yaml",
     "damaged_cache_objects",
     "main",
-    "param_keys",
     "params_by_file",
     "render_dvc_yaml",
     "snakemake_touch_argv",
@@ -75,7 +78,6 @@ __all__ = [
     "write_dvc_yaml",
 ]
 
-ROOT = "."  # stages run in the directory of dvc.yaml; every path in it is relative to that directory
 DEFAULT_CONFIG_FILES = ("config/config.yaml",)
 DVC_YAML = "dvc.yaml"
 SNAKEMAKE_DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`
@@ -115,6 +117,7 @@ class Stage:
     cmd: str
     deps: tuple[str, ...]
     params: tuple[str, ...]
+    version: str  # the stage kind whose code version (acerl.stage_versions) it lists
     outs: tuple[Out, ...] = ()
     metrics: tuple[str, ...] = ()
     desc: str = ""
@@ -127,7 +130,10 @@ class Stage:
         body["cmd"] = self.cmd
         if self.deps:
             body["deps"] = list(self.deps)
-        params = params_by_file(self.params, config_data)
+        params = [
+            *params_by_file(self.params, config_data),
+            {VERSIONS_FILE: [f"{VERSIONS_KEY}.{self.version}"]},
+        ]
         if params:
             body["params"] = params
         if self.outs:
@@ -144,108 +150,6 @@ def stage_name(stage: str, *parts: str) -> str:
     'train_policy-tiny-ace_grpo-alpha0_5-seed0'
     """
     return "-".join(_STAGE_NAME_OK.sub("_", p) for p in (stage, *parts))
-
-
-def _run_parts(run: Run) -> tuple[str, str, str]:
-    return (run.model, run.method, f"seed{run.seed}")
-
-
-def _p(path: Path) -> str:
-    return path.as_posix()
-
-
-def _live_dir(run: Run) -> Path:
-    """The dvclive folder of a run, as :func:`acerl.train.loop._train_loop` writes it (``<run>/dvclive``)."""
-    return paths.run_dir(ROOT, run) / "dvclive"
-
-
-def _passk_curve_file(benchmark: str, run: Run) -> Path | None:
-    """A run's Pass@k curve as rows ``k, pass_at_k`` (``paths.passk_curve_file``) where the passk step writes it."""
-    fn = getattr(paths, "passk_curve_file", None)
-    return None if fn is None else fn(ROOT, benchmark, run)
-
-
-def _fields(prefix: str, model: type, exclude: Iterable[str] = ()) -> list[str]:
-    skip = set(exclude)
-    return [f"{prefix}.{name}" for name in model.model_fields if name not in skip]  # type: ignore[attr-defined]
-
-
-def _sweep_base(cfg: Config, method: str) -> str | None:
-    """The configured ACE method an alpha-sweep variant derives from (``None`` for a configured method)."""
-    if method in cfg.methods:
-        return None
-    sweep = cfg.study.alpha_sweep
-    if sweep is None or method not in cfg.resolved_methods:
-        raise KeyError(f"unknown method {method!r}")
-    return sweep.method
-
-
-def _max_tokens_keys(model: str, explicit: int | None) -> list[str]:
-    """``max_new_tokens: null`` means the model's ``train.max_response_length`` (evaluation, diagnostics)."""
-    return [] if explicit is not None else [f"models.{model}.train.max_response_length"]
-
-
-def param_keys(cfg: Config, stage: str, run: Run | None = None, model: str | None = None) -> list[str]:
-    """The config keys (merged-config key paths) whose values decide one job of ``stage``.
-
-    A key stands for its whole subtree. ``train_policy`` lists everything in :meth:`Config.run_spec`; an
-    alpha-sweep variant (``ace_grpo-alpha0.5``) lists its ACE method's estimator *except* ``alpha`` (the variant
-    fixes alpha itself), so changing the method's alpha does not touch the other sweep points.
-    """
-    if stage == "prepare_data":
-        return ["data"]
-    if stage == "prepare_base":
-        assert model is not None
-        keys = _fields(f"models.{model}", ModelConfig, exclude=("display", "train"))
-        if cfg.models[model].source == "tiny":
-            keys.append("data.synthetic.seed")  # the SFT seed
-        return keys
-    if stage == "report":
-        return [
-            "name",
-            "models",
-            "methods",
-            "study",
-            "evaluation.benchmarks",
-            "evaluation.ks",
-            "compute.backend",
-            "report",
-        ]
-    assert run is not None, f"stage {stage} needs a run"
-    if stage == "train_policy":
-        keys = _fields(f"models.{run.model}", ModelConfig, exclude=("display",))
-        base = _sweep_base(cfg, run.method)
-        method = base or run.method
-        keys += [f"families.{cfg.method(run.method).family}", f"methods.{method}.family"]
-        if base is None:
-            keys.append(f"methods.{method}.estimator")
-        else:
-            keys += _fields(f"methods.{method}.estimator", EstimatorConfig, exclude=("alpha",))
-        if run in cfg.diagnostic_runs():
-            keys += [f"study.diagnostics.{k}" for k in ("every", "early_steps", "early_every")]
-        return [*keys, "compute.backend"]
-    if stage == "sample":
-        return [
-            *_fields("evaluation", EvaluationConfig, exclude=("benchmarks", "ks")),
-            f"models.{run.model}.template",
-            *_max_tokens_keys(run.model, cfg.evaluation.max_new_tokens),
-        ]
-    if stage == "grade":
-        return ["grading.timeout_s"]
-    if stage == "passk":
-        return ["evaluation.ks"]
-    if stage == "diagnose":
-        d = cfg.study.diagnostics
-        assert d is not None
-        return [
-            *_fields("study.diagnostics", DiagnosticsConfig, exclude=("models", "methods", "seeds")),
-            "evaluation.seed",
-            "grading.timeout_s",
-            f"models.{run.model}.template",
-            f"models.{run.model}.train.total_steps",
-            *_max_tokens_keys(run.model, d.max_new_tokens),
-        ]
-    raise ValueError(f"unknown stage {stage!r}")
 
 
 def _lookup(data: Mapping[str, Any], key: str) -> tuple[bool, Any]:
@@ -296,95 +200,33 @@ def _check_names(cfg: Config) -> None:
                 raise ValueError(f"{section}.{key}: DVC params cannot address a key holding '.'; rename it")
 
 
-def _policy_dep(run: Run) -> str:
-    return _p(paths.policy_dir(ROOT, run))
-
-
-def _eval_runs(cfg: Config, benchmark: str | None = None) -> list[Run]:
-    """Runs evaluated (on ``benchmark``, or on any benchmark)."""
-    runs = [r for b, r in cfg.evaluations() if benchmark in (None, b)]
-    return list(dict.fromkeys(runs))
+def _flatten(inputs: Iterable[str | list[str]]) -> list[str]:
+    out: list[str] = []
+    for item in inputs:
+        out += [item] if isinstance(item, str) else list(item)
+    return out
 
 
 def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]:
-    """Every stage of the study in pipeline order (the jobs ``snakemake all`` would run for the same config)."""
+    """One DVC stage per job of the stage table (:func:`acerl.stages.study_jobs`: the jobs ``snakemake all`` runs
+    for the same config), with the table's inputs, outputs and deciding keys."""
     _check_names(cfg)
     files = [Path(f).as_posix() for f in config_files]
-
-    def cmd(stage: str, **kw: Any) -> str:
-        return stage_command(stage, files, ROOT, **kw)
-
-    stages = [
-        Stage(
-            "prepare_data",
-            cmd("prepare_data"),
-            deps=tuple(_real_data_deps(cfg)),
-            params=tuple(param_keys(cfg, "prepare_data")),
-            outs=tuple(Out(_p(paths.data_file(ROOT, s))) for s in cfg.data_splits),
-            desc="training prompts, evaluation benchmarks and the held-out diagnostic set",
-        )
-    ]
-    for model in _models_used(cfg):
+    stages = []
+    for job in study_jobs(cfg):
+        outs = job_outputs(cfg, job)
         stages.append(
             Stage(
-                stage_name("prepare_base", model),
-                cmd("prepare_base", model=model),
-                deps=tuple(_base_deps(cfg, model)),
-                params=tuple(param_keys(cfg, "prepare_base", model=model)),
-                outs=(Out(_p(paths.base_model_dir(ROOT, model))),),
+                stage_name(job.stage, *job.parts),
+                job_command(job, files, ROOT),
+                deps=tuple(dict.fromkeys(_flatten(job_inputs(cfg, job).values()))),
+                params=tuple(param_keys(cfg, job)),
+                version=job.stage,
+                outs=tuple(Out(o.path, o.persist) for o in outs if not o.metric),
+                metrics=tuple(o.path for o in outs if o.metric),
+                desc=spec(job.stage).doc if spec(job.stage).shape == "study" else "",
             )
         )
-    for run in cfg.runs():
-        outs = [
-            Out(_p(paths.policy_dir(ROOT, run))),
-            Out(_p(paths.train_metrics_file(ROOT, run)), persist=True),
-        ]
-        if cfg.compute.backend == "local":
-            outs.append(Out(_p(_live_dir(run))))
-        stages.append(
-            Stage(
-                stage_name("train_policy", *_run_parts(run)),
-                cmd("train_policy", run=run),
-                deps=(_p(paths.base_model_dir(ROOT, run.model)), _p(paths.data_file(ROOT, "train"))),
-                params=tuple(param_keys(cfg, "train_policy", run=run)),
-                outs=tuple(outs),
-            )
-        )
-    for benchmark, run in cfg.evaluations():
-        stages += _eval_stages(cfg, benchmark, run, cmd)
-    for run in cfg.diagnostic_runs():
-        stages.append(
-            Stage(
-                stage_name("diagnose", *_run_parts(run)),
-                cmd("diagnose", run=run),
-                deps=(
-                    _policy_dep(run),
-                    _p(paths.base_model_dir(ROOT, run.model)),
-                    _p(paths.data_file(ROOT, "heldout")),
-                ),
-                params=tuple(param_keys(cfg, "diagnose", run=run)),
-                outs=(Out(_p(paths.diagnostics_file(ROOT, run))),),
-            )
-        )
-    report_deps = [_p(paths.passk_file(ROOT, b, r)) for b, r in cfg.evaluations()]
-    report_deps += [_p(paths.diagnostics_file(ROOT, r)) for r in cfg.diagnostic_runs()]
-    if cfg.report.compare_to_paper:
-        report_deps.append(_p(paths.results_dir(ROOT) / "paper"))
-    stages.append(
-        Stage(
-            "report",
-            cmd("report"),
-            deps=tuple(report_deps),
-            params=tuple(param_keys(cfg, "report")),
-            outs=(
-                Out(_p(paths.tables_dir(ROOT))),
-                Out(_p(paths.figures_dir(ROOT))),
-                Out(_p(paths.report_file(ROOT))),
-                Out(_p(paths.compute_file(ROOT))),
-            ),
-            desc="the paper's tables and figures from every run's results",
-        )
-    )
     names = [s.name for s in stages]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -394,72 +236,23 @@ def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]
     return stages
 
 
-def _eval_stages(cfg: Config, benchmark: str, run: Run, cmd: Callable[..., str]) -> list[Stage]:
-    parts = (benchmark, *_run_parts(run))
-    generations = _p(paths.generations_file(ROOT, benchmark, run))
-    scored = _p(paths.scored_file(ROOT, benchmark, run))
-    curve = _passk_curve_file(benchmark, run)
-    return [
-        Stage(
-            stage_name("sample", *parts),
-            cmd("sample", run=run, benchmark=benchmark),
-            deps=(_policy_dep(run), _p(paths.data_file(ROOT, benchmark))),
-            params=tuple(param_keys(cfg, "sample", run=run)),
-            outs=(Out(generations),),
-        ),
-        Stage(
-            stage_name("grade", *parts),
-            cmd("grade", run=run, benchmark=benchmark),
-            deps=(generations,),
-            params=tuple(param_keys(cfg, "grade", run=run)),
-            outs=(Out(scored),),
-        ),
-        Stage(
-            stage_name("passk", *parts),
-            cmd("passk", run=run, benchmark=benchmark),
-            deps=(scored,),
-            params=tuple(param_keys(cfg, "passk", run=run)),
-            outs=() if curve is None else (Out(_p(curve)),),
-            metrics=(_p(paths.passk_file(ROOT, benchmark, run)),),
-        ),
-    ]
-
-
-def _models_used(cfg: Config) -> list[str]:
-    used = {r.model for r in cfg.base_runs() + cfg.runs()}
-    return [m for m in cfg.models if m in used]
-
-
-def _real_data_deps(cfg: Config) -> list[str]:
-    """Local dataset files (``data.real.*.path``) prepare_data reads."""
-    real = cfg.data.real if cfg.data.kind == "real" else None
-    if real is None:
-        return []
-    sources = [real.train, *real.benchmarks.values()]
-    return [Path(s.path).as_posix() for s in sources if s.path is not None]
-
-
-def _base_deps(cfg: Config, model: str) -> list[str]:
-    mc = cfg.models[model]
-    if mc.source == "tiny":  # the SFT data, and the benchmarks the SFT'd model is scored on
-        return [_p(paths.data_file(ROOT, s)) for s in ("sft", *cfg.evaluation.benchmarks)]
-    return [Path(mc.path).as_posix()] if mc.path else []
-
-
 # ---------------------------------------------------------------------------------------------- plots
 def _plots(cfg: Config) -> list[dict[str, Any]]:
     """Top-level plots: Pass@k curves per (benchmark, model) and training curves per (model, metric)."""
     out: list[dict[str, Any]] = []
     for benchmark in cfg.evaluation.benchmarks:
-        for model in _models_used(cfg):
-            files = [_passk_curve_file(benchmark, r) for r in _eval_runs(cfg, benchmark) if r.model == model]
-            if files and all(f is not None for f in files):
+        for model in models_used(cfg):
+            runs = [r for b, r in cfg.evaluations() if b == benchmark and r.model == model]
+            if runs:
                 out.append(
                     {
                         f"passk/{benchmark}/{model}": {
                             "title": f"Pass@k on {benchmark} ({cfg.models[model].display})",
                             "x": "k",
-                            "y": {_p(f): "pass_at_k" for f in files if f is not None},
+                            "y": {
+                                paths.passk_curve_file(ROOT, benchmark, r).as_posix(): "pass_at_k"
+                                for r in runs
+                            },
                             "x_label": "k",
                             "y_label": "Pass@k",
                         }
@@ -479,7 +272,9 @@ def _plots(cfg: Config) -> list[dict[str, Any]]:
                         "title": f"{metric} ({cfg.models[model].display})",
                         "x": "step",
                         "y": {
-                            _p(_live_dir(r) / "plots" / "metrics" / prefix / f"{name}.tsv"): name
+                            (
+                                paths.live_dir(ROOT, r) / "plots" / "metrics" / prefix / f"{name}.tsv"
+                            ).as_posix(): name
                             for r in runs
                         },
                         "y_label": metric,

@@ -4,14 +4,18 @@ all call these functions; no path is typed twice).
 Layout under the work directory (``root``)::
 
     data/<split>.jsonl                               prepare_data
+    data/real_data_report.json                       prepare_data (data.kind: real)
+    data/verl/<model>/{train,val}.parquet            prepare_verl_data (compute.backend: verl)
     models/base/<model>/                             prepare_base (HF folder, safetensors)
     runs/<model>/<method>/seed<s>/final/             train_policy (HF folder of the final policy)
     runs/<model>/<method>/seed<s>/checkpoints/       resumable training state (never a rule output)
     runs/<model>/<method>/seed<s>/diag/step_<N>/     diagnostic checkpoints (HF folders)
     runs/<model>/<method>/seed<s>/metrics.jsonl      per-step training metrics
+    runs/<model>/<method>/seed<s>/dvclive/           the same metrics as dvclive plots (local backend)
     generations/<benchmark>/<run>.jsonl.gz           sample
     scored/<benchmark>/<run>.parquet                 grade
     metrics/<benchmark>/<run>.json                   passk
+    metrics/<benchmark>/<run>.curve.tsv              passk (rows ``k, pass_at_k``: ``dvc plots``)
     diagnostics/<run>.json                           diagnose
     results/tables/, results/figures/                report
     results/report.md, results/compute.md            report (compute: from the benchmark TSVs below)
@@ -30,6 +34,24 @@ from acerl.config import Run
 
 def data_file(root: Path | str, split: str) -> Path:
     return Path(root) / "data" / f"{split}.jsonl"
+
+
+def real_data_report_file(root: Path | str) -> Path:
+    """Row counts, de-duplication and held-out summary of the last real-data prepare."""
+    return Path(root) / "data" / "real_data_report.json"
+
+
+def verl_data_dir(root: Path | str, model: str) -> Path:
+    """verl's parquet files of one model, rendered with its prompt template."""
+    return Path(root) / "data" / "verl" / model
+
+
+def verl_train_file(root: Path | str, model: str) -> Path:
+    return verl_data_dir(root, model) / "train.parquet"
+
+
+def verl_val_file(root: Path | str, model: str) -> Path:
+    return verl_data_dir(root, model) / "val.parquet"
 
 
 def base_model_dir(root: Path | str, model: str) -> Path:
@@ -68,6 +90,11 @@ def train_metrics_file(root: Path | str, run: Run) -> Path:
     return run_dir(root, run) / "metrics.jsonl"
 
 
+def live_dir(root: Path | str, run: Run) -> Path:
+    """The run's dvclive folder (``plots/metrics/<prefix>/<name>.tsv``), rebuilt from ``metrics.jsonl``."""
+    return run_dir(root, run) / "dvclive"
+
+
 def generations_file(root: Path | str, benchmark: str, run: Run) -> Path:
     return Path(root) / "generations" / benchmark / run.model / run.method / f"seed{run.seed}.jsonl.gz"
 
@@ -83,6 +110,11 @@ def scored_file(root: Path | str, benchmark: str, run: Run) -> Path:
 
 def passk_file(root: Path | str, benchmark: str, run: Run) -> Path:
     return Path(root) / "metrics" / benchmark / run.model / run.method / f"seed{run.seed}.json"
+
+
+def passk_curve_file(root: Path | str, benchmark: str, run: Run) -> Path:
+    """The run's Pass@k curve, rows ``k, pass_at_k`` (what ``dvc plots`` draws; the JSON holds the same)."""
+    return Path(root) / "metrics" / benchmark / run.model / run.method / f"seed{run.seed}.curve.tsv"
 
 
 def diagnostics_file(root: Path | str, run: Run) -> Path:

@@ -20,6 +20,7 @@ from acerl.data.real import (
     dedupe_problems,
     normalize_rows,
     prepare_real_data,
+    prepare_verl_data,
     prompt_messages,
     read_table,
     report_file,
@@ -98,10 +99,9 @@ def test_heldout_is_fixed_by_seed(prepared, shared_data: Path, tmp_path: Path) -
 
 def test_shared_data_verl_parquet(prepared) -> None:
     cfg, root, out = prepared
-    assert set(k for k in out if k.startswith("verl/")) == {
-        "verl/qwen3_8b_base/train",
-        "verl/qwen3_8b_base/val",
-    }
+    assert not any(k.startswith("verl/") for k in out)  # the prepare_verl_data stage's files
+    verl = prepare_verl_data(cfg, root)
+    assert set(verl) == {"verl/qwen3_8b_base/train", "verl/qwen3_8b_base/val"}
     train = pq.read_table(verl_train_file(root, "qwen3_8b_base")).to_pylist()
     jsonl = read_jsonl(out["train"])
     assert len(train) == len(jsonl)

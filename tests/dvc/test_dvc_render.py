@@ -19,6 +19,7 @@ from dvc_helpers import (
     snakemake_dry_run,
     snakemake_jobs,
 )
+from study import copy_workflow
 
 from acerl import paths
 from acerl.config import Run, load_config, merged_dict, validate
@@ -26,14 +27,18 @@ from acerl.dvc import (
     DEFAULT_CONFIG_FILES,
     build_stages,
     check_dvc_yaml,
-    param_keys,
     params_by_file,
     render_dvc_yaml,
     snakemake_touch_argv,
     stage_name,
     write_dvc_yaml,
 )
-from acerl.stages import stage_command
+from acerl.stages import Job, stage_command
+from acerl.stages import param_keys as job_param_keys
+
+
+def param_keys(cfg, stage, run=None, model=None, benchmark=None):
+    return job_param_keys(cfg, Job(stage, model or (run.model if run else None), run, benchmark))
 
 
 def _cfg(files=DEFAULT_CONFIG_FILES):
@@ -103,14 +108,14 @@ def test_resumable_state_is_not_an_output_and_training_metrics_persist():
 
 
 def test_same_jobs_and_outputs_as_the_snakemake_workflow(tmp_path):
-    """Every DVC stage is a Snakemake job with the same outputs (DVC adds only training-curve files)."""
-    for name in ("Snakefile", "workflow", "config", "profiles"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp_path / name)
+    """Every DVC stage is a Snakemake job with the same outputs (DVC adds only the persistent training log)."""
+    copy_workflow(tmp_path)
+    (tmp_path / "src").symlink_to(REPO / "src")  # the tools import this checkout's acerl (tool_env)
     cfg = _cfg(TEST_CONFIG)
     smk = snakemake_jobs(snakemake_dry_run(tmp_path, TEST_CONFIG, "--forceall"))
-    dvc_only = {paths.train_metrics_file(".", r).as_posix() for r in cfg.runs()}
-    dvc_only |= {(paths.run_dir(".", r) / "dvclive").as_posix() for r in cfg.runs()}
+    dvc_only = {
+        paths.train_metrics_file(".", r).as_posix() for r in cfg.runs()
+    }  # persist: a log across resumes
     ours = set()
     for stage in build_stages(cfg, TEST_CONFIG):
         outs = {o.path for o in stage.outs} | set(stage.metrics)
@@ -248,8 +253,8 @@ def test_dvc_reads_the_generated_pipeline(tmp_path):
     (tmp_path / "config").mkdir()
     for f in TEST_CONFIG:
         shutil.copy(REPO / f, tmp_path / f)
-    for f in (".dvcignore", ".dvc/config", ".dvc/.gitignore"):
-        (tmp_path / f).parent.mkdir(exist_ok=True)
+    for f in (".dvcignore", ".dvc/config", ".dvc/.gitignore", "src/acerl/stage_versions.py"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / f, tmp_path / f)
     out = write_dvc_yaml(TEST_CONFIG, tmp_path / "dvc.yaml")
     init_repo(tmp_path)

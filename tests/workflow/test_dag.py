@@ -53,6 +53,7 @@ def expected_counts(config_files: list[Path]) -> Counter[str]:
     return Counter(
         prepare_data=1,
         prepare_base=len({r.model for r in runs + cfg.base_runs()}),
+        prepare_verl_data=len({r.model for r in runs}) if cfg.compute.backend == "verl" else 0,
         train_policy=len(runs),
         sample=evaluations,
         grade=evaluations,

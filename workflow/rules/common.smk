@@ -4,7 +4,16 @@ from pathlib import Path
 
 from acerl import paths as P
 from acerl.config import Run, load_config, spec_json, validate
-from acerl.stages import portable_path, stage_command
+from acerl.stages import (
+    Job,
+    job_command,
+    job_inputs,
+    job_outputs,
+    param_values,
+    pattern_job,
+    portable_path,
+    spec,
+)
 from acerl.report.catalog import captions as report_captions, describe
 
 # The config files Snakemake merged (the workflow default first, then --configfile ones, which win), passed
@@ -26,16 +35,9 @@ if load_config(CONFIG_FILES).model_dump() != CFG.model_dump():
     )
 ROOT = "."
 
-WILDCARD_RUN = Run("{model}", "{method}", "{seed}")
-
 
 def run_of(wildcards):
     return Run(wildcards.model, wildcards.method, int(wildcards.seed))
-
-
-def run_spec(wildcards):
-    """The resolved settings of a run: a change re-runs exactly the jobs it affects."""
-    return spec_json(CFG.run_spec(run_of(wildcards)))
 
 
 def res(rule_name, attr):
@@ -69,18 +71,40 @@ def bench_path(rule_name, *parts):
 RUN_PARTS = ("{model}", "{method}", "seed{seed}")
 
 
-def policy_input(wildcards):
-    """The HF folder a run is evaluated from (the base model folder for method 'base')."""
-    return str(P.policy_dir(ROOT, run_of(wildcards)))
+# ---- the stage table (acerl.stages): every rule's input, output and params; the same table writes dvc.yaml
+def job_of(stage, wildcards):
+    """The stage table's job of a rule's wildcards."""
+    shape = spec(stage).shape
+    if shape == "study":
+        return Job(stage)
+    if shape == "model":
+        return Job(stage, wildcards.model)
+    benchmark = wildcards.benchmark if shape == "evaluation" else None
+    return Job(stage, wildcards.model, run_of(wildcards), benchmark)
 
 
-def all_passk_files():
-    """Pass@k of every (benchmark, run) the reports need (acerl.config.Config.evaluations)."""
-    return [str(P.passk_file(ROOT, b, r)) for b, r in CFG.evaluations()]
+def stage_input(stage):
+    """The job's named inputs (use with ``unpack``)."""
+    return lambda wildcards: job_inputs(CFG, job_of(stage, wildcards))
 
 
-def all_diagnostics_files():
-    return [str(P.diagnostics_file(ROOT, r)) for r in CFG.diagnostic_runs()]
+def stage_output(stage):
+    """The rule's named output patterns; a ``persist`` output (a log the job appends to across resumes) is left
+    out, as Snakemake deletes the outputs of a failed job."""
+    return {
+        o.name: directory(o.path) if o.directory else o.path
+        for o in job_outputs(CFG, pattern_job(stage))
+        if not o.persist
+    }
+
+
+def stage_cmd(stage):
+    return lambda wildcards: job_command(job_of(stage, wildcards), CONFIG_FILES, ROOT)
+
+
+def stage_params(stage):
+    """The values of the config keys that decide the job, and the stage's code version (acerl.stage_versions)."""
+    return lambda wildcards: spec_json(param_values(CFG, job_of(stage, wildcards)))
 
 
 def all_targets():

@@ -1,9 +1,12 @@
-# prepare_data: training prompts, evaluation benchmarks and the held-out diagnostic set.
+# prepare_data: training prompts, evaluation benchmarks and the held-out diagnostic set; prepare_verl_data: verl's
+# parquet files of a trained model (compute.backend: verl). Inputs, outputs, params: the stage table (acerl.stages).
 
 
 rule prepare_data:
+    input:
+        unpack(stage_input("prepare_data")),
     output:
-        splits=[str(P.data_file(ROOT, s)) for s in CFG.data_splits],
+        **stage_output("prepare_data"),
     log:
         log_path("prepare_data", "data"),
     benchmark:
@@ -15,7 +18,29 @@ rule prepare_data:
         mem_mb=res("prepare_data", "mem_mb"),
         runtime=res("prepare_data", "runtime"),
     params:
-        cmd=stage_command("prepare_data", CONFIG_FILES, ROOT),
-        data=spec_json(CFG.data.model_dump(mode="json")),
+        cmd=stage_cmd("prepare_data"),
+        decides=stage_params("prepare_data"),
+    shell:
+        "{params.cmd} > {log} 2>&1"
+
+
+rule prepare_verl_data:
+    input:
+        unpack(stage_input("prepare_verl_data")),
+    output:
+        **stage_output("prepare_verl_data"),
+    log:
+        log_path("prepare_verl_data", "{model}"),
+    benchmark:
+        bench_path("prepare_verl_data", "{model}")
+    conda:
+        "../envs/acerl.yaml"
+    threads: 1
+    resources:
+        mem_mb=res("prepare_verl_data", "mem_mb"),
+        runtime=res("prepare_verl_data", "runtime"),
+    params:
+        cmd=stage_cmd("prepare_verl_data"),
+        decides=stage_params("prepare_verl_data"),
     shell:
         "{params.cmd} > {log} 2>&1"

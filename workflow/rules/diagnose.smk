@@ -3,11 +3,9 @@
 
 rule diagnose:
     input:
-        final=str(P.policy_dir(ROOT, WILDCARD_RUN)),
-        reference=str(P.base_model_dir(ROOT, "{model}")),
-        heldout=str(P.data_file(ROOT, "heldout")),
+        unpack(stage_input("diagnose")),
     output:
-        diagnostics=str(P.diagnostics_file(ROOT, WILDCARD_RUN)),
+        **stage_output("diagnose"),
     log:
         log_path("diagnose", *RUN_PARTS),
     benchmark:
@@ -21,11 +19,7 @@ rule diagnose:
         gpus=res("diagnose", "gpus"),
         gres=gres("diagnose"),
     params:
-        cmd=lambda w: stage_command("diagnose", CONFIG_FILES, ROOT, run=run_of(w)),
-        diagnostics=(
-            spec_json(CFG.study.diagnostics.model_dump(mode="json"))
-            if CFG.study.diagnostics
-            else ""
-        ),
+        cmd=stage_cmd("diagnose"),
+        decides=stage_params("diagnose"),
     shell:
         "{params.cmd} > {log} 2>&1"

@@ -3,10 +3,9 @@
 
 rule sample:
     input:
-        policy=policy_input,
-        problems=str(P.data_file(ROOT, "{benchmark}")),
+        unpack(stage_input("sample")),
     output:
-        generations=str(P.generations_file(ROOT, "{benchmark}", WILDCARD_RUN)),
+        **stage_output("sample"),
     log:
         log_path("sample", "{benchmark}", *RUN_PARTS),
     benchmark:
@@ -20,19 +19,17 @@ rule sample:
         gpus=res("sample", "gpus"),
         gres=gres("sample"),
     params:
-        cmd=lambda w: stage_command(
-            "sample", CONFIG_FILES, ROOT, run=run_of(w), benchmark=w.benchmark
-        ),
-        evaluation=spec_json(CFG.evaluation.model_dump(mode="json", exclude={"ks"})),
+        cmd=stage_cmd("sample"),
+        decides=stage_params("sample"),
     shell:
         "{params.cmd} > {log} 2>&1"
 
 
 rule grade:
     input:
-        generations=rules.sample.output.generations,
+        unpack(stage_input("grade")),
     output:
-        scored=str(P.scored_file(ROOT, "{benchmark}", WILDCARD_RUN)),
+        **stage_output("grade"),
     log:
         log_path("grade", "{benchmark}", *RUN_PARTS),
     benchmark:
@@ -44,19 +41,17 @@ rule grade:
         mem_mb=res("grade", "mem_mb"),
         runtime=res("grade", "runtime"),
     params:
-        cmd=lambda w: stage_command(
-            "grade", CONFIG_FILES, ROOT, run=run_of(w), benchmark=w.benchmark
-        ),
-        grading=spec_json(CFG.grading.model_dump(mode="json")),
+        cmd=stage_cmd("grade"),
+        decides=stage_params("grade"),
     shell:
         "{params.cmd} > {log} 2>&1"
 
 
 rule passk:
     input:
-        scored=rules.grade.output.scored,
+        unpack(stage_input("passk")),
     output:
-        metrics=str(P.passk_file(ROOT, "{benchmark}", WILDCARD_RUN)),
+        **stage_output("passk"),
     log:
         log_path("passk", "{benchmark}", *RUN_PARTS),
     benchmark:
@@ -68,9 +63,7 @@ rule passk:
         mem_mb=res("passk", "mem_mb"),
         runtime=res("passk", "runtime"),
     params:
-        cmd=lambda w: stage_command(
-            "passk", CONFIG_FILES, ROOT, run=run_of(w), benchmark=w.benchmark
-        ),
-        ks=CFG.evaluation.ks,
+        cmd=stage_cmd("passk"),
+        decides=stage_params("passk"),
     shell:
         "{params.cmd} > {log} 2>&1"

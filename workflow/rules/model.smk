@@ -1,11 +1,11 @@
-# prepare_base: a base model folder per model (the tiny model is built and SFT'd here; hub models downloaded).
+# prepare_base: a base model folder per model (the tiny model is built and SFT'd here; hub models linked).
 
 
 rule prepare_base:
     input:
-        train=str(P.data_file(ROOT, "train")),
+        unpack(stage_input("prepare_base")),
     output:
-        model=directory(str(P.base_model_dir(ROOT, "{model}"))),
+        **stage_output("prepare_base"),
     log:
         log_path("prepare_base", "{model}"),
     benchmark:
@@ -19,9 +19,7 @@ rule prepare_base:
         gpus=res("prepare_base", "gpus"),
         gres=gres("prepare_base"),
     params:
-        cmd=lambda w: stage_command("prepare_base", CONFIG_FILES, ROOT, model=w.model),
-        base=lambda w: spec_json(
-            CFG.models[w.model].model_dump(mode="json", exclude={"train", "display"})
-        ),
+        cmd=stage_cmd("prepare_base"),
+        decides=stage_params("prepare_base"),
     shell:
         "{params.cmd} > {log} 2>&1"

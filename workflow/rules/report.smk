@@ -1,34 +1,35 @@
 # report: the paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
 # accounting from the benchmark TSVs. `snakemake --report report.html` shows every table and figure by category.
+# Inputs, outputs and params: the stage table (acerl.stages); report() adds the HTML report's presentation.
+REPORT_OUT = stage_output("report")
 
 
 rule report:
     input:
-        passk=all_passk_files(),
-        diagnostics=all_diagnostics_files(),
+        unpack(stage_input("report")),
     output:
         tables=report(
-            directory(str(P.tables_dir(ROOT))),
+            REPORT_OUT["tables"],
             patterns=["{name}.md"],
             caption="../report/item.rst",
             category=report_category("table"),
             labels=report_labels("table"),
         ),
         figures=report(
-            directory(str(P.figures_dir(ROOT))),
+            REPORT_OUT["figures"],
             patterns=["{name}.png"],
             caption="../report/item.rst",
             category=report_category("figure"),
             labels=report_labels("figure"),
         ),
         compute=report(
-            str(P.compute_file(ROOT)),
+            REPORT_OUT["compute"],
             caption="../report/compute.rst",
             category="Compute",
             labels={"name": "compute.md", "kind": "compute"},
         ),
         summary=report(
-            str(P.report_file(ROOT)),
+            REPORT_OUT["summary"],
             caption="../report/summary.rst",
             category="Summary",
             labels={"name": "report.md", "kind": "summary"},
@@ -44,13 +45,8 @@ rule report:
         mem_mb=res("report", "mem_mb"),
         runtime=res("report", "runtime"),
     params:
-        cmd=stage_command("report", CONFIG_FILES, ROOT),
-        report=spec_json(CFG.report.model_dump(mode="json")),
-        captions=report_captions(CFG),
-        resources=spec_json(
-            CFG.compute.model_dump(
-                mode="json", include={"resources", "model_resources"}
-            )
-        ),
+        cmd=stage_cmd("report"),
+        decides=stage_params("report"),
+        captions=report_captions(CFG),  # text of Snakemake's HTML report only (workflow/report/item.rst)
     shell:
         "{params.cmd} > {log} 2>&1"

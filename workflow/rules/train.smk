@@ -1,13 +1,13 @@
 # train_policy: one (model, method, seed) run. Resumable state lives in runs/.../checkpoints/, which is not a
-# rule output, so Snakemake never deletes it when a job fails or is preempted: a retry resumes from it.
+# rule output, so Snakemake never deletes it when a job fails or is preempted: a retry resumes from it. The
+# per-step metrics.jsonl is a DVC output (persist) but not a Snakemake one, for the same reason.
 
 
 rule train_policy:
     input:
-        base=str(P.base_model_dir(ROOT, "{model}")),
-        train=str(P.data_file(ROOT, "train")),
+        unpack(stage_input("train_policy")),
     output:
-        final=directory(str(P.policy_dir(ROOT, WILDCARD_RUN))),
+        **stage_output("train_policy"),
     log:
         log_path("train_policy", *RUN_PARTS),
     benchmark:
@@ -22,7 +22,7 @@ rule train_policy:
         gres=gres("train_policy"),
         nodes=res("train_policy", "nodes"),
     params:
-        cmd=lambda w: stage_command("train_policy", CONFIG_FILES, ROOT, run=run_of(w)),
-        spec=run_spec,
+        cmd=stage_cmd("train_policy"),
+        decides=stage_params("train_policy"),
     shell:
         "exec {params.cmd} > {log} 2>&1"

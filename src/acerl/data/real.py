@@ -99,22 +99,10 @@ class DataSourceError(BadInputError):
 
 
 # --------------------------------------------------------------------------------------------- paths
-def verl_data_dir(root: Path | str, model: str) -> Path:
-    """``data/verl/<model>/``: verl's parquet files, rendered with the model's prompt template."""
-    return Path(root) / "data" / "verl" / model
-
-
-def verl_train_file(root: Path | str, model: str) -> Path:
-    return verl_data_dir(root, model) / "train.parquet"
-
-
-def verl_val_file(root: Path | str, model: str) -> Path:
-    return verl_data_dir(root, model) / "val.parquet"
-
-
-def report_file(root: Path | str) -> Path:
-    """``data/real_data_report.json``: row counts, de-duplication and held-out summary of the last prepare."""
-    return Path(root) / "data" / "real_data_report.json"
+verl_data_dir = paths.verl_data_dir
+verl_train_file = paths.verl_train_file
+verl_val_file = paths.verl_val_file
+report_file = paths.real_data_report_file
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -484,11 +472,11 @@ def _train_data_source(cfg: Config) -> str:
 
 # ----------------------------------------------------------------------------------------- entry point
 def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
-    """Read, normalise, de-duplicate and split the real datasets; write JSON Lines and verl parquet.
+    """Read, normalise, de-duplicate and split the real datasets; write JSON Lines (verl's parquet files are
+    the ``prepare_verl_data`` stage's, :func:`prepare_verl_data`, written only for the verl backend).
 
     Returns:
-        Paths by key: ``train``, each benchmark name, ``heldout`` (JSON Lines), ``report``
-        (:func:`report_file`) and ``verl/<model>/{train,val}`` for every trained model.
+        Paths by key: ``train``, each benchmark name, ``heldout`` (JSON Lines) and ``report`` (:func:`report_file`).
     """
     if cfg.data.kind != "real" or cfg.data.real is None:
         raise DataSourceError("prepare_real_data needs data.kind: real with a data.real section")
@@ -524,5 +512,4 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
         "benchmarks": bench_counts,
     }
     out["report"] = write_json(report_file(root), report, indent=2, ensure_ascii=False)
-    out.update(prepare_verl_data(cfg, root))
     return out

@@ -8,7 +8,8 @@ Each step reads the previous step's file and writes its own atomically (paths fr
 2. :func:`grade_run` -> ``scored/<benchmark>/<run>.parquet``: one math-verify verdict per completion. Re-grading
    stored generations (e.g. after a grader fix) is just rerunning this step; nothing is resampled.
 3. :func:`passk_run` -> ``metrics/<benchmark>/<run>.json``: per-problem ``n`` and ``c`` and the unbiased Pass@k
-   for ``evaluation.ks`` (:func:`acerl.records.passk_record`).
+   for ``evaluation.ks`` (:func:`acerl.records.passk_record`), and the curve as rows
+   ``k, pass_at_k`` (``paths.passk_curve_file``, what ``dvc plots`` draws).
 
 Seeds: shard ``s`` of run seed ``r`` samples with :func:`~acerl.generate.shards.derive_seed`
 ``(evaluation.seed, r, s)``, so results depend only on the config, never on interruptions.
@@ -31,7 +32,7 @@ from acerl.config import Config, Run
 from acerl.errors import MissingInputError
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp, remove_shards, run_sharded
-from acerl.io import atomic_path, read_jsonl, write_jsonl
+from acerl.io import atomic_path, read_jsonl, write_jsonl, write_text
 from acerl.prompts import build_prompt
 from acerl.records import passk_record, write_passk_record
 
@@ -341,6 +342,8 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     )
     out = write_passk_record(record, paths.passk_file(root, benchmark, run))
     ks = record["ks"]
+    curve = "".join(f"{k}\t{record['pass_at_k'][str(k)]!r}\n" for k in ks)
+    write_text(paths.passk_curve_file(root, benchmark, run), "k\tpass_at_k\n" + curve)
     logger.info(
         "%s on %s (%d problems): pass@%d %.4f, pass@%d %.4f",
         run.id,

@@ -913,7 +913,7 @@ def _train_loop(
 ) -> None:
     h = setup.hyper
     ckpt_dir = paths.checkpoints_dir(root, run)
-    live_dir = paths.run_dir(root, run) / "dvclive"
+    live_dir = paths.live_dir(root, run)
     if verifier is None:
         from acerl.grading import Grader
 
