@@ -20,7 +20,6 @@ kind and the LR schedule come from registries keyed by config values. See docs/t
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 import logging
 import math
@@ -28,11 +27,11 @@ import re
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,7 +40,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from acerl import paths
 from acerl.algos.advantages import (
-    ADVANTAGE_ESTIMATORS,
     AceOutput,
     AdvantageOutput,
     compute_advantages,
@@ -49,16 +47,7 @@ from acerl.algos.advantages import (
 )
 from acerl.algos.dapo import filter_groups
 from acerl.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty
-from acerl.config import (
-    BASE_METHOD,
-    Config,
-    ConfigError,
-    EstimatorConfig,
-    FamilyConfig,
-    Run,
-    TrainHyper,
-    spec_json,
-)
+from acerl.config import Config, EstimatorConfig, Run, spec_json
 from acerl.data.io import read_jsonl
 from acerl.errors import MissingInputError
 from acerl.generate import resolve_device
@@ -72,6 +61,7 @@ from acerl.generate.hf import (
 )
 from acerl.prompts import build_prompt
 from acerl.runtime import autocast, configure_torch
+from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec
 from acerl.train.checkpoint import (
     find_latest,
     get_rng_states,
@@ -93,157 +83,17 @@ from acerl.train.signals import PreemptionFlag, TrainingPreempted
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "TrainSetup",
     "TrainState",
     "TrainingSet",
     "batch_logprobs",
     "collect_rollouts",
     "init_state",
     "micro_batches",
-    "resolve_setup",
     "train_run",
     "single_pass_update",
     "train_step",
     "update_policy",
 ]
-
-ReferenceKind = Literal["initial", "ema"]
-OldLogprobs = Literal["recompute", "rollout"]
-DEFAULT_POLICY_LOSS = "vanilla"
-DEFAULT_EMA_DECAY = 0.99
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Resolved settings and state
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainSetup:
-    """Everything a run's steps read from the config, resolved once.
-
-    Attributes:
-        hyper: the model's training hyperparameters (paper Table 5).
-        family: clipping, loss aggregation, KL, reward kind, DAPO pieces.
-        estimator: advantage estimator name and parameters.
-        kl_coef: beta (the family's override, else the model's).
-        template: prompt template name.
-        diagnostic_steps: steps whose policy is saved for the diagnostics (0 = before training).
-        reference: ``initial`` (frozen base model) or ``ema`` (exponential moving average of the policy).
-        ref_ema_decay: EMA decay per training step (``reference == "ema"``).
-        policy_loss: name in :data:`acerl.algos.losses.POLICY_LOSSES`.
-        needs_reference: reference log-probs are computed (KL loss on, or the estimator takes them).
-        old_logprobs: where ``log pi_old`` comes from: ``recompute`` (the policy's teacher-forced log-probs
-            before the update, as verl computes them; exact, so ``c_i = 0`` at step 0; when the update is a
-            single forward pass they are taken from that pass, see :func:`single_pass_update`) or
-            ``rollout`` (the sampler's own log-probs: equal up to float rounding).
-        precision: ``fp32`` or ``bf16`` (autocast of every forward pass; fp32 master weights), from
-            ``compute.precision``; see :func:`acerl.runtime.autocast`.
-        gradient_checkpointing: recompute decoder-layer activations in the backward pass
-            (``compute.gradient_checkpointing``).
-        max_tokens_per_micro_batch: padded-token cap per micro-batch (``compute.max_tokens_per_micro_batch``);
-            ``None``: ``micro_batch_size_per_gpu`` rows only. See :func:`micro_batches`.
-    """
-
-    hyper: TrainHyper
-    family: FamilyConfig
-    estimator: EstimatorConfig
-    kl_coef: float
-    template: str
-    diagnostic_steps: tuple[int, ...]
-    reference: ReferenceKind
-    ref_ema_decay: float
-    policy_loss: str
-    needs_reference: bool
-    old_logprobs: OldLogprobs = "recompute"
-    precision: str = "fp32"
-    gradient_checkpointing: bool = False
-    max_tokens_per_micro_batch: int | None = None
-
-
-def estimator_needs_reference(name: str) -> bool:
-    """Whether the registered estimator requires reference log-probs: its ``needs_reference`` attribute if it
-    has one, else whether its ``ref_logprobs`` parameter lacks a default (``ace``: yes, ``grpo``: no)."""
-    fn = ADVANTAGE_ESTIMATORS.get(name)
-    flag = getattr(fn, "needs_reference", None)
-    if flag is not None:
-        return bool(flag)
-    param = inspect.signature(fn).parameters.get("ref_logprobs")
-    return param is not None and param.default is inspect.Parameter.empty
-
-
-def _option(objects: Sequence[Any], key: str, default: Any) -> Any:
-    """The first of ``objects`` carrying a non-None ``key`` (config keys proposed to the lead), else default."""
-    for obj in objects:
-        value = getattr(obj, key, None)
-        if value is not None:
-            return value
-    return default
-
-
-def resolve_setup(
-    cfg: Config,
-    run: Run,
-    *,
-    reference: ReferenceKind | None = None,
-    ref_ema_decay: float | None = None,
-    old_logprobs: OldLogprobs | None = None,
-) -> TrainSetup:
-    """The :class:`TrainSetup` of ``run``; the keyword arguments override the config."""
-    if run.is_base:
-        raise ValueError(
-            f"run {run.id}: method {BASE_METHOD!r} is the untrained base model; nothing to train"
-        )
-    if run.model not in cfg.models:
-        raise ConfigError(f"unknown model {run.model!r}; valid: {', '.join(cfg.models)}")
-    model_cfg = cfg.models[run.model]
-    method = cfg.method(run.method)
-    family = cfg.family(run.method)
-    hyper = model_cfg.train
-    ref_kind = reference or _option((family, hyper), "reference", "initial")
-    if ref_kind not in ("initial", "ema"):
-        raise ConfigError(f"run {run.id}: reference must be 'initial' or 'ema', got {ref_kind!r}")
-    decay = (
-        ref_ema_decay
-        if ref_ema_decay is not None
-        else _option((family, hyper), "ref_ema_decay", DEFAULT_EMA_DECAY)
-    )
-    if not 0.0 <= decay < 1.0:
-        raise ConfigError(f"run {run.id}: ref_ema_decay must be in [0, 1), got {decay}")
-    old_source = old_logprobs or _option((hyper, family), "old_logprobs", "recompute")
-    if old_source not in ("recompute", "rollout"):
-        raise ConfigError(f"run {run.id}: old_logprobs must be 'recompute' or 'rollout', got {old_source!r}")
-    if family.overlong.enable and family.overlong.buffer > hyper.max_response_length:
-        raise ConfigError(
-            f"families.{method.family}.overlong.buffer ({family.overlong.buffer}) exceeds "
-            f"models.{run.model}.train.max_response_length ({hyper.max_response_length})"
-        )
-    if hyper.prompts_per_step % hyper.mini_batch_size != 0:
-        logger.warning(
-            "models.%s.train.prompts_per_step (%d) is not a multiple of mini_batch_size (%d): "
-            "the last mini-batch of each step is smaller",
-            run.model,
-            hyper.prompts_per_step,
-            hyper.mini_batch_size,
-        )
-    policy_loss = _option((family,), "policy_loss", DEFAULT_POLICY_LOSS)
-    POLICY_LOSSES.get(policy_loss)  # fail early on a bad name
-    return TrainSetup(
-        hyper=hyper,
-        family=family,
-        estimator=method.estimator,
-        kl_coef=family.kl_coef if family.kl_coef is not None else hyper.kl_coef,
-        template=model_cfg.template,
-        diagnostic_steps=tuple(cfg.run_spec(run).get("diagnostic_steps", [])),
-        reference=ref_kind,
-        ref_ema_decay=float(decay),
-        policy_loss=policy_loss,
-        needs_reference=family.use_kl_loss or estimator_needs_reference(method.estimator.name),
-        old_logprobs=old_source,
-        precision=cfg.compute.precision,
-        gradient_checkpointing=cfg.compute.gradient_checkpointing,
-        max_tokens_per_micro_batch=cfg.compute.max_tokens_per_micro_batch,
-    )
 
 
 @dataclass
@@ -338,7 +188,7 @@ class Rollouts:
 
 
 def collect_rollouts(
-    state: TrainState, setup: TrainSetup, data: TrainingSet, verifier: Verifier, timer: Timer
+    state: TrainState, setup: RunSettings, data: TrainingSet, verifier: Verifier, timer: Timer
 ) -> Rollouts:
     """Sample and grade prompt batches; with dynamic sampling keep only groups with mixed verdicts and draw
     new batches (at most ``dynamic_sampling.max_batches``) until ``prompts_per_step`` groups are kept."""
@@ -504,7 +354,7 @@ def batch_logprobs(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def single_pass_update(setup: TrainSetup, rows: int) -> bool:
+def single_pass_update(setup: RunSettings, rows: int) -> bool:
     """Whether updating on ``rows`` sequences is one forward/backward pass: one epoch, one mini-batch, one
     micro-batch (the embedded default). Then ``log pi_old`` -- the policy's log-probs before the update --
     are exactly the (detached) log-probs of that pass, and a separate teacher-forced pass is redundant."""
@@ -517,7 +367,7 @@ OnPolicyAdvantages = Callable[[Tensor], Tensor]
 
 
 @contextmanager
-def _checkpointing(model: torch.nn.Module, setup: TrainSetup) -> Iterator[None]:
+def _checkpointing(model: torch.nn.Module, setup: RunSettings) -> Iterator[None]:
     """Train mode for the update's forward when gradient checkpointing is on (transformers checkpoints decoder
     layers only in train mode; the models here have no dropout, so the values are unchanged). The prompt-KV
     sharing of :func:`acerl.generate.hf.response_logprobs` needs a KV cache, which checkpointed layers do not
@@ -534,7 +384,7 @@ def _checkpointing(model: torch.nn.Module, setup: TrainSetup) -> Iterator[None]:
 
 def update_policy(
     state: TrainState,
-    setup: TrainSetup,
+    setup: RunSettings,
     batch: RolloutBatch,
     old_logprobs: Tensor | None,
     ref_logprobs: Tensor | None,
@@ -698,7 +548,7 @@ ACE_KEYS = (
 
 
 def train_step(
-    state: TrainState, setup: TrainSetup, data: TrainingSet, verifier: Verifier
+    state: TrainState, setup: RunSettings, data: TrainingSet, verifier: Verifier
 ) -> dict[str, float]:
     """One iteration of Algorithm 1; returns the step's metrics (``train/``, ``actor/``, ``ace/``, ``timing/``)."""
     h, est = setup.hyper, setup.estimator
@@ -712,7 +562,7 @@ def train_step(
     if setup.needs_reference:
         metrics.update(dict.fromkeys(ACE_KEYS, math.nan))
     metrics.update(ro.sampled)
-    metrics["actor/kl_coef"] = setup.kl_coef if setup.family.use_kl_loss else 0.0
+    metrics["actor/kl_coef"] = setup.kl_loss_coef
     metrics["train/lr"] = lr
     metrics["train/epoch"] = state.stream.epoch + state.stream.position / state.stream.size
 
@@ -780,6 +630,18 @@ def train_step(
 # --------------------------------------------------------------------------------------------------------------
 
 
+def _warn_short_mini_batch(setup: RunSettings) -> None:
+    h = setup.hyper
+    if h.prompts_per_step % h.mini_batch_size != 0:
+        logger.warning(
+            "models.%s.train.prompts_per_step (%d) is not a multiple of mini_batch_size (%d): "
+            "the last mini-batch of each step is smaller",
+            setup.run.model,
+            h.prompts_per_step,
+            h.mini_batch_size,
+        )
+
+
 def _comparable_spec(spec: dict[str, Any]) -> str:
     return spec_json({k: v for k, v in spec.items() if k != "diagnostic_steps"})
 
@@ -821,20 +683,16 @@ def train_run(
         verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
         reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.
         ref_ema_decay: EMA decay per step for ``reference="ema"``; overrides the config.
-        old_logprobs: ``recompute`` (default, verl) or ``rollout``; see :class:`TrainSetup`.
+        old_logprobs: ``recompute`` (default, verl) or ``rollout``; see :class:`RunSettings`.
     """
     root = Path(root)
     final = paths.policy_dir(root, run)
     if final.is_dir() and (final / "config.json").is_file():
         logger.info("%s: final policy %s exists; nothing to do", run.id, final)
         return final
-    setup = resolve_setup(
-        cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs
-    )
-    spec = cfg.run_spec(run)
-    spec["trainer"] = {"reference": setup.reference, "old_logprobs": setup.old_logprobs}
-    if setup.reference == "ema":
-        spec["trainer"]["ref_ema_decay"] = setup.ref_ema_decay
+    setup = cfg.resolve(run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
+    _warn_short_mini_batch(setup)
+    spec = local_run_spec(setup)
     spec_text = _comparable_spec(spec)
     run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
     for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
@@ -865,7 +723,7 @@ def train_run(
 
 
 def init_state(
-    root: Path, run: Run, setup: TrainSetup, device: torch.device
+    root: Path, run: Run, setup: RunSettings, device: torch.device
 ) -> tuple[TrainState, TrainingSet]:
     """The step-0 state of ``run``: policy and reference loaded from the base model folder, a fresh AdamW,
     the sampling generator seeded with the run seed, and the training set."""
@@ -898,7 +756,7 @@ def init_state(
     return state, data
 
 
-def _resume(state: TrainState, ckpt: Path, setup: TrainSetup, dev: torch.device) -> None:
+def _resume(state: TrainState, ckpt: Path, setup: RunSettings, dev: torch.device) -> None:
     ref = state.ref_model if setup.reference == "ema" else None
     saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
     state.scheduler.load_state_dict(saved["scheduler"])
@@ -910,7 +768,7 @@ def _resume(state: TrainState, ckpt: Path, setup: TrainSetup, dev: torch.device)
 
 def _train_loop(
     state: TrainState,
-    setup: TrainSetup,
+    setup: RunSettings,
     data: TrainingSet,
     cfg: Config,
     run: Run,
