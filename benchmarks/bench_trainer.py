@@ -77,7 +77,7 @@ class LocalTrainers:
     def __init__(self, root: Path, warmup: int) -> None:
         from acerl.config import Run, load_config
         from acerl.grading import Grader
-        from acerl.train.loop import init_state
+        from acerl.train.run import init_state
 
         cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
         self.setups = {k: cfg.resolve(Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()}
@@ -90,7 +90,7 @@ class LocalTrainers:
         self.records: dict[str, list[dict[str, float]]] = {k: [] for k in VARIANTS}
 
     def step_all(self) -> None:
-        from acerl.train.loop import train_step
+        from acerl.train.algorithm import train_step
 
         for k in VARIANTS:
             state, data = self.states[k]
@@ -114,13 +114,10 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     from acerl.algos.advantages import compute_advantages
     from acerl.config import Run, load_config
     from acerl.grading import Grader
-    from acerl.train.loop import (
-        Timer,
-        batch_logprobs,
-        collect_rollouts,
-        init_state,
-        update_policy,
-    )
+    from acerl.train.algorithm import batch_logprobs, update_policy
+    from acerl.train.metrics import Timer
+    from acerl.train.rollouts import collect_rollouts
+    from acerl.train.run import init_state
 
     cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
     setups = {m: cfg.resolve(Run("tiny", m, 0)) for m in ("grpo", "ace_grpo")}

@@ -17,15 +17,11 @@ from acerl.config import Run
 from acerl.generate.hf import RolloutBatch, pack_rows
 from acerl.runtime import autocast
 from acerl.train import train_run
+from acerl.train.algorithm import batch_logprobs, micro_batches, update_policy
 from acerl.train.checkpoint import find_latest
-from acerl.train.loop import (
-    Timer,
-    batch_logprobs,
-    collect_rollouts,
-    init_state,
-    micro_batches,
-    update_policy,
-)
+from acerl.train.metrics import Timer
+from acerl.train.rollouts import collect_rollouts
+from acerl.train.run import init_state
 
 RUN = Run("tiny", "ace_grpo", 0)
 

@@ -15,16 +15,17 @@ from trainer_fixtures import DigitVerifier, Verdict, make_config, read_jsonl_rec
 from acerl import paths
 from acerl.config import Run
 from acerl.train import train_run
-from acerl.train.loop import (
+from acerl.train.algorithm import (
     ACE_KEYS,
     ACTOR_KEYS,
-    Timer,
     batch_logprobs,
-    collect_rollouts,
-    init_state,
     single_pass_update,
     update_policy,
+    update_policy_single_pass,
 )
+from acerl.train.metrics import Timer
+from acerl.train.rollouts import collect_rollouts
+from acerl.train.run import init_state
 
 TRAIN_KEYS = (
     "train/reward_mean",
@@ -265,7 +266,7 @@ def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
 ):
     """One epoch, one mini-batch, one micro-batch: log pi_old comes from the update's forward pass instead of
     a separate teacher-forced pass -- one policy forward fewer per step, bitwise the same training."""
-    import acerl.train.loop as loop
+    import acerl.train.algorithm as loop
 
     cfg = make_config(
         "models.tiny.train.mini_batch_size=4",
@@ -310,4 +311,4 @@ def test_single_pass_update_needs_one_pass(tiny_root: Path):
     state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     with pytest.raises(ValueError, match="single forward pass"):
-        update_policy(state, setup, ro.batch, None, None, lambda old: old)
+        update_policy_single_pass(state, setup, ro.batch, None, lambda old: old, Timer())
