@@ -18,8 +18,11 @@ Vocabulary:
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import json
 import os
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,7 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from acerl.errors import UserError
 
@@ -48,6 +59,28 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def check_kwargs(value: Mapping[str, Any], target: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``value`` as keyword arguments of ``target`` (a dataclass or a function), checked now: every key must
+    be a field / parameter (less ``skip``) and every value of its annotated type; a dataclass is built, so its
+    own checks run too. The mapping is returned unchanged (a run spec records it as written)."""
+    hints = typing.get_type_hints(target)
+    names = (
+        [f.name for f in dataclasses.fields(target)]
+        if dataclasses.is_dataclass(target)
+        else [n for n in inspect.signature(target).parameters if n not in skip]
+    )
+    for key, item in value.items():
+        if key not in names:
+            raise ValueError(f"unknown key {key!r} (misspelt?); valid: {', '.join(names)}")
+        try:
+            TypeAdapter(hints[key]).validate_python(item)
+        except ValidationError as e:
+            raise ValueError(f"{key}: {e.errors()[0]['msg']}") from None
+    if dataclasses.is_dataclass(target):
+        target(**value)
+    return dict(value)
+
+
 # --------------------------------------------------------------------------------------------------- data
 class SyntheticData(_Model):
     """The embedded default's procedurally generated math task (see docs/tiny_task.md)."""
@@ -57,6 +90,13 @@ class SyntheticData(_Model):
         default_factory=dict,
         description="keyword arguments of acerl.data.synthetic.write_splits (sizes, difficulties)",
     )
+
+    @field_validator("params")
+    @classmethod
+    def _write_splits_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from acerl.data.synthetic import write_splits
+
+        return check_kwargs(v, write_splits, skip=("out_dir", "seed"))
 
 
 class DatasetSource(_Model):
@@ -164,6 +204,20 @@ class ModelConfig(_Model):
         if v not in template_names():
             raise ValueError(f"unknown prompt template {v!r}; valid: {', '.join(template_names())}")
         return v
+
+    @field_validator("tiny")
+    @classmethod
+    def _tiny_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from acerl.models.tiny import TinyModelConfig
+
+        return check_kwargs(v, TinyModelConfig)
+
+    @field_validator("sft")
+    @classmethod
+    def _sft_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from acerl.models.sft import SFTConfig
+
+        return check_kwargs(v, SFTConfig)
 
     @model_validator(mode="after")
     def _hub_has_id(self) -> ModelConfig:
