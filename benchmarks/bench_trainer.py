@@ -77,12 +77,10 @@ class LocalTrainers:
     def __init__(self, root: Path, warmup: int) -> None:
         from acerl.config import Run, load_config
         from acerl.grading import Grader
-        from acerl.train.loop import init_state, resolve_setup
+        from acerl.train.run import init_state
 
         cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
-        self.setups = {
-            k: resolve_setup(cfg, Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()
-        }
+        self.setups = {k: cfg.resolve(Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()}
         self.states = {
             k: init_state(root, Run("tiny", m, 0), self.setups[k], torch.device("cpu"))
             for k, (m, _) in VARIANTS.items()
@@ -92,7 +90,7 @@ class LocalTrainers:
         self.records: dict[str, list[dict[str, float]]] = {k: [] for k in VARIANTS}
 
     def step_all(self) -> None:
-        from acerl.train.loop import train_step
+        from acerl.train.algorithm import train_step
 
         for k in VARIANTS:
             state, data = self.states[k]
@@ -116,17 +114,13 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     from acerl.algos.advantages import compute_advantages
     from acerl.config import Run, load_config
     from acerl.grading import Grader
-    from acerl.train.loop import (
-        Timer,
-        batch_logprobs,
-        collect_rollouts,
-        init_state,
-        resolve_setup,
-        update_policy,
-    )
+    from acerl.train.algorithm import batch_logprobs, update_policy
+    from acerl.train.metrics import Timer
+    from acerl.train.rollouts import collect_rollouts
+    from acerl.train.run import init_state
 
     cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
-    setups = {m: resolve_setup(cfg, Run("tiny", m, 0)) for m in ("grpo", "ace_grpo")}
+    setups = {m: cfg.resolve(Run("tiny", m, 0)) for m in ("grpo", "ace_grpo")}
     states = {m: init_state(root, Run("tiny", m, 0), setups[m], torch.device("cpu"))[0] for m in setups}
     state, data = init_state(root, Run("tiny", "grpo", 0), setups["grpo"], torch.device("cpu"))
     with Grader(workers=0) as grader:

@@ -85,7 +85,8 @@ def bench_local(root: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     """Per-step wall time and generated tokens of one fresh local trainer (GRPO), warm-up steps dropped."""
     from acerl.config import Run, load_config
     from acerl.grading import Grader
-    from acerl.train.loop import init_state, resolve_setup, train_step
+    from acerl.train.algorithm import train_step
+    from acerl.train.run import init_state
 
     rows = args.prompts * args.group
     overrides = [
@@ -103,7 +104,7 @@ def bench_local(root: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     ]
     cfg = load_config(REPO / "config" / "config.yaml", overrides)
     run = Run("tiny", "grpo", 0)
-    setup = resolve_setup(cfg, run)
+    setup = cfg.resolve(run)
     state, data = init_state(root, run, setup, torch.device(args.device))
     out = []
     with Grader(workers=0) as grader:

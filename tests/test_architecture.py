@@ -25,6 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the result records (pydantic), written by the steps and read by the report
     ("acerl.records",),
     ("acerl.config",),
+    # the one resolved run (Config.resolve)
+    ("acerl.settings",),
     # what the config derives: paths, torch/device settings; the SLURM profile check
     ("acerl.paths", "acerl.runtime", "acerl.cluster"),
     # the stage table (its jobs' files come from acerl.paths)
@@ -43,11 +45,7 @@ ENTRY_POINT_LAYER = len(LAYERS)  # above the CLI they call
 
 MAX_LINES = 500
 REASON_MARKER = "Kept as one module:"
-PENDING_SPLITS = {
-    "acerl.train.loop": "split pending (issue 18 item 3)",
-    "acerl.dvc": "being rewritten around the one stage table (issue 18 item 1)",
-    "acerl.verl_backend.launcher": "being reworked with the verl backend (issue 17); reason or split due then",
-}
+PENDING_SPLITS: dict[str, str] = {}
 """Modules over :data:`MAX_LINES` whose reason lives here rather than in their docstring: work under way."""
 
 
@@ -93,6 +91,17 @@ def layer_of(module: str) -> tuple[int, str]:
     return best
 
 
+# Upward arrows allowed by name, each with its reason (a cycle that is one concept split over two files).
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("acerl.config", "acerl.settings"): "Config.resolve / the overlong check build the RunSettings the schema "
+    "defines; imported inside the methods, so acerl.settings may read the schema's classes at import",
+    ("acerl.config", "acerl.data.synthetic"): "data.synthetic.params is checked against write_splits' own "
+    "signature at load (inside the validator); moving the task's parameter list below config is open",
+    ("acerl.config", "acerl.models.sft"): "models.*.sft is checked against SFTConfig at load (inside the "
+    "validator); moving SFTConfig below config, like models.tiny, is open",
+}
+
+
 def upward_imports(src: Path = SRC) -> list[str]:
     """Every import that does not run strictly down the layers (same-layer arrows included), as text."""
     mods = modules(src)
@@ -101,7 +110,7 @@ def upward_imports(src: Path = SRC) -> list[str]:
         here, unit = layer_of(name)
         for target in sorted(imported_modules(name, path, set(mods))):
             there, target_unit = layer_of(target)
-            if target_unit != unit and there >= here:
+            if target_unit != unit and there >= here and (name, target) not in ALLOWED_UPWARD:
                 bad.append(f"{name} (layer {here}) imports {target} (layer {there})")
     return bad
 

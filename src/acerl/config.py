@@ -22,18 +22,32 @@ every key (``acerl config --reference`` prints it), and split files would scatte
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import json
 import os
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from acerl.errors import UserError
+
+if TYPE_CHECKING:
+    from acerl.settings import OldLogprobs, ReferenceKind, RunSettings
 
 BASE_METHOD = "base"  # the method key under which an untrained base model is evaluated
 
@@ -49,6 +63,28 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def check_kwargs(value: Mapping[str, Any], target: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``value`` as keyword arguments of ``target`` (a dataclass or a function), checked now: every key must
+    be a field / parameter (less ``skip``) and every value of its annotated type; a dataclass is built, so its
+    own checks run too. The mapping is returned unchanged (a run spec records it as written)."""
+    hints = typing.get_type_hints(target)
+    names = (
+        [f.name for f in dataclasses.fields(target)]
+        if dataclasses.is_dataclass(target)
+        else [n for n in inspect.signature(target).parameters if n not in skip]
+    )
+    for key, item in value.items():
+        if key not in names:
+            raise ValueError(f"unknown key {key!r} (misspelt?); valid: {', '.join(names)}")
+        try:
+            TypeAdapter(hints[key]).validate_python(item)
+        except ValidationError as e:
+            raise ValueError(f"{key}: {e.errors()[0]['msg']}") from None
+    if dataclasses.is_dataclass(target):
+        target(**value)
+    return dict(value)
+
+
 # --------------------------------------------------------------------------------------------------- data
 class SyntheticData(_Model):
     """The embedded default's procedurally generated math task (see docs/tiny_task.md)."""
@@ -58,6 +94,13 @@ class SyntheticData(_Model):
         default_factory=dict,
         description="keyword arguments of acerl.data.synthetic.write_splits (sizes, difficulties)",
     )
+
+    @field_validator("params")
+    @classmethod
+    def _write_splits_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from acerl.data.synthetic import write_splits
+
+        return check_kwargs(v, write_splits, skip=("out_dir", "seed"))
 
 
 class DatasetSource(_Model):
@@ -166,6 +209,20 @@ class ModelConfig(_Model):
             raise ValueError(f"unknown prompt template {v!r}; valid: {', '.join(template_names())}")
         return v
 
+    @field_validator("tiny")
+    @classmethod
+    def _tiny_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from acerl.models.tiny import TinyModelConfig
+
+        return check_kwargs(v, TinyModelConfig)
+
+    @field_validator("sft")
+    @classmethod
+    def _sft_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from acerl.models.sft import SFTConfig
+
+        return check_kwargs(v, SFTConfig)
+
     @model_validator(mode="after")
     def _hub_has_id(self) -> ModelConfig:
         if self.source == "hub" and not (self.hub_id or self.path):
@@ -228,6 +285,12 @@ class EstimatorConfig(_Model):
         "penalty, and A_i < 0) or 'negative_advantage' (every A_i < 0, e.g. a correct response pushed below its "
         "group's mean by DAPO's overlong penalty); identical with 0/1 or +1/-1 rewards (docs/algorithms.md)",
     )
+
+    @property
+    def needs_reference(self) -> bool:
+        """The estimator takes reference log-probs (ACE's ``c_i``); a test checks this against the registered
+        function's signature (``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``)."""
+        return self.name == "ace"
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the estimator registry (only what the named estimator takes)."""
@@ -530,6 +593,10 @@ class Config(_Model):
                         f"({', '.join(self.evaluation.benchmarks)})"
                     )
         self._check_vllm()
+        from acerl.settings import check_overlong
+
+        for run in self.runs():  # a run's cross-key checks, at load time rather than minutes into its job
+            check_overlong(self, run)
         return self
 
     def _check_vllm(self) -> None:
@@ -748,23 +815,32 @@ class Config(_Model):
             "enforce_eager": v.enforce_eager,
         }
 
+    def resolve(
+        self,
+        run: Run,
+        *,
+        reference: ReferenceKind | None = None,
+        ref_ema_decay: float | None = None,
+        old_logprobs: OldLogprobs | None = None,
+    ) -> RunSettings:
+        """The resolved settings of training run ``run`` (:class:`acerl.settings.RunSettings`), which both
+        trainer backends and the run spec read; the keyword arguments override the config (local trainer)."""
+        from acerl.settings import resolve
+
+        return resolve(self, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
+
     def run_spec(self, run: Run) -> dict[str, Any]:
-        """Everything that decides a run's result, as plain JSON data (Snakemake params, DVC params)."""
-        model = self.models[run.model]
+        """Everything that decides a run's result, as plain JSON data (Snakemake params, DVC params): a
+        training run's :meth:`RunSettings.spec`, the base model's identity for an untrained one."""
+        if run.method != BASE_METHOD:
+            return self.resolve(run).spec()
         spec: dict[str, Any] = {
             "model": run.model,
             "method": run.method,
             "seed": run.seed,
-            "base": model.model_dump(mode="json", exclude={"train", "display"}),
+            "base": self.models[run.model].model_dump(mode="json", exclude={"train", "display"}),
         }
-        if run.method != BASE_METHOD:
-            spec["train"] = model.train.model_dump(mode="json")
-            spec["family"] = self.family(run.method).model_dump(mode="json")
-            spec["estimator"] = self.method(run.method).estimator.model_dump(mode="json")
-            spec["diagnostic_steps"] = (
-                self.diagnostic_steps(run.model) if run in self.diagnostic_runs() else []
-            )
-        if self.compute.precision != "fp32":  # bf16 changes trained weights and samples; fp32 specs unchanged
+        if self.compute.precision != "fp32":  # bf16 changes samples; fp32 specs unchanged
             spec["precision"] = self.compute.precision
         return spec
 

@@ -17,16 +17,11 @@ from acerl.config import Run
 from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
 from acerl.train import train_run
+from acerl.train.algorithm import batch_logprobs, micro_batches, update_policy
 from acerl.train.checkpoint import find_latest
-from acerl.train.loop import (
-    Timer,
-    batch_logprobs,
-    collect_rollouts,
-    init_state,
-    micro_batches,
-    resolve_setup,
-    update_policy,
-)
+from acerl.train.metrics import Timer
+from acerl.train.rollouts import collect_rollouts
+from acerl.train.run import init_state
 
 RUN = Run("tiny", "ace_grpo", 0)
 
@@ -41,7 +36,7 @@ def test_bf16_autocast_changes_the_forward_but_keeps_fp32_weights(tiny_root: Pat
     cfg = make_config("compute.precision=bf16")
     assert cfg.run_spec(RUN)["precision"] == "bf16"  # bf16 results are cached apart from fp32 ones
     assert "precision" not in make_config().run_spec(RUN)  # fp32 specs are unchanged
-    state, data = init_state(tiny_root, RUN, resolve_setup(cfg, RUN), torch.device("cpu"))
+    state, data = init_state(tiny_root, RUN, cfg.resolve(RUN), torch.device("cpu"))
     prompts = [data.prompt_ids(i) for i in range(4)]
     ids, attn, resp = pack_rows(prompts, [[5, 6, 7]] * 4, pad_id=0)
     batch = RolloutBatch(ids, attn, ids[:, -3:], resp, torch.zeros(4, 3), torch.ones(4, dtype=torch.bool))
@@ -53,7 +48,7 @@ def test_bf16_autocast_changes_the_forward_but_keeps_fp32_weights(tiny_root: Pat
 
     rollouts = {}
     for precision in ("fp32", "bf16"):  # the trainer's own rollouts run under the setting
-        setup = resolve_setup(make_config(f"compute.precision={precision}"), RUN)
+        setup = make_config(f"compute.precision={precision}").resolve(RUN)
         state, data = init_state(tiny_root, RUN, setup, torch.device("cpu"))
         rollouts[precision] = collect_rollouts(state, setup, data, DigitVerifier(), Timer()).batch.logprobs
     assert not torch.equal(rollouts["fp32"], rollouts["bf16"])
@@ -70,7 +65,7 @@ def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, 
     backward pass and the number of micro-batches, on the rollouts of the seeded first step (the same for
     every ``extra`` setting here)."""
     cfg = make_config("models.tiny.train.mini_batch_size=4", "models.tiny.train.lr=1.0e-8", *extra)
-    setup = resolve_setup(cfg, RUN)
+    setup = cfg.resolve(RUN)
     state, data = init_state(root, RUN, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)

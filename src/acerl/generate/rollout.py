@@ -1,6 +1,6 @@
 """The rollout kernel: batched, KV-cached sampling and teacher-forced scoring on a transformers causal LM.
 
-Tensor level, shared by the trainer (:mod:`acerl.train.loop`) and the HF sampler
+Tensor level, shared by the trainer (:mod:`acerl.train.rollouts`) and the HF sampler
 (:class:`acerl.generate.hf.HFSampler`): :func:`sample_batch` (prompt token ids in, a :class:`RolloutBatch` out)
 and :func:`response_logprobs` (teacher-forced per-token log-probs and entropies of given responses). Written for
 small models on CPU / one GPU.

@@ -3,14 +3,13 @@
 Entry point :func:`train_run`; ``python -m acerl.train`` for manual use. See docs/training.md.
 """
 
-from acerl.train.loop import TrainSetup, resolve_setup, train_run, train_step
+from acerl.train.algorithm import train_step
+from acerl.train.run import train_run
 from acerl.train.signals import PREEMPTED_EXIT_CODE, TrainingPreempted
 
 __all__ = [
     "PREEMPTED_EXIT_CODE",
-    "TrainSetup",
     "TrainingPreempted",
-    "resolve_setup",
     "train_run",
     "train_step",
 ]

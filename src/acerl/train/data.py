@@ -1,4 +1,4 @@
-"""The training prompt stream: seeded epoch shuffling with a resumable position (Alg. 1 line 2).
+"""The training prompts: the seeded stream of row indices (Alg. 1 line 2) and the encoded training set.
 
 Each epoch is a fresh permutation of the training rows drawn from ``numpy.random.default_rng((seed, epoch))``;
 batches are consecutive slices of the concatenated epochs (a batch may straddle an epoch boundary). The
@@ -7,11 +7,16 @@ state is two integers, so a checkpoint restores the exact stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["PromptStream"]
+from acerl.generate.base import encode_prompt
+from acerl.prompts import build_prompt
+
+__all__ = ["PromptStream", "TrainingSet"]
 
 
 @dataclass
@@ -56,3 +61,33 @@ class PromptStream:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.position, self._order = int(state["epoch"]), int(state["position"]), None
+
+
+@dataclass
+class TrainingSet:
+    """Training rows (``problem``, ``answer``) with their prompts encoded on first use."""
+
+    rows: list[dict[str, Any]]
+    tokenizer: Any
+    template: str
+    max_prompt_length: int
+    source: Path
+    _ids: dict[int, list[int]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def prompt_ids(self, i: int) -> list[int]:
+        if i not in self._ids:
+            row = self.rows[i]
+            ids = encode_prompt(self.tokenizer, build_prompt(row["problem"], self.template, self.tokenizer))
+            if len(ids) > self.max_prompt_length:
+                raise ValueError(
+                    f"{self.source}: row {row.get('id', i)!r} has a {len(ids)}-token prompt, longer than "
+                    f"max_prompt_length={self.max_prompt_length} (models.<model>.train.max_prompt_length)"
+                )
+            self._ids[i] = ids
+        return self._ids[i]
+
+    def answer(self, i: int) -> str:
+        return str(self.rows[i]["answer"])

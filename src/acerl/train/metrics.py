@@ -16,13 +16,16 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Mapping
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from acerl.io import write_text
 
-__all__ = ["MetricsLog", "read_metrics"]
+__all__ = ["MetricsLog", "Timer", "read_metrics"]
 
 
 def _clean(value: Any) -> Any:
@@ -101,3 +104,21 @@ class MetricsLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Timer:
+    """Accumulates wall-clock seconds per name (``timing/<name>``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing/{k}": v for k, v in self.seconds.items()}

@@ -11,6 +11,9 @@ metrics into ``paths.train_metrics_file``.
 ACE runs inside verl through the plugin :mod:`acerl.verl_backend.plugin`, loaded in every verl process with
 ``VERL_USE_EXTERNAL_MODULES`` (set for the driver and forwarded to every Ray worker through
 ``ray_kwargs.ray_init.runtime_env.env_vars``).
+
+Kept as one module: the override mapping, its checks against verl's batch arithmetic and the launch are read
+together against docs/verl.md, which lists the mapping per method.
 """
 
 from __future__ import annotations
@@ -133,11 +136,7 @@ def ray_on_slurm_script() -> Path:
 
 # ------------------------------------------------------------------------------------------- overrides
 def _diagnostic_steps(cfg: Config, run: Run) -> list[int]:
-    return [int(s) for s in cfg.run_spec(run).get("diagnostic_steps", [])]
-
-
-def _needs_reference(cfg: Config, run: Run) -> bool:
-    return cfg.method(run.method).estimator.name == "ace"
+    return list(cfg.resolve(run).diagnostic_steps)
 
 
 def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
@@ -163,17 +162,14 @@ def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
 
 
 def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
-    model = cfg.models[run.model]
-    tr = model.train
-    fam = cfg.family(run.method)
-    use_kl = fam.use_kl_loss or _needs_reference(cfg, run)
+    model, settings = cfg.models[run.model], cfg.resolve(run)
+    tr, fam = settings.hyper, settings.family
     update_tokens, logprob_tokens = token_budgets(cfg, run)
     if tr.prompts_per_step % tr.mini_batch_size:  # verl checks this only without dynamic batching
         raise ValueError(
             f"models.{run.model}.train: prompts_per_step={tr.prompts_per_step} is not a multiple of "
             f"mini_batch_size={tr.mini_batch_size} (verl's ppo_mini_batch_size)"
         )
-    kl_coef = (fam.kl_coef if fam.kl_coef is not None else tr.kl_coef) if fam.use_kl_loss else 0.0
     a = "actor_rollout_ref.actor"
     out = [_kv("actor_rollout_ref.model.path", str(paths.base_model_dir(root, run.model)))]
     if prompt_messages("", model.template).raw:
@@ -197,8 +193,8 @@ def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv(f"{a}.clip_ratio_c", fam.clip_ratio_c),
         _kv(f"{a}.loss_agg_mode", fam.loss_agg_mode),
         _kv(f"{a}.policy_loss.loss_mode", "vanilla"),
-        _kv(f"{a}.use_kl_loss", use_kl),
-        _kv(f"{a}.kl_loss_coef", kl_coef),
+        _kv(f"{a}.use_kl_loss", settings.needs_reference),  # verl computes pi_ref only with its KL loss
+        _kv(f"{a}.kl_loss_coef", settings.kl_loss_coef),
         _kv(f"{a}.kl_loss_type", fam.kl_type),
         _kv(f"{a}.entropy_coeff", 0.0),
         _kv(f"{a}.calculate_entropy", True),
@@ -250,8 +246,8 @@ def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
 
 
 def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
-    est = cfg.method(run.method).estimator
-    fam = cfg.family(run.method)
+    settings = cfg.resolve(run)
+    est, fam = settings.estimator, settings.family
     ds = fam.dynamic_sampling
     out = [
         _kv("algorithm.adv_estimator", est.name),
@@ -287,8 +283,8 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
 
 
 def _reward_overrides(cfg: Config, run: Run) -> list[str]:
-    fam = cfg.family(run.method)
-    tr = cfg.models[run.model].train
+    settings = cfg.resolve(run)  # checks that DAPO's overlong buffer fits the response budget
+    fam, tr = settings.family, settings.hyper
     rf = "reward.custom_reward_function"
     out = [
         _kv(f"{rf}.path", REWARD_FUNCTION),
@@ -300,11 +296,6 @@ def _reward_overrides(cfg: Config, run: Run) -> list[str]:
     ]
     ov = fam.overlong
     if ov.enable:
-        if ov.buffer > tr.max_response_length:
-            raise ValueError(
-                f"method {run.method} on {run.model}: overlong buffer {ov.buffer} exceeds max_response_length "
-                f"{tr.max_response_length} (families.{cfg.method(run.method).family}.overlong.buffer)"
-            )
         out += [
             _kv("reward.reward_manager.name", "dapo"),
             _kv("+reward.reward_kwargs.overlong_buffer_cfg.enable", True),

@@ -1,0 +1,181 @@
+"""One resolved run: :class:`RunSettings`, the frozen, typed settings of a (model, method, seed) training run.
+
+:meth:`acerl.config.Config.resolve` builds it once; the local trainer, the verl launcher and the run spec
+(:meth:`acerl.config.Config.run_spec`, the Snakemake / DVC rerun trigger) all read it, so a setting's
+resolution (the family's KL override of the model's beta, whether reference log-probs are needed, the
+trainer overrides) is written here only. The pydantic schema in :mod:`acerl.config` has already checked every
+single key; the cross-key checks of one run are in :func:`resolve`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from acerl.config import Config, EstimatorConfig, FamilyConfig, Run, TrainHyper
+
+ReferenceKind = Literal["initial", "ema"]
+OldLogprobs = Literal["recompute", "rollout"]
+
+__all__ = ["OldLogprobs", "ReferenceKind", "RunSettings", "local_run_spec", "resolve"]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything that decides a training run's result, resolved from the config.
+
+    Attributes:
+        run: the (model, method, seed).
+        base: the base model's identity (``models.<model>`` without ``train`` and ``display``), as the run spec
+            records it.
+        hyper: the model's training hyperparameters (paper Table 5).
+        family_key, family: the method's algorithm family (clipping, loss aggregation, KL, reward kind, DAPO).
+        estimator: the method's advantage estimator and its parameters.
+        template: prompt template name.
+        diagnostic_steps: steps whose policy is saved for the diagnostics (0 = before training).
+        reference: ``initial`` (frozen base model) or ``ema`` (exponential moving average of the policy).
+        ref_ema_decay: EMA decay per training step (``reference == "ema"``).
+        old_logprobs: where ``log pi_old`` comes from: ``recompute`` (the policy's teacher-forced log-probs
+            before the update, as verl computes them; exact, so ``c_i = 0`` at step 0; taken from the update's
+            own forward pass when that is the only one) or ``rollout`` (the sampler's own log-probs).
+        precision: ``fp32`` or ``bf16`` (``compute.precision``); gradient_checkpointing,
+            max_tokens_per_micro_batch: the local trainer's memory settings (``compute.*``; no effect on results
+            beyond float rounding, so not in the run spec).
+    """
+
+    run: Run
+    base: dict[str, Any]
+    hyper: TrainHyper
+    family_key: str
+    family: FamilyConfig
+    estimator: EstimatorConfig
+    template: str
+    diagnostic_steps: tuple[int, ...]
+    reference: ReferenceKind
+    ref_ema_decay: float
+    old_logprobs: OldLogprobs
+    precision: str
+    gradient_checkpointing: bool
+    max_tokens_per_micro_batch: int | None
+
+    @property
+    def kl_coef(self) -> float:
+        """beta: the family's ``kl_coef`` if set, else the model's (Table 5)."""
+        return self.family.kl_coef if self.family.kl_coef is not None else self.hyper.kl_coef
+
+    @property
+    def kl_loss_coef(self) -> float:
+        """The beta the loss applies: :attr:`kl_coef` with ``use_kl_loss``, else 0."""
+        return self.kl_coef if self.family.use_kl_loss else 0.0
+
+    @property
+    def needs_reference(self) -> bool:
+        """Reference log-probs are computed: the KL loss is on, or the estimator takes them (ACE's ``c_i``)."""
+        return self.family.use_kl_loss or self.estimator.needs_reference
+
+    @property
+    def policy_loss(self) -> str:
+        """Name in :data:`acerl.algos.losses.POLICY_LOSSES`."""
+        return self.family.policy_loss
+
+    def spec(self) -> dict[str, Any]:
+        """The run spec: everything that decides the run's result, as plain JSON data."""
+        spec: dict[str, Any] = {
+            "model": self.run.model,
+            "method": self.run.method,
+            "seed": self.run.seed,
+            "base": self.base,
+            "train": self.hyper.model_dump(mode="json"),
+            "family": self.family.model_dump(mode="json"),
+            "estimator": self.estimator.model_dump(mode="json"),
+            "diagnostic_steps": list(self.diagnostic_steps),
+        }
+        if self.precision != "fp32":  # bf16 changes trained weights and samples; fp32 specs unchanged
+            spec["precision"] = self.precision
+        return spec
+
+
+def local_run_spec(settings: RunSettings) -> dict[str, Any]:
+    """The local trainer's ``run_spec.json``: :meth:`RunSettings.spec` plus its ``trainer`` section (the
+    reference kind and the ``log pi_old`` source, which the ``train_run`` keyword arguments may override)."""
+    spec = settings.spec()
+    spec["trainer"] = {"reference": settings.reference, "old_logprobs": settings.old_logprobs}
+    if settings.reference == "ema":
+        spec["trainer"]["ref_ema_decay"] = settings.ref_ema_decay
+    return spec
+
+
+def _checked_overrides(
+    run: Run, reference: str | None, ref_ema_decay: float | None, old_logprobs: str | None
+) -> dict[str, Any]:
+    """The trainer overrides that were given, checked by the schema's own field types."""
+    from acerl.config import ConfigError, FamilyConfig, TrainHyper
+
+    family_part = {
+        k: v for k, v in (("reference", reference), ("ref_ema_decay", ref_ema_decay)) if v is not None
+    }
+    try:
+        FamilyConfig.model_validate(family_part)
+        if old_logprobs is not None:
+            TrainHyper.model_validate({"old_logprobs": old_logprobs})
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"run {run.id}: {err['loc'][0]} override: {err['msg']}") from None
+    return {**family_part, **({"old_logprobs": old_logprobs} if old_logprobs is not None else {})}
+
+
+def check_overlong(cfg: Config, run: Run) -> None:
+    """DAPO's overlong buffer must fit in the model's response budget (it is the last ``buffer`` tokens)."""
+    from acerl.config import ConfigError
+
+    method = cfg.method(run.method)
+    family, hyper = cfg.families[method.family], cfg.models[run.model].train
+    if family.overlong.enable and family.overlong.buffer > hyper.max_response_length:
+        raise ConfigError(
+            f"families.{method.family}.overlong.buffer ({family.overlong.buffer}) exceeds "
+            f"models.{run.model}.train.max_response_length ({hyper.max_response_length}), which run "
+            f"{run.id} trains with; lower the buffer"
+        )
+
+
+def resolve(
+    cfg: Config,
+    run: Run,
+    *,
+    reference: ReferenceKind | None = None,
+    ref_ema_decay: float | None = None,
+    old_logprobs: OldLogprobs | None = None,
+) -> RunSettings:
+    """The :class:`RunSettings` of training run ``run``; the keyword arguments override the config (the local
+    trainer's ``reference``, ``ref_ema_decay`` and ``old_logprobs``), checked like config keys."""
+    from acerl.config import BASE_METHOD, ConfigError
+
+    if run.is_base:
+        raise ConfigError(
+            f"run {run.id}: method {BASE_METHOD!r} is the untrained base model; nothing to train"
+        )
+    if run.model not in cfg.models:
+        raise ConfigError(f"run {run.id}: unknown model {run.model!r}; valid: {', '.join(cfg.models)}")
+    check_overlong(cfg, run)
+    over = _checked_overrides(run, reference, ref_ema_decay, old_logprobs)
+    model, method = cfg.models[run.model], cfg.method(run.method)
+    family = cfg.families[method.family]
+    return RunSettings(
+        run=run,
+        base=model.model_dump(mode="json", exclude={"train", "display"}),
+        hyper=model.train,
+        family_key=method.family,
+        family=family,
+        estimator=method.estimator,
+        template=model.template,
+        diagnostic_steps=tuple(cfg.diagnostic_steps(run.model) if run in cfg.diagnostic_runs() else ()),
+        reference=over.get("reference", family.reference),
+        ref_ema_decay=float(over.get("ref_ema_decay", family.ref_ema_decay)),
+        old_logprobs=over.get("old_logprobs", model.train.old_logprobs),
+        precision=cfg.compute.precision,
+        gradient_checkpointing=cfg.compute.gradient_checkpointing,
+        max_tokens_per_micro_batch=cfg.compute.max_tokens_per_micro_batch,
+    )

@@ -1,0 +1,243 @@
+"""The local trainer's run orchestration: init, resume, the step loop, checkpoints and signals.
+
+:func:`train_run` resolves the run's :class:`acerl.settings.RunSettings` (``Config.resolve``), writes
+``run_spec.json``, loads the base model (:func:`init_state`) or resumes from the newest checkpoint whose spec
+matches, then calls :func:`acerl.train.algorithm.train_step` until ``total_steps``, logging metrics, saving
+diagnostic snapshots and resumable checkpoints; SIGTERM / SIGUSR1 checkpoint at the next step boundary. The
+algorithm itself is :mod:`acerl.train.algorithm`. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from acerl import paths
+from acerl.config import Config, Run, spec_json
+from acerl.errors import MissingInputError
+from acerl.io import read_jsonl, save_hf_folder
+from acerl.io import write_text as write_text_atomic
+from acerl.runtime import configure_torch, resolve_device
+from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec
+from acerl.train.algorithm import train_step
+from acerl.train.checkpoint import (
+    find_latest,
+    get_rng_states,
+    load_checkpoint,
+    read_trainer_state,
+    remove_stale_temps,
+    save_checkpoint,
+    set_rng_states,
+    supersede_stale_state,
+)
+from acerl.train.data import PromptStream, TrainingSet
+from acerl.train.metrics import MetricsLog
+from acerl.train.optim import build_optimizer
+from acerl.train.rewards import Verifier
+from acerl.train.signals import PreemptionFlag, TrainingPreempted
+from acerl.train.state import TrainState
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["init_state", "train_run"]
+
+
+def _warn_short_mini_batch(setup: RunSettings) -> None:
+    h = setup.hyper
+    if h.prompts_per_step % h.mini_batch_size != 0:
+        logger.warning(
+            "models.%s.train.prompts_per_step (%d) is not a multiple of mini_batch_size (%d): "
+            "the last mini-batch of each step is smaller",
+            setup.run.model,
+            h.prompts_per_step,
+            h.mini_batch_size,
+        )
+
+
+def _comparable_spec(spec: dict[str, Any]) -> str:
+    return spec_json({k: v for k, v in spec.items() if k != "diagnostic_steps"})
+
+
+def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
+    return {
+        "scheduler": state.scheduler.state_dict(),
+        "data": state.stream.state_dict(),
+        "rng": get_rng_states(state.generator),
+        "spec": spec,
+    }
+
+
+def train_run(
+    cfg: Config,
+    run: Run,
+    root: Path | str,
+    *,
+    device: str = "cpu",
+    threads: int = 1,
+    progress: bool = True,
+    verifier: Verifier | None = None,
+    reference: ReferenceKind | None = None,
+    ref_ema_decay: float | None = None,
+    old_logprobs: OldLogprobs | None = None,
+) -> Path:
+    """Train ``run`` with the local backend; returns the final policy folder ``paths.policy_dir(root, run)``.
+
+    Resumes from the newest checkpoint under ``paths.checkpoints_dir`` if there is one; a run whose final
+    policy exists is not touched. SIGTERM / SIGUSR1 checkpoint at the next step boundary and raise
+    :class:`acerl.train.signals.TrainingPreempted` (exit code 75).
+
+    Args:
+        cfg, run: the validated config and the (model, method, seed) to train.
+        root: work directory (``data/``, ``models/``, ``runs/``).
+        device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for the run (restored after;
+            denormals are flushed to zero from then on, :func:`acerl.runtime.configure_torch`).
+        progress: show a tqdm bar.
+        verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
+        reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.
+        ref_ema_decay: EMA decay per step for ``reference="ema"``; overrides the config.
+        old_logprobs: ``recompute`` (default, verl) or ``rollout``; see :class:`RunSettings`.
+    """
+    root = Path(root)
+    final = paths.policy_dir(root, run)
+    if final.is_dir() and (final / "config.json").is_file():
+        logger.info("%s: final policy %s exists; nothing to do", run.id, final)
+        return final
+    setup = cfg.resolve(run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
+    _warn_short_mini_batch(setup)
+    spec = local_run_spec(setup)
+    spec_text = _comparable_spec(spec)
+    run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
+    for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
+        remove_stale_temps(folder)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(paths.run_spec_file(root, run), json.dumps(spec, indent=2, sort_keys=True) + "\n")
+
+    ckpt = find_latest(ckpt_dir)
+    if ckpt is not None and read_trainer_state(ckpt).get("spec") != spec_text:
+        supersede_stale_state(root, run, ckpt)
+        ckpt = None
+
+    previous_threads = torch.get_num_threads()
+    configure_torch(threads)
+    try:
+        dev = torch.device(resolve_device(device))
+        state, data = init_state(root, run, setup, dev)
+        if ckpt is not None:
+            _resume(state, ckpt, setup, dev)
+        elif 0 in setup.diagnostic_steps:
+            save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
+        _train_loop(state, setup, data, cfg, run, root, spec_text, verifier, progress)
+        save_hf_folder(final, state.model, state.tokenizer)
+        logger.info("%s: final policy written to %s", run.id, final)
+        return final
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def init_state(
+    root: Path, run: Run, setup: RunSettings, device: torch.device
+) -> tuple[TrainState, TrainingSet]:
+    """The step-0 state of ``run``: policy and reference loaded from the base model folder, a fresh AdamW,
+    the sampling generator seeded with the run seed, and the training set."""
+    base = paths.base_model_dir(root, run.model)
+    if not (base / "config.json").is_file():
+        raise MissingInputError(
+            f"base model folder {base} is missing (run `acerl prepare-base --model {run.model}` first)"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device).eval()
+    # The reference keeps requires_grad=True although it is only ever run under no_grad: ATen folds 3-D matmuls
+    # differently when a weight requires grad, so this keeps its numerics identical to the policy's (at step 1
+    # log pi_ref == log pi_old bit for bit and every c_i is exactly 0). No gradient is ever computed for it.
+    ref_model = copy.deepcopy(model).eval() if setup.needs_reference else None
+    if setup.gradient_checkpointing:  # the policy only: the reference never runs a backward pass
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    train_file = paths.data_file(root, "train")
+    rows = read_jsonl(train_file, required=("problem", "answer"))
+    data = TrainingSet(rows, tokenizer, setup.template, setup.hyper.max_prompt_length, train_file)
+    optimizer, scheduler = build_optimizer(model.parameters(), setup.hyper)
+    state = TrainState(
+        model=model,
+        ref_model=ref_model,
+        tokenizer=tokenizer,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        generator=torch.Generator(device=device).manual_seed(run.seed),
+        stream=PromptStream(len(data), seed=run.seed),
+    )
+    return state, data
+
+
+def _resume(state: TrainState, ckpt: Path, setup: RunSettings, dev: torch.device) -> None:
+    ref = state.ref_model if setup.reference == "ema" else None
+    saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
+    state.scheduler.load_state_dict(saved["scheduler"])
+    state.stream.load_state_dict(saved["data"])
+    set_rng_states(saved["rng"], state.generator)
+    state.step = int(saved["step"])
+    logger.info("resuming from %s (step %d)", ckpt, state.step)
+
+
+def _train_loop(
+    state: TrainState,
+    setup: RunSettings,
+    data: TrainingSet,
+    cfg: Config,
+    run: Run,
+    root: Path,
+    spec_text: str,
+    verifier: Verifier | None,
+    progress: bool,
+) -> None:
+    h = setup.hyper
+    ckpt_dir = paths.checkpoints_dir(root, run)
+    live_dir = paths.live_dir(root, run)
+    if verifier is None:
+        from acerl.grading import Grader
+
+        grader_ctx: Any = Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers)
+    else:
+        grader_ctx = nullcontext(verifier)
+
+    def checkpoint() -> None:
+        ref = state.ref_model if setup.reference == "ema" else None
+        save_checkpoint(
+            ckpt_dir,
+            state.step,
+            state.model,
+            state.optimizer,
+            _trainer_state(state, spec_text),
+            h.keep_checkpoints,
+            ref,
+        )
+
+    with (
+        PreemptionFlag() as flag,
+        MetricsLog(paths.train_metrics_file(root, run), state.step, live_dir) as log,
+        grader_ctx as grader,
+    ):
+        bar = tqdm(total=h.total_steps, initial=state.step, desc=run.id, unit="step", disable=not progress)
+        try:
+            while state.step < h.total_steps:
+                metrics = train_step(state, setup, data, grader)
+                log.log(state.step, metrics)
+                if state.step in setup.diagnostic_steps:
+                    save_hf_folder(paths.diag_step_dir(root, run, state.step), state.model, state.tokenizer)
+                if state.step % h.save_every == 0 or state.step == h.total_steps or flag.requested:
+                    checkpoint()
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{metrics['train/reward_mean']:.3f}", acc=f"{metrics['train/pass_rate']:.3f}"
+                )
+                if flag.requested and state.step < h.total_steps:
+                    raise TrainingPreempted(state.step, flag.signum or 0)
+        finally:
+            bar.close()

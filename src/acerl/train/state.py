@@ -1,0 +1,30 @@
+"""The mutable state of a local training run: what a step changes and a checkpoint restores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from acerl.train.data import PromptStream
+
+__all__ = ["TrainState"]
+
+
+@dataclass
+class TrainState:
+    """The mutable state of a run (everything a checkpoint restores, plus the fixed reference)."""
+
+    model: torch.nn.Module
+    ref_model: torch.nn.Module | None
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    generator: torch.Generator
+    stream: PromptStream
+    step: int = 0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
