@@ -93,7 +93,10 @@ def layer_of(module: str) -> tuple[int, str]:
 
 # Upward arrows allowed by name, each with its reason (a cycle that is one concept split over two files).
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("acerl.config", "acerl.settings"): "Config.resolve / the overlong check build the RunSettings the schema "
+    (
+        "acerl.config",
+        "acerl.settings",
+    ): "Config.resolve / the overlong check build the RunSettings the schema "
     "defines; imported inside the methods, so acerl.settings may read the schema's classes at import",
     ("acerl.config", "acerl.data.synthetic"): "data.synthetic.params is checked against write_splits' own "
     "signature at load (inside the validator); moving the task's parameter list below config is open",
