@@ -39,6 +39,7 @@ OVERRIDES = [
     "evaluation.shard_size=2",
     "evaluation.batch_size=8",
     "models.tiny.train.max_response_length=8",
+    "families.dapo.overlong.buffer=4",  # within the short responses (checked when the config loads)
     "models.tiny.train.total_steps=2",
     "study.diagnostics.every=2",
     "study.diagnostics.early_steps=2",
