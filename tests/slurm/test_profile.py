@@ -221,6 +221,12 @@ def _sbatch_calls(site: tuple[Path, Path], cfg: Config, tmp_path: Path) -> dict[
         paths.data_file(wf, split).write_text("")
     for model in ("qwen25_math_7b", "qwen3_8b_base"):
         paths.base_model_dir(wf, model).mkdir(parents=True, exist_ok=True)
+        for verl_file in (
+            paths.verl_train_file(wf, model),
+            paths.verl_val_file(wf, model),
+        ):  # prepare_verl_data
+            verl_file.parent.mkdir(parents=True, exist_ok=True)
+            verl_file.write_text("")
     targets = [
         str(paths.policy_dir(".", Run("qwen25_math_7b", "grpo", 0))),
         str(paths.policy_dir(".", Run("qwen3_8b_base", "grpo", 0))),
