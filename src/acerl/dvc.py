@@ -52,6 +52,7 @@ import yaml
 
 from acerl import paths
 from acerl.config import Config, ConfigError, load_config, read_yaml
+from acerl.io import write_text
 from acerl.stages import (
     ROOT,
     VERSIONS_FILE,
@@ -329,9 +330,7 @@ def _render_for(config_files: Sequence[str | Path], root: Path) -> str:
 def write_dvc_yaml(config_files: Sequence[str | Path], out: str | Path) -> Path:
     """Render ``dvc.yaml`` for ``config_files`` (relative to the folder of ``out``, where the stages will run)
     and write it atomically; returns ``Path(out)``."""
-    from acerl.io import write_text as atomic_write_text
-
-    path = atomic_write_text(out, _render_for(config_files, Path(out).parent))
+    path = write_text(out, _render_for(config_files, Path(out).parent))
     umask = os.umask(0)
     os.umask(umask)
     path.chmod(0o666 & ~umask)  # a committed file: readable like any other, not the temp file's 0600

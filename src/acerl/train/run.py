@@ -23,8 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from acerl import paths
 from acerl.config import Config, Run, spec_json
 from acerl.errors import MissingInputError
-from acerl.io import read_jsonl, save_hf_folder
-from acerl.io import write_text as write_text_atomic
+from acerl.io import read_jsonl, save_hf_folder, write_text
 from acerl.runtime import configure_torch, resolve_device
 from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec
 from acerl.train.algorithm import train_step
@@ -118,7 +117,7 @@ def train_run(
     for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
         remove_stale_temps(folder)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(paths.run_spec_file(root, run), json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    write_text(paths.run_spec_file(root, run), json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
     ckpt = find_latest(ckpt_dir)
     if ckpt is not None and read_trainer_state(ckpt).get("spec") != spec_text:

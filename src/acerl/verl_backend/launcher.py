@@ -42,6 +42,7 @@ from acerl.data.real import (
     verl_val_file,
 )
 from acerl.errors import MissingInputError
+from acerl.io import write_text
 from acerl.verl_backend import PLUGIN_MODULE
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
@@ -386,7 +387,6 @@ def build_verl_command(cfg: Config, run: Run, root: Path | str) -> list[str]:
 def collect_metrics(logs: Path | str, target: Path | str) -> Path:
     """Merge verl's file-logger records (``{"step", "data"}``, one file per attempt) into the project's flat
     ``metrics.jsonl`` (``{"step": s, **metrics}``); a step logged by several attempts keeps the last one."""
-    from acerl.io import write_text as write_text_atomic
 
     by_step: dict[int, dict[str, Any]] = {}
     for f in sorted(Path(logs).glob("metrics*.jsonl"), key=_attempt_order):
@@ -398,7 +398,7 @@ def collect_metrics(logs: Path | str, target: Path | str) -> Path:
             if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict):
                 by_step[int(rec["step"])] = {"step": int(rec["step"]), **rec["data"]}
     text = "".join(json.dumps(by_step[s], sort_keys=True) + "\n" for s in sorted(by_step))
-    write_text_atomic(Path(target), text)
+    write_text(Path(target), text)
     return Path(target)
 
 
@@ -597,14 +597,11 @@ def train_run_verl(
         logger.info("%s: training finished earlier; exporting", run.id)
         return export_run(cfg, run, root, env=env, runner=runner)
     _check_steps(cfg, run, root)
-    from acerl.io import write_text as write_text_atomic
 
     run_dir, logs = paths.run_dir(root, run), verl_logs_dir(root, run)
     logs.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(
-        paths.run_spec_file(root, run), json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n"
-    )
-    write_text_atomic(run_dir / COMMAND_FILE, json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
+    write_text(paths.run_spec_file(root, run), json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n")
+    write_text(run_dir / COMMAND_FILE, json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
     proc = runner(launch, env={**os.environ, **env}, check=False)
     collect_metrics(logs, paths.train_metrics_file(root, run))
