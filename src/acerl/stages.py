@@ -179,7 +179,7 @@ def _keys_prepare_verl_data(cfg: Config, job: Job) -> list[str]:
 
 
 def _keys_train(cfg: Config, job: Job) -> list[str]:
-    """Everything :meth:`Config.run_spec` holds, and the grader's time limit (timeouts are wrong answers). An
+    """Everything :func:`acerl.settings.run_spec` holds, and the grader's time limit (timeouts are wrong answers). An
     alpha-sweep variant (``ace_grpo-alpha0.5``) lists its ACE method's estimator *except* ``alpha`` (the variant
     fixes alpha itself), so changing the method's alpha does not touch the other sweep points."""
     run = _req(job.run, "run")

@@ -18,6 +18,7 @@ from acerl import paths
 from acerl.config import Run, load_config
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE
 from acerl.io import write_jsonl
+from acerl.settings import run_spec
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     DiagnosticSnapshots,
@@ -349,7 +350,7 @@ def test_changed_settings_move_verl_checkpoints_aside(paper_cfg, tmp_path: Path)
     (ckpts / "global_step_10").mkdir(parents=True)
     (ckpts / "latest_checkpointed_iteration.txt").write_text("10\n")
     spec = paths.run_spec_file(tmp_path, run)
-    spec.write_text(json.dumps(paper_cfg.run_spec(run)))
+    spec.write_text(json.dumps(run_spec(paper_cfg, run)))
     assert not supersede_if_settings_changed(paper_cfg, run, tmp_path)  # same settings: resume
     assert latest_step(ckpts) == 10
 

@@ -43,6 +43,7 @@ from acerl.data.real import (
 )
 from acerl.errors import MissingInputError
 from acerl.io import write_text
+from acerl.settings import resolve, run_spec
 from acerl.verl_backend import PLUGIN_MODULE
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
@@ -137,7 +138,7 @@ def ray_on_slurm_script() -> Path:
 
 # ------------------------------------------------------------------------------------------- overrides
 def _diagnostic_steps(cfg: Config, run: Run) -> list[int]:
-    return list(cfg.resolve(run).diagnostic_steps)
+    return list(resolve(cfg, run).diagnostic_steps)
 
 
 def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
@@ -163,7 +164,7 @@ def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
 
 
 def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
-    model, settings = cfg.models[run.model], cfg.resolve(run)
+    model, settings = cfg.models[run.model], resolve(cfg, run)
     tr, fam = settings.hyper, settings.family
     update_tokens, logprob_tokens = token_budgets(cfg, run)
     if tr.prompts_per_step % tr.mini_batch_size:  # verl checks this only without dynamic batching
@@ -247,7 +248,7 @@ def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
 
 
 def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
-    settings = cfg.resolve(run)
+    settings = resolve(cfg, run)
     est, fam = settings.estimator, settings.family
     ds = fam.dynamic_sampling
     out = [
@@ -284,7 +285,7 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
 
 
 def _reward_overrides(cfg: Config, run: Run) -> list[str]:
-    settings = cfg.resolve(run)  # checks that DAPO's overlong buffer fits the response budget
+    settings = resolve(cfg, run)  # checks that DAPO's overlong buffer fits the response budget
     fam, tr = settings.family, settings.hyper
     rf = "reward.custom_reward_function"
     out = [
@@ -429,7 +430,7 @@ def supersede_if_settings_changed(cfg: Config, run: Run, root: Path | str) -> bo
     saved = paths.run_spec_file(root, run)
     if latest_step(ckpts) is None or not saved.is_file():
         return False
-    if json.loads(saved.read_text()) == json.loads(json.dumps(cfg.run_spec(run))):
+    if json.loads(saved.read_text()) == json.loads(json.dumps(run_spec(cfg, run))):
         return False
     supersede_stale_state(Path(root), run, ckpts, also=(snapshot_dir(root, run),))
     return True
@@ -600,7 +601,9 @@ def train_run_verl(
 
     run_dir, logs = paths.run_dir(root, run), verl_logs_dir(root, run)
     logs.mkdir(parents=True, exist_ok=True)
-    write_text(paths.run_spec_file(root, run), json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n")
+    write_text(
+        paths.run_spec_file(root, run), json.dumps(run_spec(cfg, run), indent=2, sort_keys=True) + "\n"
+    )
     write_text(run_dir / COMMAND_FILE, json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
     proc = runner(launch, env={**os.environ, **env}, check=False)
