@@ -36,7 +36,10 @@ CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
             "data.synthetic.params.mistake_rate=often",
             r"data\.synthetic\.params\.mistake_rate: Input should be",
         ),
-        ("data.synthetic.params.sizes={train: -1}", r"data\.synthetic\.params\.sizes\.train: .*greater than"),
+        (
+            "data.synthetic.params.sizes={train: -1}",
+            r"data\.synthetic\.params\.sizes: split size\(s\) of \['train'\] below 0",
+        ),
     ],
 )
 def test_typo_fails_at_load(override: str, message: str) -> None:

@@ -10,9 +10,9 @@ modules that use them. Each class is the one home of its keys' names, types, def
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["SFTConfig", "SyntheticParams", "TinyModelConfig"]
 
@@ -77,7 +77,7 @@ class SFTConfig(_Section):
 class SyntheticParams(_Section):
     """Sizes, difficulties and the mistake model of the synthetic task's splits (docs/tiny_task.md)."""
 
-    sizes: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
+    sizes: dict[str, int] | None = Field(
         None,
         description="problems per split, merged over acerl.data.synthetic.DEFAULT_SIZES (0 skips a split)",
     )
@@ -93,3 +93,11 @@ class SyntheticParams(_Section):
         None, description="relative frequency per mistake type (None: DEFAULT_MISTAKE_WEIGHTS)"
     )
     mistake_splits: tuple[str, ...] = Field(("sft",), description="splits whose solutions carry mistakes")
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes_not_negative(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+        negative = sorted(k for k, n in (v or {}).items() if n < 0)
+        if negative:
+            raise ValueError(f"split size(s) of {negative} below 0; give 0 to skip a split")
+        return v
