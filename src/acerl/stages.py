@@ -333,7 +333,7 @@ def _inputs_report(cfg: Config, job: Job) -> Inputs:
         "diagnostics": [_p(paths.diagnostics_file(ROOT, r)) for r in cfg.diagnostic_runs()],
     }
     if cfg.report.compare_to_paper:  # the paper's published numbers, for the "ours vs paper" table
-        out["paper"] = _p(paths.results_dir(ROOT) / "paper")
+        out["paper"] = _p(paths.paper_results_dir(ROOT))
     return out
 
 

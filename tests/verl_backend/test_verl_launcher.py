@@ -450,7 +450,7 @@ def test_train_run_verl_orchestration(tmp_path: Path) -> None:
     assert not (paths.run_dir(tmp_path, run) / "diag_raw").exists()  # snapshots removed after export
     metrics = [json.loads(line) for line in paths.train_metrics_file(tmp_path, run).read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    assert json.loads((paths.run_dir(tmp_path, run) / "verl_command.json").read_text())["argv"] == calls[0]
+    assert json.loads(paths.verl_command_file(tmp_path, run).read_text())["argv"] == calls[0]
     assert (paths.run_dir(tmp_path, run) / "run_spec.json").is_file()
     assert (
         train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls)) == final and len(calls) == 4
