@@ -25,6 +25,7 @@ Layout under the work directory (``root``)::
     results/paper/                                   the paper's published numbers (tracked; the report reads them)
     results/report.md, results/compute.md            report (compute: from the benchmark TSVs below)
     benchmarks/logs/<rule>/<job>.tsv                 Snakemake's benchmark of each job (compute accounting)
+    logs/<rule>/<job>.log                            each Snakemake job's output
 
 ``<run>`` is ``<model>/<method>/seed<s>``; the untrained base model is ``<model>/base/seed0`` and its policy
 folder is the base model folder itself.
@@ -177,7 +178,16 @@ def compute_file(root: Path | str) -> Path:
     return results_dir(root) / "compute.md"
 
 
+def _job_file(folder: Path, rule: str, parts: tuple[str, ...], suffix: str) -> Path:
+    *dirs, last = parts
+    return folder / rule / Path(*dirs) / f"{last}{suffix}"
+
+
 def benchmark_file(root: Path | str, rule: str, *parts: str) -> Path:
     """Snakemake's ``benchmark:`` TSV of one job: ``benchmarks/logs/<rule>/<part>/.../<last part>.tsv``."""
-    *dirs, last = parts
-    return Path(root) / "benchmarks" / "logs" / rule / Path(*dirs) / f"{last}.tsv"
+    return _job_file(Path(root) / "benchmarks" / "logs", rule, parts, ".tsv")
+
+
+def log_file(root: Path | str, rule: str, *parts: str) -> Path:
+    """The ``log:`` of one Snakemake job (its command's stdout and stderr): ``logs/<rule>/<part>/.../<last>.log``."""
+    return _job_file(Path(root) / "logs", rule, parts, ".log")

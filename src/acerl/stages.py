@@ -64,6 +64,7 @@ _SUBCOMMAND = {
     "report": "report",
 }
 _QUIET = {"train_policy", "sample", "diagnose"}  # stages with a progress bar, silenced in batch jobs
+_STUDY_JOB_NAME = {"prepare_data": "data", "report": "report"}  # the log / benchmark file of a study-wide job
 
 Shape = Literal["study", "model", "run", "evaluation"]
 Inputs = dict[str, str | list[str]]
@@ -492,6 +493,22 @@ def pattern_job(stage: str) -> Job:
     if shape == "model":
         return Job(stage, "{model}")
     return Job(stage, "{model}", run, "{benchmark}" if shape == "evaluation" else None)
+
+
+def log_parts(job: Job) -> tuple[str, ...]:
+    """The job's name under ``logs/<stage>/`` and ``benchmarks/logs/<stage>/``: its wildcard values, or for a
+    study-wide job a fixed name (``data``, ``report``)."""
+    return job.parts or (_STUDY_JOB_NAME[job.stage],)
+
+
+def job_log_file(root: str | Path, job: Job) -> Path:
+    """The Snakemake ``log:`` of ``job``."""
+    return paths.log_file(root, job.stage, *log_parts(job))
+
+
+def job_benchmark_file(root: str | Path, job: Job) -> Path:
+    """The Snakemake ``benchmark:`` TSV of ``job`` (what :mod:`acerl.report.compute` reads)."""
+    return paths.benchmark_file(root, job.stage, *log_parts(job))
 
 
 def job_inputs(cfg: Config, job: Job) -> Inputs:
