@@ -58,10 +58,9 @@ def _calls(cfg: Config, job: Job) -> Iterator[Path]:
 def test_the_stage_tables_files_are_acerl_paths(grid: str) -> None:
     files, overrides = GRIDS[grid]
     cfg = load_config([REPO / f for f in files], overrides)
-    from_config = {s.path for s in [*(cfg.data.real.benchmarks.values() if cfg.data.real else [])] if s.path}
-    if cfg.data.real and cfg.data.real.train.path:
-        from_config.add(cfg.data.real.train.path)
-    from_config |= {m.path for m in cfg.models.values() if m.path}
+    real = cfg.data.real
+    sources = [] if real is None else [real.train, *real.benchmarks.values()]
+    from_config = {s.path for s in sources if s.path} | {m.path for m in cfg.models.values() if m.path}
     for job in study_jobs(cfg):
         known = {p.as_posix() for p in _calls(cfg, job)}
         declared = [o.path for o in job_outputs(cfg, job)]
