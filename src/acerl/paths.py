@@ -14,7 +14,7 @@ Layout under the work directory (``root``)::
     runs/<model>/<method>/seed<s>/dvclive/           the same metrics as dvclive plots (local backend)
     runs/<model>/<method>/seed<s>/verl_logs/         verl's own per-step metrics (verl backend)
     runs/<model>/<method>/seed<s>/verl_command.json  the last verl launch's command line (verl backend)
-    runs/<model>/<method>/seed<s>/diag_raw/          verl's sharded actor snapshots at diagnostic steps, until exported
+    runs/<model>/<method>/seed<s>/diag_raw/          verl's raw actor snapshots at diagnostic steps (verl backend)
     generations/<benchmark>/<run>.jsonl.gz           sample
     scored/<benchmark>/<run>.parquet                 grade
     metrics/<benchmark>/<run>.json                   passk
@@ -189,5 +189,5 @@ def benchmark_file(root: Path | str, rule: str, *parts: str) -> Path:
 
 
 def log_file(root: Path | str, rule: str, *parts: str) -> Path:
-    """The ``log:`` of one Snakemake job (its command's stdout and stderr): ``logs/<rule>/<part>/.../<last>.log``."""
+    """The ``log:`` of one Snakemake job (its command's output): ``logs/<rule>/<part>/.../<last part>.log``."""
     return _job_file(Path(root) / "logs", rule, parts, ".log")

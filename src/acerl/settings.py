@@ -2,8 +2,9 @@
 
 :func:`resolve` builds it once; the local trainer, the verl launcher and the run spec (:func:`run_spec`,
 recorded beside a run's checkpoints) all read it, so a setting's resolution (the family's KL override of the
-model's beta, whether reference log-probs are needed, the trainer overrides) is written here only. The pydantic schema in :mod:`acerl.config` has already checked every
-single key; the cross-key checks of one run are in :func:`resolve`.
+model's beta, whether reference log-probs are needed, the trainer overrides) is written here only. The pydantic
+schema in :mod:`acerl.config` has already checked every single key; the cross-key checks of one run are in
+:func:`resolve`.
 """
 
 from __future__ import annotations

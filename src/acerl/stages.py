@@ -180,9 +180,9 @@ def _keys_prepare_verl_data(cfg: Config, job: Job) -> list[str]:
 
 
 def _keys_train(cfg: Config, job: Job) -> list[str]:
-    """Everything :func:`acerl.settings.run_spec` holds, and the grader's time limit (timeouts are wrong answers). An
-    alpha-sweep variant (``ace_grpo-alpha0.5``) lists its ACE method's estimator *except* ``alpha`` (the variant
-    fixes alpha itself), so changing the method's alpha does not touch the other sweep points."""
+    """Everything :func:`acerl.settings.run_spec` holds, and the grader's time limit (timeouts are wrong
+    answers). An alpha-sweep variant (``ace_grpo-alpha0.5``) lists its ACE method's estimator *except* ``alpha``
+    (the variant fixes alpha itself), so changing the method's alpha does not touch the other sweep points."""
     run = _req(job.run, "run")
     keys = _fields(f"models.{run.model}", ModelConfig, exclude=("display",))
     base = _sweep_base(cfg, run.method)

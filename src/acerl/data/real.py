@@ -466,7 +466,8 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
     the ``prepare_verl_data`` stage's, :func:`prepare_verl_data`, written only for the verl backend).
 
     Returns:
-        Paths by key: ``train``, each benchmark name, ``heldout`` (JSON Lines) and ``report`` (:func:`acerl.paths.real_data_report_file`).
+        Paths by key: ``train``, each benchmark name, ``heldout`` (JSON Lines) and ``report``
+        (:func:`acerl.paths.real_data_report_file`).
     """
     if cfg.data.kind != "real" or cfg.data.real is None:
         raise DataSourceError("prepare_real_data needs data.kind: real with a data.real section")

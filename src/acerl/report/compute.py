@@ -2,9 +2,10 @@
 
 Every rule writes one TSV per job (:func:`acerl.paths.benchmark_file`): wall seconds ``s``, ``cpu_time``
 (seconds, user + system of the job's processes), ``max_rss`` (MB, peak resident memory), ... :func:`study_jobs`
-lists the jobs of a configured study from the stage table (:mod:`acerl.stages`, which the workflow's rules read),
-:func:`load_benchmarks` reads their TSVs, and :func:`compute_tables` sums them per rule, per method and per run, with GPU-hours = wall x the GPUs
-the job requested (``compute.resources`` / ``compute.model_resources``: ``gpus`` per node x ``nodes``).
+lists the jobs of a configured study from the stage table (:mod:`acerl.stages`, which the workflow's rules
+read), :func:`load_benchmarks` reads their TSVs, and :func:`compute_tables` sums them per rule, per method and
+per run, with GPU-hours = wall x the GPUs the job requested (``compute.resources`` /
+``compute.model_resources``: ``gpus`` per node x ``nodes``).
 
 What it does not count: the report job itself (its TSV is written after it ends), Snakemake's own process, and
 the attempts before a retry (a retried or resumed job's TSV holds its last attempt only). A job run by DVC writes
