@@ -226,7 +226,7 @@ def test_correct_from_extra_fields() -> None:
 
 def test_ace_config_amplify() -> None:
     assert plugin.AceConfig().amplify == "incorrect"
-    with pytest.raises(ValueError, match="amplify must be one of incorrect, negative_advantage"):
+    with pytest.raises(ValueError, match="algorithm.ace.amplify: .*'incorrect' or 'negative_advantage'"):
         plugin.AceConfig(amplify="negative")
 
 
