@@ -126,3 +126,14 @@ def test_verl_refuses_a_grpo_eps_its_builtin_does_not_use() -> None:
             ["compute.backend=verl", "methods.grpo.estimator.eps=0.001"],
         )
     assert load_config(DEFAULT, ["methods.grpo.estimator.eps=0.001"]).methods["grpo"].estimator.eps == 0.001
+
+
+def test_snakemake_params_hold_the_flat_layout_too() -> None:
+    """Snakemake reruns a job whose recorded params changed: a training job's estimator param is the run spec's."""
+    from acerl.stages import Job, param_values
+
+    cfg = load_config(DEFAULT)
+    for method in ("grpo", "ace_grpo"):
+        run = Run("tiny", method, 0)
+        params = param_values(cfg, Job("train_policy", "tiny", run))
+        assert params[f"methods.{method}.estimator"] == cfg.run_spec(run)["estimator"], method

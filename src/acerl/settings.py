@@ -4,7 +4,8 @@
 (:meth:`acerl.config.Config.run_spec`, the Snakemake / DVC rerun trigger) all read it, so a setting's
 resolution (the family's KL override of the model's beta, whether reference log-probs are needed, the
 trainer overrides) is written here only. The pydantic schema in :mod:`acerl.config` has already checked every
-single key; the cross-key checks of one run are in :func:`resolve`.
+single key; the cross-key checks of one run are in :func:`resolve`. :func:`spec_keys` lists the config keys the
+run spec is resolved from: the stage table's deciding keys of a training run (DVC's and Snakemake's params).
 """
 
 from __future__ import annotations
