@@ -127,12 +127,17 @@ class AceConfig(BaseConfig):
     amplify: str = _ACE.amplify
 
     def __post_init__(self) -> None:
-        values = {f.name: getattr(self, f.name) for f in fields(AceConfig)}
+        values = {name: getattr(self, name) for name in _ace_keys()}
         try:
             AceEstimator.model_validate(values)
         except ValidationError as e:
             err = e.errors()[0]
             raise ValueError(f"algorithm.ace.{err['loc'][0]}: {err['msg']} (got {err['input']!r})") from None
+
+
+def _ace_keys() -> list[str]:
+    """``algorithm.ace``'s keys (verl's ``BaseConfig`` adds private fields such as ``_target_``)."""
+    return [f.name for f in fields(AceConfig) if not f.name.startswith("_")]
 
 
 @dataclass
@@ -166,7 +171,7 @@ def ace_config_from(config: Any) -> AceConfig:
         pass
     if not isinstance(section, Mapping):
         raise ValueError(f"algorithm.ace must be a mapping, got {type(section).__name__}")
-    valid = {f.name for f in fields(AceConfig) if not f.name.startswith("_")}
+    valid = set(_ace_keys())
     unknown = sorted(set(section) - valid)
     if unknown:
         raise ValueError(f"algorithm.ace: unknown key(s) {unknown}; valid: {sorted(valid)}")
