@@ -351,7 +351,7 @@ def test_algorithm_ace_is_the_configs_ace_estimator() -> None:
     assert {k: getattr(plugin.AceConfig(), k) for k in keys} == expected
     repo = Path(__file__).resolve().parents[2]
     cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "paper.yaml"])
-    overrides = verl_overrides(cfg, Run("qwen25_math_7b", "ace_grpo", 0), "/srv/study")
+    overrides = verl_overrides(cfg, Run("qwen25_math_7b", "ace_grpo", 0), "study")
     written = [
         o.split("=")[0].removeprefix("+algorithm.ace.") for o in overrides if o.startswith("+algorithm.ace.")
     ]
