@@ -38,6 +38,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the pipeline steps
     ("acerl.evaluate", "acerl.train"),
     ("acerl.diagnostics", "acerl.verl_backend"),
+    # the trainer backends' registry (compute.backend -> acerl.train | acerl.verl_backend)
+    ("acerl.trainers",),
     # what reads the steps' outputs: the report, the DVC pipeline
     ("acerl.report", "acerl.dvc"),
     ("acerl.cli",),

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from perturb import candidates, leaves, nest
 
-from acerl.config import ConfigError, Run, load_config, spec_json
-from acerl.settings import RunSettings, local_run_spec, resolve, run_spec
+from acerl.config import ConfigError, Run, deep_merge, load_config, merged_dict, spec_json, validate
+from acerl.settings import RunSettings, local_run_spec, resolve, run_spec, spec_keys
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "run_spec_hashes.json"
@@ -76,17 +78,76 @@ def test_bad_overrides_and_runs_fail_with_the_key() -> None:
 
 
 def test_needs_reference_agrees_with_the_estimator_registry() -> None:
-    """``EstimatorConfig.needs_reference`` (read by both backends) is what the registered function requires:
-    a ``ref_logprobs`` parameter without a default."""
+    """``needs_reference`` of each estimator variant (read by both backends) is what the registered function
+    requires: a ``ref_logprobs`` parameter without a default."""
     import inspect
-    import typing
 
     from acerl.algos.advantages import ADVANTAGE_ESTIMATORS
-    from acerl.config import EstimatorConfig
+    from acerl.config import ESTIMATORS
 
-    names = typing.get_args(EstimatorConfig.model_fields["name"].annotation)
-    assert set(names) == set(ADVANTAGE_ESTIMATORS.names())
-    for name in names:
+    assert set(ESTIMATORS) == set(ADVANTAGE_ESTIMATORS.names())
+    for name, variant in ESTIMATORS.items():
         param = inspect.signature(ADVANTAGE_ESTIMATORS.get(name)).parameters.get("ref_logprobs")
         required = param is not None and param.default is inspect.Parameter.empty
-        assert EstimatorConfig(name=name).needs_reference == required, name
+        assert variant().needs_reference == required, name
+
+
+# ------------------------------------------------------------------------------ the keys the spec reads
+SMALL_STUDY = {  # a training run of each kind: GRPO, ACE with diagnostics, an alpha-sweep variant
+    "study": {
+        "main": {"models": ["tiny"], "methods": ["grpo", "ace_grpo"], "seeds": [0], "include_base": False},
+        "alpha_sweep": {"model": "tiny", "method": "ace_grpo", "alphas": [0.5], "seeds": [0]},
+        "ablation": None,
+        "diagnostics": {"models": ["tiny"], "methods": ["ace_grpo"], "seeds": [0]},
+    },
+}
+RUNS = (Run("tiny", "grpo", 0), Run("tiny", "ace_grpo", 0), Run("tiny", "ace_grpo-alpha0.5", 0))
+
+
+def _changed_config(base: dict[str, Any], old: Any, leaf: str, value: Any) -> Any | None:
+    """The config with ``leaf`` set to one valid other value keeping the run grid (``None`` if there is none)."""
+    for new in candidates(value):
+        try:
+            cfg = validate(deep_merge(base, nest(leaf, new)))
+        except ConfigError:
+            continue
+        if cfg.runs() == old.runs() and cfg.diagnostic_runs() == old.diagnostic_runs():
+            return cfg
+    return None
+
+
+def _covered(key: str, keys: list[str]) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in keys)
+
+
+def test_spec_keys_are_exactly_the_keys_the_spec_reads() -> None:
+    """Every config value is changed in turn (one valid change each): a training run's spec changes exactly when
+    the value lies under one of its :func:`spec_keys` (the stage table's deciding keys of the run), so the DVC
+    params and Snakemake's params cannot drift from what ``RunSettings`` resolves."""
+    base = deep_merge(
+        merged_dict([REPO / "config" / "config.yaml", REPO / "config" / "test.yaml"]), SMALL_STUDY
+    )
+    cfg = validate(base)
+    assert cfg.runs() == list(RUNS)
+    specs = {run: spec_json(run_spec(cfg, run)) for run in RUNS}
+    keys = {run: spec_keys(cfg, run) for run in RUNS}
+    checked: dict[Run, set[str]] = {run: set() for run in RUNS}
+    for leaf, value in leaves(cfg.model_dump(mode="json")):
+        changed = _changed_config(base, cfg, leaf, value)
+        if changed is None:
+            continue
+        for run in RUNS:
+            moved = spec_json(run_spec(changed, run)) != specs[run]
+            assert moved == _covered(leaf, keys[run]), (
+                f"{run.id}: {leaf} {'moves' if moved else 'keeps'} the spec"
+            )
+            if moved:
+                checked[run].add(leaf)
+    for run in RUNS:  # the sweep is not vacuous: each run's spec moved with dozens of keys, of every section
+        assert len(checked[run]) >= 30, (run.id, sorted(checked[run]))
+        diagnostics = {"study"} if run in cfg.diagnostic_runs() else set()  # study.diagnostics.every, ...
+        sections = {leaf.split(".")[0] for leaf in checked[run]}
+        assert sections == {"models", "families", "methods", "compute", *diagnostics}, run.id
+    alpha = "methods.ace_grpo.estimator.alpha"
+    assert alpha in checked[RUNS[1]] and alpha not in checked[RUNS[2]]  # the sweep variant fixes alpha itself
+    assert "study.diagnostics.every" in keys[RUNS[1]] and "study.diagnostics.every" not in keys[RUNS[0]]

@@ -94,18 +94,12 @@ def _run(args: argparse.Namespace, cfg: Config) -> Run:
     return run
 
 
-def _threads(cfg: Config, override: int | None = None) -> int:
+def _threads(cfg: Config) -> int:
     from acerl.runtime import configure_torch
 
-    n = override if override is not None else cfg.compute.threads()
+    n = cfg.compute.threads()
     configure_torch(n)
     return n
-
-
-def _device(cfg: Config, override: str | None = None) -> str:
-    from acerl.runtime import resolve_device
-
-    return resolve_device(override or cfg.compute.device)
 
 
 # -------------------------------------------------------------------------------------------- commands
@@ -160,37 +154,20 @@ def cmd_prepare_verl_data(args: argparse.Namespace) -> int:
     return 0
 
 
-LOCAL_TRAIN_OPTIONS = ("device", "threads", "reference", "ref_ema_decay", "old_logprobs")
-"""``acerl train`` options that only the local trainer reads (refused with ``compute.backend: verl``)."""
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load(args)
     run = _run(args, cfg)
-    if cfg.compute.backend == "verl":
-        given = [f"--{o.replace('_', '-')}" for o in LOCAL_TRAIN_OPTIONS if getattr(args, o) is not None]
-        if given:
-            raise ConfigError(
-                f"{', '.join(given)}: local-trainer options, not read by compute.backend: verl; drop them "
-                "(verl takes its device and threads from compute.resources)"
-            )
-        from acerl.verl_backend.launcher import train_run_verl
+    from acerl.trainers import TrainOptions, train_from_config
 
-        out = train_run_verl(cfg, run, args.root)
-    else:
-        from acerl.train import train_run
-
-        out = train_run(
-            cfg,
-            run,
-            args.root,
-            device=_device(cfg, args.device),
-            threads=_threads(cfg, args.threads),
-            progress=not args.no_progress,
-            reference=args.reference,
-            ref_ema_decay=args.ref_ema_decay,
-            old_logprobs=args.old_logprobs,
-        )
+    options = TrainOptions(
+        progress=not args.no_progress,
+        device=args.device,
+        threads=args.threads,
+        reference=args.reference,
+        ref_ema_decay=args.ref_ema_decay,
+        old_logprobs=args.old_logprobs,
+    )
+    out = train_from_config(cfg, run, args.root, options)
     log.info("final policy: %s", out)
     print(out)
     return 0
@@ -254,7 +231,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
     "prepare-base": (cmd_prepare_base, "build (tiny) or fetch (hub) a base model"),
     "prepare-verl-data": (cmd_prepare_verl_data, "write verl's parquet files of one model (verl backend)"),
-    "train": (cmd_train, "train one (model, method, seed) run with the local backend; resumes"),
+    "train": (cmd_train, "train one (model, method, seed) run with the compute.backend trainer; resumes"),
     "sample": (cmd_sample, "sample n completions per benchmark problem; resumable shards"),
     "grade": (cmd_grade, "grade stored generations with math-verify"),
     "passk": (cmd_passk, "Pass@k from graded samples"),

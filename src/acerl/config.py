@@ -24,21 +24,27 @@ from __future__ import annotations
 import copy
 import json
 import os
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     SerializationInfo,
+    SerializerFunctionWrapHandler,
+    Tag,
     ValidationError,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -243,14 +249,54 @@ class FamilyConfig(_Model):
     ref_ema_decay: float = Field(0.99, ge=0, lt=1, description="EMA decay per step (reference: ema)")
 
 
-class EstimatorConfig(_Model):
-    name: Literal["grpo", "ace"] = "grpo"
-    alpha: float = Field(1.0, ge=0, description="ACE strength (paper default 1.0)")
-    modulation: Literal["softplus", "relu"] = "softplus"
-    length_normalize: bool = Field(True, description="c_i / T_i (paper default) instead of the sequence sum")
-    granularity: Literal["sequence", "token"] = "sequence"
+class _Estimator(_Model):
+    """What every advantage estimator takes: GRPO's group normalisation ``(r_i - mean) / (std + eps)``.
+
+    A variant's dump (less ``name``) is its registry keyword arguments (:meth:`kwargs`); run specs and Snakemake
+    params record it in the layout from before the union (:data:`RUN_SPEC_LAYOUT`)."""
+
+    name: str
     eps: float = Field(1e-6, gt=0, description="added to the group std (verl's epsilon)")
-    norm_by_std: bool = True
+    norm_by_std: bool = Field(True, description="divide by the group std (false: Dr. GRPO's mean-centring)")
+
+    needs_reference: ClassVar[bool] = False
+    """The estimator takes reference log-probs (ACE's ``c_i``); a test checks this against the registered
+    function's signature (``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``)."""
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the estimator registered as ``name``: the variant's own fields, nothing else."""
+        return self.model_dump(exclude={"name"})
+
+    @model_serializer(mode="wrap")
+    def _run_spec_layout(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        if isinstance(info.context, Mapping) and info.context.get(_LAYOUT_KEY) == "flat":
+            # The layout run specs and Snakemake params have recorded since before the union: one flat table of
+            # every estimator field, another variant's fields at their defaults (a GRPO run records ACE's
+            # defaults). They are the rerun triggers of finished trainings, so they must not change.
+            return {**_ACE_DEFAULTS_DUMP[info.mode], **data}
+        return data
+
+
+class GrpoEstimator(_Estimator):
+    """``name: grpo``: GRPO's group-normalised advantage ``A_i`` (paper Eq. 2)."""
+
+    name: Literal["grpo"] = "grpo"
+
+
+class AceEstimator(_Estimator):
+    """``name: ace``: ``A_i * (1 + alpha * phi(c_i))`` on the rollouts it amplifies, ``A_i`` elsewhere (paper
+    Def. 2, Alg. 1; defaults are the paper's)."""
+
+    name: Literal["ace"] = "ace"
+    alpha: float = Field(1.0, ge=0, description="ACE strength (paper default 1.0; 0 is GRPO)")
+    modulation: Literal["softplus", "relu"] = Field(
+        "softplus", description="phi: softplus (paper) or relu (the ablation, Table 3)"
+    )
+    length_normalize: bool = Field(True, description="c_i / T_i (paper default) instead of the sequence sum")
+    granularity: Literal["sequence", "token"] = Field(
+        "sequence", description="one c_i per rollout (paper) or per token (App. C variant)"
+    )
     amplify: Literal["incorrect", "negative_advantage"] = Field(
         "incorrect",
         description="rollouts ACE amplifies: 'incorrect' (paper Def. 2 / Alg. 1: graded wrong, before any overlong "
@@ -258,31 +304,41 @@ class EstimatorConfig(_Model):
         "group's mean by DAPO's overlong penalty); identical with 0/1 or +1/-1 rewards (docs/algorithms.md)",
     )
 
-    @property
-    def needs_reference(self) -> bool:
-        """The estimator takes reference log-probs (ACE's ``c_i``); a test checks this against the registered
-        function's signature (``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``)."""
-        return self.name == "ace"
+    needs_reference: ClassVar[bool] = True
 
-    def kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for the estimator registry (only what the named estimator takes)."""
-        if self.name == "grpo":
-            return {"eps": self.eps, "norm_by_std": self.norm_by_std}
-        return {
-            "alpha": self.alpha,
-            "modulation": self.modulation,
-            "length_normalize": self.length_normalize,
-            "granularity": self.granularity,
-            "eps": self.eps,
-            "norm_by_std": self.norm_by_std,
-            "amplify": self.amplify,
-        }
+
+_LAYOUT_KEY = "estimator_layout"
+RUN_SPEC_LAYOUT: Mapping[str, str] = MappingProxyType({_LAYOUT_KEY: "flat"})
+"""``model_dump(context=RUN_SPEC_LAYOUT)``: estimators in the flat layout run specs record (see
+:meth:`_Estimator._run_spec_layout`)."""
+_ACE_DEFAULTS_DUMP = {mode: AceEstimator().model_dump(mode=mode) for mode in ("python", "json")}
+
+
+def _estimator_tag(value: Any) -> str | None:
+    """The variant of an estimator: its ``name`` (``grpo`` when a mapping leaves it out, as before the union)."""
+    if isinstance(value, Mapping):
+        return str(value.get("name", "grpo"))
+    return getattr(value, "name", None)
+
+
+ESTIMATORS: dict[str, type[_Estimator]] = {"grpo": GrpoEstimator, "ace": AceEstimator}
+"""Estimator name -> its parameters (the names of ``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``)."""
+
+EstimatorConfig = Annotated[
+    Annotated[GrpoEstimator, Tag("grpo")] | Annotated[AceEstimator, Tag("ace")],
+    Discriminator(_estimator_tag),
+]
+"""A method's advantage estimator: the variant named by ``name`` (a discriminated union), each with its own keys."""
 
 
 class MethodConfig(_Model):
     display: str = Field(..., description="name in tables, e.g. 'ACE-GRPO'")
     family: str = Field(..., description="key of families.<name>")
-    estimator: EstimatorConfig = Field(default_factory=EstimatorConfig)
+    estimator: EstimatorConfig = Field(
+        default_factory=GrpoEstimator,
+        description="advantage estimator by name: grpo (eps, norm_by_std) or ace (those and alpha, modulation, "
+        "length_normalize, granularity, amplify); a key the named estimator does not take is an error",
+    )
 
 
 # ------------------------------------------------------------------------------------------------- study
@@ -490,6 +546,11 @@ class ReportConfig(_Model):
     formats: list[Literal["pdf", "png"]] = ["pdf", "png"]
 
 
+def _default(model: type[BaseModel], key: str) -> Any:
+    """The schema default of ``model``'s field ``key`` (written once, in the field)."""
+    return model.model_fields[key].default
+
+
 def _tiny_heads(model: ModelConfig) -> int | None:
     """The attention-head count of a ``source: tiny`` model (its ``tiny`` overrides over the defaults); ``None``
     for hub models (known only from their downloaded config)."""
@@ -536,7 +597,7 @@ class Config(_Model):
         if s.alpha_sweep:
             _require(s.alpha_sweep.model, self.models, "study.alpha_sweep.model")
             _require(s.alpha_sweep.method, self.methods, "study.alpha_sweep.method")
-            if self.methods[s.alpha_sweep.method].estimator.name != "ace":
+            if not isinstance(self.methods[s.alpha_sweep.method].estimator, AceEstimator):
                 raise ValueError("study.alpha_sweep.method must use the 'ace' estimator")
         if s.ablation:
             _require(s.ablation.model, self.models, "study.ablation.model")
@@ -594,6 +655,13 @@ class Config(_Model):
 
     def _check_verl_supports(self) -> None:
         """Refuse local-trainer-only settings under ``compute.backend: verl`` (a backend drops nothing)."""
+        for key, method in self.methods.items():
+            est = method.estimator
+            if isinstance(est, GrpoEstimator) and est.eps != _default(GrpoEstimator, "eps"):
+                raise ValueError(
+                    f"methods.{key}.estimator.eps: {est.eps} is not what verl's built-in GRPO uses "
+                    f"({_default(GrpoEstimator, 'eps')}); drop the key or use compute.backend: local"
+                )
         local_only = [
             (f"families.{k}.reference", f.reference, "initial") for k, f in self.families.items()
         ] + [
@@ -631,7 +699,7 @@ class Config(_Model):
                 key = self.sweep_method(alpha)
                 if key not in out:
                     base = self.methods[sweep.method]
-                    est = base.estimator.model_copy(update={"alpha": float(alpha)})
+                    est = self.swept_estimator().model_copy(update={"alpha": float(alpha)})
                     out[key] = base.model_copy(
                         update={"estimator": est, "display": f"{base.display} (α={alpha:g})"}
                     )
@@ -670,7 +738,15 @@ class Config(_Model):
             zero = self.grpo_counterpart(sw.method)
             if zero is not None:
                 return zero
-        return alpha_variant_key(sw.method, alpha, self.methods[sw.method].estimator.alpha)
+        return alpha_variant_key(sw.method, alpha, self.swept_estimator().alpha)
+
+    def swept_estimator(self) -> AceEstimator:
+        """The ACE estimator of ``study.alpha_sweep.method`` (the validation checked it is one)."""
+        sw = self.study.alpha_sweep
+        assert sw is not None, "no study.alpha_sweep"
+        est = self.methods[sw.method].estimator
+        assert isinstance(est, AceEstimator), "study.alpha_sweep.method is validated to be an ACE method"
+        return est
 
     def table_rows(self, part: Literal["alpha_sweep", "ablation"]) -> dict[str, list[int]]:
         """Method key -> the seeds its row of Table 4 (``alpha_sweep``) or Table 3 (``ablation``) averages.
@@ -891,14 +967,29 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
     except ValidationError as e:
         lines = []
         for err in e.errors():
-            loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+            parts, variant = _untagged(err["loc"])
+            loc = ".".join(parts) or "<root>"
             msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
+            if err["type"] == "extra_forbidden" and variant is not None:
+                valid = ", ".join(ESTIMATORS[variant].model_fields)
+                msg = f"not a key of the {variant!r} estimator (misspelt?); valid: {valid}"
+            elif err["type"] == "extra_forbidden":
                 msg = "unknown key (misspelt? see docs/config.md)"
             lines.append(f"{loc}: {msg}" if err["loc"] else msg)
         if len(lines) == 1:
             raise ConfigError(f"{source}: invalid config: {lines[0]}") from None
         raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
+
+
+def _untagged(loc: tuple[int | str, ...]) -> tuple[list[str], str | None]:
+    """An error location as key path parts, without the variant pydantic inserts after a tagged union's key
+    (``methods.grpo.estimator.grpo.alpha`` -> ``methods.grpo.estimator.alpha``), and that variant."""
+    parts, variant = [str(x) for x in loc], None
+    for i in range(len(parts) - 1):
+        if parts[i] == "estimator" and parts[i + 1] in ESTIMATORS:
+            variant = parts.pop(i + 1)
+            break
+    return parts, variant
 
 
 def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[str] = ()) -> Config:
@@ -949,15 +1040,13 @@ def reference_markdown() -> str:
             if field.is_required():
                 default = "required"
             elif field.default_factory is not None:
-                default = "(see below)" if _submodel(ann) else repr(field.default_factory())
+                default = "(see below)" if _submodels(ann) else repr(field.default_factory())
             else:
                 default = repr(field.default)
             desc = (field.description or "").replace("|", "\\|")
             lines.append(f"| `{name}` | `{tname}` | `{default}` | {desc} |".replace("``", "` `"))
-            sub = _submodel(ann)
-            if sub is not None:
-                key = f"{prefix}.{name}" + (".<name>" if _is_mapping(ann) else "")
-                nested.append((sub, key))
+            key = f"{prefix}.{name}" + (".<name>" if _is_mapping(ann) else "")
+            nested += [(sub, key) for sub in _submodels(ann)]
         lines.append("")
         for sub, key in nested:
             table(sub, key)
@@ -969,6 +1058,9 @@ def reference_markdown() -> str:
 def _type_name(ann: Any) -> str:
     if getattr(ann, "__origin__", None) is Literal:
         return " \\| ".join(str(a) for a in ann.__args__)
+    variants = _submodels(ann)
+    if getattr(ann, "__origin__", None) is typing.Union and len(variants) == len(ann.__args__):
+        return " \\| ".join(v.__name__ for v in variants)  # a tagged union of config models
     name = getattr(ann, "__name__", None) if not getattr(ann, "__args__", None) else None
     text = name or str(ann)
     return text.replace("typing.", "").replace("acerl.config.", "").replace("|", "\\|")
@@ -978,11 +1070,11 @@ def _is_mapping(ann: Any) -> bool:
     return getattr(ann, "__origin__", None) is dict
 
 
-def _submodel(ann: Any) -> type[BaseModel] | None:
-    """The config model type inside an annotation (``X``, ``X | None``, ``dict[str, X]``), if any."""
-    candidates = [ann, *getattr(ann, "__args__", ())]
-    for c in candidates:
+def _submodels(ann: Any) -> list[type[BaseModel]]:
+    """The config model types inside an annotation (``X``, ``X | None``, ``dict[str, X]``, a union of variants)."""
+    out: list[type[BaseModel]] = []
+    for c in [ann, *getattr(ann, "__args__", ())]:
         for inner in (c, *getattr(c, "__args__", ())):
-            if isinstance(inner, type) and issubclass(inner, BaseModel):
-                return inner
-    return None
+            if isinstance(inner, type) and issubclass(inner, BaseModel) and inner not in out:
+                out.append(inner)
+    return out

@@ -4,7 +4,8 @@
 recorded beside a run's checkpoints) all read it, so a setting's resolution (the family's KL override of the
 model's beta, whether reference log-probs are needed, the trainer overrides) is written here only. The pydantic
 schema in :mod:`acerl.config` has already checked every single key; the cross-key checks of one run are in
-:func:`resolve`.
+:func:`resolve`. :func:`spec_keys` lists the config keys the run spec is resolved from: the stage table's
+deciding keys of a training run (DVC's and Snakemake's params).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from pydantic import ValidationError
 
 from acerl.config import (
     BASE_METHOD,
+    AceEstimator,
     Config,
     ConfigError,
     EstimatorConfig,
     FamilyConfig,
+    ModelConfig,
     Run,
     TrainHyper,
     check_overlong,
@@ -28,7 +31,15 @@ from acerl.config import (
 ReferenceKind = Literal["initial", "ema"]
 OldLogprobs = Literal["recompute", "rollout"]
 
-__all__ = ["OldLogprobs", "ReferenceKind", "RunSettings", "local_run_spec", "resolve", "run_spec"]
+__all__ = [
+    "OldLogprobs",
+    "ReferenceKind",
+    "RunSettings",
+    "local_run_spec",
+    "resolve",
+    "run_spec",
+    "spec_keys",
+]
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,11 @@ class RunSettings:
         return self.family.policy_loss
 
     def spec(self) -> dict[str, Any]:
-        """The run spec: everything that decides the run's result, as plain JSON data."""
+        """The run spec: everything that decides the run's result, as plain JSON data (resolved from the config
+        keys :func:`spec_keys` lists). The estimator is recorded in its flat layout (every field of every
+        variant, :data:`acerl.config.RUN_SPEC_LAYOUT`), which finished trainings' specs hold."""
+        from acerl.config import RUN_SPEC_LAYOUT
+
         spec: dict[str, Any] = {
             "model": self.run.model,
             "method": self.run.method,
@@ -98,7 +113,7 @@ class RunSettings:
             "base": self.base,
             "train": self.hyper.model_dump(mode="json"),
             "family": self.family.model_dump(mode="json"),
-            "estimator": self.estimator.model_dump(mode="json"),
+            "estimator": self.estimator.model_dump(mode="json", context=RUN_SPEC_LAYOUT),  # the flat layout
             "diagnostic_steps": list(self.diagnostic_steps),
         }
         if self.precision != "fp32":  # bf16 changes trained weights and samples; fp32 specs unchanged
@@ -190,3 +205,35 @@ def run_spec(cfg: Config, run: Run) -> dict[str, Any]:
     if cfg.compute.precision != "fp32":  # bf16 changes samples; fp32 specs unchanged
         spec["precision"] = cfg.compute.precision
     return spec
+
+
+def spec_keys(cfg: Config, run: Run) -> list[str]:
+    """The merged-config key paths (a key stands for its subtree) :func:`resolve` reads into
+    :meth:`RunSettings.spec`: the stage table's deciding keys of a training run (the DVC params and Snakemake's
+    params), so they are written next to the resolution they describe. A test changes every key of the config
+    and checks that the spec changes exactly for these.
+
+    An alpha-sweep variant (``ace_grpo-alpha0.5``) reads its ACE method's estimator *except* ``alpha`` (the
+    variant fixes alpha itself), so changing the method's alpha does not touch the other sweep points.
+    """
+    base = _sweep_base(cfg, run.method)
+    method = base or run.method
+    keys = [f"models.{run.model}.{k}" for k in ModelConfig.model_fields if k != "display"]
+    keys += [f"families.{cfg.method(run.method).family}", f"methods.{method}.family"]
+    if base is None:
+        keys.append(f"methods.{method}.estimator")
+    else:
+        keys += [f"methods.{method}.estimator.{k}" for k in AceEstimator.model_fields if k != "alpha"]
+    if run in cfg.diagnostic_runs():  # the diagnostic steps (total_steps is a models.<model>.train key)
+        keys += [f"study.diagnostics.{k}" for k in ("every", "early_steps", "early_every")]
+    return [*keys, "compute.precision"]
+
+
+def _sweep_base(cfg: Config, method: str) -> str | None:
+    """The configured ACE method an alpha-sweep variant derives from (``None`` for a configured method)."""
+    if method in cfg.methods:
+        return None
+    sweep = cfg.study.alpha_sweep
+    if sweep is None or method not in cfg.resolved_methods:
+        raise KeyError(f"unknown method {method!r}")
+    return sweep.method

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acerl import paths
-from acerl.config import Config, DiagnosticsConfig, EstimatorConfig, ModelConfig, Run
+from acerl.config import RUN_SPEC_LAYOUT, Config, DiagnosticsConfig, Run
+from acerl.settings import spec_keys
 from acerl.stage_versions import STAGE_VERSIONS
 
 ROOT = (
@@ -154,16 +155,6 @@ def _sampler_keys(cfg: Config) -> list[str]:
     ]
 
 
-def _sweep_base(cfg: Config, method: str) -> str | None:
-    """The configured ACE method an alpha-sweep variant derives from (``None`` for a configured method)."""
-    if method in cfg.methods:
-        return None
-    sweep = cfg.study.alpha_sweep
-    if sweep is None or method not in cfg.resolved_methods:
-        raise KeyError(f"unknown method {method!r}")
-    return sweep.method
-
-
 def _keys_prepare_base(cfg: Config, job: Job) -> list[str]:
     model = _req(job.model, "model")
     if cfg.models[model].source == "tiny":  # built and SFT'd here: architecture, SFT, template, the SFT seed
@@ -180,21 +171,9 @@ def _keys_prepare_verl_data(cfg: Config, job: Job) -> list[str]:
 
 
 def _keys_train(cfg: Config, job: Job) -> list[str]:
-    """Everything :func:`acerl.settings.run_spec` holds, and the grader's time limit (timeouts are wrong
-    answers). An alpha-sweep variant (``ace_grpo-alpha0.5``) lists its ACE method's estimator *except* ``alpha``
-    (the variant fixes alpha itself), so changing the method's alpha does not touch the other sweep points."""
-    run = _req(job.run, "run")
-    keys = _fields(f"models.{run.model}", ModelConfig, exclude=("display",))
-    base = _sweep_base(cfg, run.method)
-    method = base or run.method
-    keys += [f"families.{cfg.method(run.method).family}", f"methods.{method}.family"]
-    if base is None:
-        keys.append(f"methods.{method}.estimator")
-    else:
-        keys += _fields(f"methods.{method}.estimator", EstimatorConfig, exclude=("alpha",))
-    if run in cfg.diagnostic_runs():
-        keys += [f"study.diagnostics.{k}" for k in ("every", "early_steps", "early_every")]
-    return [*keys, "grading.timeout_s", "compute.backend", "compute.precision"]
+    """The keys the run's resolved settings read (:func:`acerl.settings.spec_keys`, the one place), the grader's
+    time limit (timeouts are wrong answers) and the trainer backend."""
+    return [*spec_keys(cfg, _req(job.run, "run")), "grading.timeout_s", "compute.backend"]
 
 
 def _keys_sample(cfg: Config, job: Job) -> list[str]:
@@ -535,7 +514,7 @@ def _lookup(data: Any, key: str) -> Any:
 def param_values(cfg: Config, job: Job) -> dict[str, Any]:
     """``{key: value}`` of :func:`param_keys` in the validated config (defaults included) and the stage's code
     version under ``"version"``: Snakemake's ``params`` of the job."""
-    data = cfg.model_dump(mode="json")
+    data = cfg.model_dump(mode="json", context=RUN_SPEC_LAYOUT)  # estimators as recorded params hold them
     return {"version": STAGE_VERSIONS[job.stage], **{k: _lookup(data, k) for k in param_keys(cfg, job)}}
 
 

@@ -59,11 +59,14 @@ def _choices(model, field: str) -> set[str]:
 def test_config_names_are_the_registries_names():
     """Every config key that names a registry entry is validated against exactly that registry's names, so a
     bad name fails `acerl config` (listing the valid ones) instead of a job."""
+    from acerl.algos.advantages import AMPLIFY_RULES
     from acerl.algos.losses import KL_KINDS, LOSS_AGG_MODES
-    from acerl.config import EstimatorConfig, FamilyConfig
+    from acerl.config import ESTIMATORS, AceEstimator, FamilyConfig
 
-    assert _choices(EstimatorConfig, "name") == set(ADVANTAGE_ESTIMATORS.names())
-    assert _choices(EstimatorConfig, "modulation") == set(MODULATIONS.names())
+    assert set(ESTIMATORS) == set(ADVANTAGE_ESTIMATORS.names())
+    assert all(_choices(variant, "name") == {name} for name, variant in ESTIMATORS.items())
+    assert _choices(AceEstimator, "modulation") == set(MODULATIONS.names())
+    assert _choices(AceEstimator, "amplify") == set(AMPLIFY_RULES)
     assert _choices(FamilyConfig, "policy_loss") == set(POLICY_LOSSES.names())
     assert _choices(FamilyConfig, "loss_agg_mode") == set(LOSS_AGG_MODES)
     assert _choices(FamilyConfig, "kl_type") <= set(KL_KINDS)

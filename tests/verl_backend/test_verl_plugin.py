@@ -226,7 +226,7 @@ def test_correct_from_extra_fields() -> None:
 
 def test_ace_config_amplify() -> None:
     assert plugin.AceConfig().amplify == "incorrect"
-    with pytest.raises(ValueError, match="amplify must be one of incorrect, negative_advantage"):
+    with pytest.raises(ValueError, match="algorithm.ace.amplify: .*'incorrect' or 'negative_advantage'"):
         plugin.AceConfig(amplify="negative")
 
 
@@ -335,3 +335,24 @@ def test_dynamic_sampling_is_capped(paper_cfg, verl_base_config, apply_overrides
     assert plugin.refill_cap(uncapped) is None
     trainer.config = uncapped
     trainer._add_prompts_to_generate(10**6)
+
+
+def test_algorithm_ace_is_the_configs_ace_estimator() -> None:
+    """ACE's parameters are declared once (``acerl.config.AceEstimator``): ``algorithm.ace`` has its keys less
+    ``norm_by_std`` (verl's ``norm_adv_by_std_in_grpo``) with its defaults, and the launcher writes each of them."""
+    import dataclasses
+    from pathlib import Path
+
+    from acerl.config import AceEstimator, Run, load_config
+    from acerl.verl_backend.launcher import verl_overrides
+
+    expected = {k: v for k, v in AceEstimator().kwargs().items() if k != "norm_by_std"}
+    keys = [f.name for f in dataclasses.fields(plugin.AceConfig) if not f.name.startswith("_")]
+    assert {k: getattr(plugin.AceConfig(), k) for k in keys} == expected
+    repo = Path(__file__).resolve().parents[2]
+    cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "paper.yaml"])
+    overrides = verl_overrides(cfg, Run("qwen25_math_7b", "ace_grpo", 0), "study")
+    written = [
+        o.split("=")[0].removeprefix("+algorithm.ace.") for o in overrides if o.startswith("+algorithm.ace.")
+    ]
+    assert written == list(expected)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from perturb import candidates, leaves, nest
 from study import REPO, copy_project, copy_workflow, snakemake_env
 
 from acerl import stage_versions
@@ -159,41 +160,6 @@ GRID_KEYS = {  # deciding keys no change of which keeps the graph: the agreement
     "compute.backend": "verl adds prepare_verl_data jobs and train inputs (the paper grid)",
     "evaluation.benchmarks": "the benchmarks are the evaluation grid",
 }
-STRINGS = (
-    "relu",
-    "token",
-    "negative_advantage",
-    "k1",
-    "signed",
-    "cosine",
-    "rollout",
-    "seq-mean-token-sum",
-    "t",
-)
-
-
-def _nest(key: str, value: Any) -> dict[str, Any]:
-    for part in reversed(key.split(".")):
-        value = {part: value}
-    return value
-
-
-def _leaves(data: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(data, dict) and data:
-        return [leaf for k, v in data.items() for leaf in _leaves(v, f"{prefix}.{k}")]
-    return [(prefix, data)]
-
-
-def _candidates(value: Any) -> list[Any]:
-    if isinstance(value, bool):
-        return [not value]
-    if isinstance(value, int | float):
-        return [value + 1, value / 2 if value else 0.5, value * 2]
-    if isinstance(value, str):
-        return [*STRINGS, value + "x"]
-    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-        return [[*value, value[-1] * 2], value[:-1]]
-    return []
 
 
 def _perturbation(base: dict[str, Any], cfg_dump: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -204,9 +170,9 @@ def _perturbation(base: dict[str, Any], cfg_dump: dict[str, Any], key: str) -> d
     for part in key.split("."):
         node = node[part]
     old = validate(base)
-    for leaf, value in _leaves(node, key):
-        for new in _candidates(value):
-            override = _nest(leaf, new)
+    for leaf, value in leaves(node, key):
+        for new in candidates(value):
+            override = nest(leaf, new)
             try:
                 cfg = validate(deep_merge(base, override))
             except Exception:
@@ -225,8 +191,8 @@ def _perturbation(base: dict[str, Any], cfg_dump: dict[str, Any], key: str) -> d
 
 
 def _changed_leaves(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    la, lb = dict(_leaves(a, "")), dict(_leaves(b, ""))
-    return [k[1:] for k in set(la) | set(lb) if la.get(k, object()) != lb.get(k, object())]
+    la, lb = dict(leaves(a)), dict(leaves(b))
+    return [k for k in set(la) | set(lb) if la.get(k, object()) != lb.get(k, object())]
 
 
 @pytest.fixture(scope="module")
@@ -322,7 +288,7 @@ def test_changing_each_deciding_key_reruns_the_same_jobs_in_both_tools(small_stu
                 variants[f"{stage}:{key}"] = override
     assert not missing, f"no valid change found for deciding keys {missing}: add one to EXPLICIT"
     for key, value in SPEED_KNOBS.items():
-        variants[f"speed:{key}"] = _nest(key, value)
+        variants[f"speed:{key}"] = nest(key, value)
     labelled = [
         (label, {"config/test.yaml": yaml.safe_dump(deep_merge(base, override))})
         for label, override in variants.items()

@@ -57,7 +57,7 @@ def report_spec(cfg: Config) -> ReportSpec:
     alpha = None
     if cfg.study.alpha_sweep is not None:
         s = cfg.study.alpha_sweep
-        default = cfg.methods[s.method].estimator.alpha
+        default = cfg.swept_estimator().alpha
         alpha = AlphaSweepSpec(
             model=s.model,
             benchmark=cfg.table_benchmark("alpha_sweep"),

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from acerl.algos.advantages import AceOutput, AdvantageOutput, compute_advantages, confidence_scores
 from acerl.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty
-from acerl.config import EstimatorConfig
+from acerl.config import AceEstimator, EstimatorConfig
 from acerl.generate.rollout import RolloutBatch, response_logprobs
 from acerl.runtime import autocast
 from acerl.settings import RunSettings
@@ -352,15 +352,16 @@ def _confidence_metrics(
     out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, estimator: EstimatorConfig, correct: Tensor
 ) -> dict[str, float]:
     """``ace/`` metrics (batch OEF = ``ace/overconfident_frac_neg``); for estimators that do not report them
-    (GRPO) they are computed from the same log-probs with multiplier 1, over the rollouts ACE would amplify
-    (``estimator.amplify``)."""
+    (GRPO) they are computed from the same log-probs with multiplier 1, as ACE with its default parameters
+    would measure them (``c_i / T_i`` over the rollouts it amplifies)."""
     if out.metrics:
         return dict(out.metrics)
-    conf = confidence_scores(old, ref, mask, estimator.length_normalize)
+    ace = estimator if isinstance(estimator, AceEstimator) else AceEstimator()
+    conf = confidence_scores(old, ref, mask, ace.length_normalize)
     negative = out.stats.get("negative", out.advantages < 0 if out.advantages.dim() == 1 else None)
     if negative is None:
         return {}
-    amplified = negative & ~correct if estimator.amplify == "incorrect" else negative
+    amplified = negative & ~correct if ace.amplify == "incorrect" else negative
     ones = torch.ones_like(conf)
     return AceOutput(out.advantages, conf, ones, negative, torch.ones_like(negative), amplified).metrics()
 

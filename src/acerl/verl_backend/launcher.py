@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from acerl import paths
-from acerl.config import Config, Run
+from acerl.config import AceEstimator, Config, Run
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
 from acerl.io import write_text
@@ -247,24 +247,9 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
             _kv("algorithm.filter_groups.metric", FILTER_METRIC),
             _kv("algorithm.filter_groups.max_num_gen_batches", ds.max_batches),
         ]
-    if est.name == "grpo":
-        if est.eps != 1e-6 or est.granularity != "sequence":
-            raise ValueError(
-                f"method {run.method}: verl's built-in GRPO uses eps=1e-6 at sequence level; "
-                f"got eps={est.eps}, granularity={est.granularity!r}"
-            )
-    elif est.name == "ace":
-        out += [
-            _kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"),
-            _kv("+algorithm.ace.alpha", float(est.alpha)),
-            _kv("+algorithm.ace.modulation", est.modulation),
-            _kv("+algorithm.ace.length_normalize", est.length_normalize),
-            _kv("+algorithm.ace.granularity", est.granularity),
-            _kv("+algorithm.ace.eps", float(est.eps)),
-            _kv("+algorithm.ace.amplify", est.amplify),
-        ]
-    else:  # pragma: no cover - EstimatorConfig.name is a Literal
-        raise ValueError(f"method {run.method}: no verl mapping for estimator {est.name!r}")
+    if isinstance(est, AceEstimator):  # GRPO is verl's built-in (its eps is checked when the config loads)
+        out.append(_kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"))
+        out += [_kv(f"+algorithm.ace.{k}", v) for k, v in est.kwargs().items() if k != "norm_by_std"]
     out.append(_kv("critic.enable", False))
     return out
 

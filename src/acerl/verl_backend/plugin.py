@@ -72,11 +72,13 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 from verl.base_config import BaseConfig
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
-from acerl.algos.advantages import AMPLIFY_RULES, MODULATIONS, ace_advantages_with_stats, as_group_ids
+from acerl.algos.advantages import ace_advantages_with_stats, as_group_ids
+from acerl.config import AceEstimator
 
 logger = logging.getLogger(__name__)
 
@@ -103,49 +105,39 @@ RAY_TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
 V1_TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 CORRECT_KEY = "acc"
 """``reward_extra_info`` key holding the grader's verdict (``acerl.grading.reward.compute_score``)."""
-AMPLIFY_CHOICES = AMPLIFY_RULES  # the ACE estimator's rules (acerl.algos.advantages)
 _SHIM_FLAG = "_acerl_logprob_shim"
 
 
 # --------------------------------------------------------------------------------------------- config
+_ACE = AceEstimator()  # the schema's defaults (the paper's), declared once in acerl.config
+
+
 @dataclass
 class AceConfig(BaseConfig):
-    """``algorithm.ace``: ACE's parameters (paper Def. 2, Alg. 1; defaults are the paper's).
-
-    Args:
-        alpha: ACE strength, >= 0 (paper default 1.0; 0 recovers GRPO).
-        modulation: ``softplus`` (paper) or ``relu`` (ablation, Table ``tab:ablation_modulation``).
-        length_normalize: use ``c_i / T_i`` (paper default) instead of the sequence sum.
-        granularity: ``sequence`` (paper main experiments) or ``token`` (App. C variant).
-        eps: added to the group std (verl's GRPO epsilon).
-        amplify: which rollouts ACE amplifies: ``incorrect`` (paper Def. 2: graded wrong by ``acc`` and
-            ``A_i < 0``) or ``negative_advantage`` (every ``A_i < 0``); see docs/algorithms.md.
+    """``algorithm.ace``: ACE's parameters, :class:`acerl.config.AceEstimator`'s keyword arguments less
+    ``norm_by_std`` (verl's own ``algorithm.norm_adv_by_std_in_grpo``), as the typed dataclass verl's structured
+    config needs. Defaults and checks are the schema's: a bad value fails as ``acerl config`` would fail it.
     """
 
-    alpha: float = 1.0
-    modulation: str = "softplus"
-    length_normalize: bool = True
-    granularity: str = "sequence"
-    eps: float = 1e-6
-    amplify: str = "incorrect"
+    alpha: float = _ACE.alpha
+    modulation: str = _ACE.modulation
+    length_normalize: bool = _ACE.length_normalize
+    granularity: str = _ACE.granularity
+    eps: float = _ACE.eps
+    amplify: str = _ACE.amplify
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.alpha, int | float) and self.alpha >= 0):
-            raise ValueError(f"algorithm.ace.alpha must be a number >= 0, got {self.alpha!r}")
-        if self.modulation not in MODULATIONS:
-            raise ValueError(
-                f"algorithm.ace.modulation: unknown {self.modulation!r}; valid: {', '.join(MODULATIONS.names())}"
-            )
-        if self.granularity not in ("sequence", "token"):
-            raise ValueError(
-                f"algorithm.ace.granularity must be 'sequence' or 'token', got {self.granularity!r}"
-            )
-        if not (isinstance(self.eps, int | float) and self.eps > 0):
-            raise ValueError(f"algorithm.ace.eps must be > 0, got {self.eps!r}")
-        if self.amplify not in AMPLIFY_CHOICES:
-            raise ValueError(
-                f"algorithm.ace.amplify must be one of {', '.join(AMPLIFY_CHOICES)}, got {self.amplify!r}"
-            )
+        values = {name: getattr(self, name) for name in _ace_keys()}
+        try:
+            AceEstimator.model_validate(values)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ValueError(f"algorithm.ace.{err['loc'][0]}: {err['msg']} (got {err['input']!r})") from None
+
+
+def _ace_keys() -> list[str]:
+    """``algorithm.ace``'s keys (verl's ``BaseConfig`` adds private fields such as ``_target_``)."""
+    return [f.name for f in fields(AceConfig) if not f.name.startswith("_")]
 
 
 @dataclass
@@ -179,7 +171,7 @@ def ace_config_from(config: Any) -> AceConfig:
         pass
     if not isinstance(section, Mapping):
         raise ValueError(f"algorithm.ace must be a mapping, got {type(section).__name__}")
-    valid = {f.name for f in fields(AceConfig) if not f.name.startswith("_")}
+    valid = set(_ace_keys())
     unknown = sorted(set(section) - valid)
     if unknown:
         raise ValueError(f"algorithm.ace: unknown key(s) {unknown}; valid: {sorted(valid)}")

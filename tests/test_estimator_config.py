@@ -1,0 +1,140 @@
+"""A method's estimator is a discriminated union on ``name``: each variant has its own typed keys, its dump is the
+registry's keyword arguments, and run specs keep the flat layout they recorded before the union."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
+from acerl.cli import main
+from acerl.config import (
+    ESTIMATORS,
+    RUN_SPEC_LAYOUT,
+    AceEstimator,
+    ConfigError,
+    GrpoEstimator,
+    Run,
+    load_config,
+    read_yaml,
+)
+from acerl.settings import run_spec
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT = REPO / "config" / "config.yaml"
+
+
+def _registry_kwargs(name: str) -> set[str]:
+    """The keyword-only parameters of the registered estimator, less the per-batch verdicts ``correct``."""
+    params = inspect.signature(ADVANTAGE_ESTIMATORS.get(name)).parameters.values()
+    return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY} - {"correct"}
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_a_variants_dump_is_its_registry_kwargs(name: str) -> None:
+    est = ESTIMATORS[name]()
+    assert set(est.kwargs()) == _registry_kwargs(name)
+    assert est.kwargs() == {k: v for k, v in est.model_dump().items() if k != "name"}
+    defaults = {
+        k: p.default
+        for k, p in inspect.signature(ADVANTAGE_ESTIMATORS.get(name)).parameters.items()
+        if k in est.kwargs()
+    }
+    assert est.kwargs() == defaults  # the schema's defaults are the algorithm's (the paper's)
+
+
+def test_the_registry_accepts_every_variants_kwargs() -> None:
+    import torch
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    lp = torch.zeros(4, 3)
+    mask = torch.ones(4, 3)
+    for name, variant in ESTIMATORS.items():
+        est = variant()
+        out = compute_advantages(name, rewards, groups, lp, lp, mask, correct=rewards > 0, **est.kwargs())
+        assert out.advantages.shape[0] == 4
+
+
+@pytest.mark.parametrize(
+    ("method", "estimator", "key"),
+    [
+        ("grpo", {"name": "grpo", "alpha": 0.5}, "alpha"),  # an ACE key on GRPO
+        ("grpo", {"alpha": 0.5}, "alpha"),  # no name: GRPO, as before the union
+        ("ace_grpo", {"name": "ace", "alpah": 0.5}, "alpah"),  # a typo
+    ],
+)
+def test_a_key_the_named_estimator_does_not_take_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], method: str, estimator: dict, key: str
+) -> None:
+    data = read_yaml(DEFAULT)
+    data["methods"][method]["estimator"] = estimator
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    variant = estimator.get("name", "grpo")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert f"methods.{method}.estimator.{key}: not a key of the {variant!r} estimator" in message
+    assert "\n" not in message and ", ".join(ESTIMATORS[variant].model_fields) in message
+    assert main(["config", "--no-default-config", "--config", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"methods.{method}.estimator.{key}" in lines[0], lines
+
+
+def test_unknown_estimator_name_and_negative_alpha_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"methods\.grpo\.estimator: .*'acx'.*'grpo', 'ace'"):
+        load_config(DEFAULT, ["methods.grpo.estimator.name=acx"])
+    with pytest.raises(
+        ConfigError, match=r"methods\.ace_grpo\.estimator\.alpha: .*greater than or equal to 0"
+    ):
+        load_config(DEFAULT, ["methods.ace_grpo.estimator.alpha=-1"])
+
+
+def test_shipped_configs_load_into_the_variants() -> None:
+    for extra in ([], [REPO / "config" / "test.yaml"], [REPO / "config" / "paper.yaml"]):
+        cfg = load_config([DEFAULT, *extra])
+        for key, method in cfg.resolved_methods.items():
+            assert type(method.estimator) is (AceEstimator if key.startswith("ace") else GrpoEstimator), key
+    assert load_config(DEFAULT, ["methods.grpo.estimator={}"]).methods["grpo"].estimator == GrpoEstimator()
+
+
+def test_run_specs_record_the_flat_layout() -> None:
+    """A GRPO run's spec lists ACE's keys at their defaults, as every spec recorded before the union (the golden
+    hashes pin the bytes; this names the reason)."""
+    cfg = load_config(DEFAULT)
+    grpo = run_spec(cfg, Run("tiny", "grpo", 0))["estimator"]
+    assert grpo == {**AceEstimator().model_dump(mode="json"), "name": "grpo"}
+    assert cfg.methods["grpo"].estimator.model_dump(mode="json", context=RUN_SPEC_LAYOUT) == grpo
+    assert cfg.methods["grpo"].estimator.model_dump(mode="json") == {
+        "name": "grpo",
+        "eps": 1e-6,
+        "norm_by_std": True,
+    }
+    ace = run_spec(cfg, Run("tiny", "ace_grpo-alpha0.5", 0))["estimator"]
+    assert ace == {**AceEstimator(alpha=0.5).model_dump(mode="json")}
+
+
+def test_verl_refuses_a_grpo_eps_its_builtin_does_not_use() -> None:
+    with pytest.raises(
+        ConfigError, match=r"methods\.grpo\.estimator\.eps: 0\.001 is not what verl's built-in GRPO"
+    ):
+        load_config(
+            [DEFAULT, REPO / "config" / "paper.yaml"],
+            ["compute.backend=verl", "methods.grpo.estimator.eps=0.001"],
+        )
+    assert load_config(DEFAULT, ["methods.grpo.estimator.eps=0.001"]).methods["grpo"].estimator.eps == 0.001
+
+
+def test_snakemake_params_hold_the_flat_layout_too() -> None:
+    """Snakemake reruns a job whose recorded params changed: a training job's estimator param is the run spec's."""
+    from acerl.stages import Job, param_values
+
+    cfg = load_config(DEFAULT)
+    for method in ("grpo", "ace_grpo"):
+        run = Run("tiny", method, 0)
+        params = param_values(cfg, Job("train_policy", "tiny", run))
+        assert params[f"methods.{method}.estimator"] == run_spec(cfg, run)["estimator"], method
