@@ -77,10 +77,11 @@ class LocalTrainers:
     def __init__(self, root: Path, warmup: int) -> None:
         from acerl.config import Run, load_config
         from acerl.grading import Grader
+        from acerl.settings import resolve
         from acerl.train.run import init_state
 
         cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
-        self.setups = {k: cfg.resolve(Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()}
+        self.setups = {k: resolve(cfg, Run("tiny", m, 0), old_logprobs=o) for k, (m, o) in VARIANTS.items()}
         self.states = {
             k: init_state(root, Run("tiny", m, 0), self.setups[k], torch.device("cpu"))
             for k, (m, _) in VARIANTS.items()
@@ -114,13 +115,14 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     from acerl.algos.advantages import compute_advantages
     from acerl.config import Run, load_config
     from acerl.grading import Grader
+    from acerl.settings import resolve
     from acerl.train.algorithm import batch_logprobs, update_policy
     from acerl.train.metrics import Timer
     from acerl.train.rollouts import collect_rollouts
     from acerl.train.run import init_state
 
     cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
-    setups = {m: cfg.resolve(Run("tiny", m, 0)) for m in ("grpo", "ace_grpo")}
+    setups = {m: resolve(cfg, Run("tiny", m, 0)) for m in ("grpo", "ace_grpo")}
     states = {m: init_state(root, Run("tiny", m, 0), setups[m], torch.device("cpu"))[0] for m in setups}
     state, data = init_state(root, Run("tiny", "grpo", 0), setups["grpo"], torch.device("cpu"))
     with Grader(workers=0) as grader:

@@ -85,6 +85,7 @@ def bench_local(root: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     """Per-step wall time and generated tokens of one fresh local trainer (GRPO), warm-up steps dropped."""
     from acerl.config import Run, load_config
     from acerl.grading import Grader
+    from acerl.settings import resolve
     from acerl.train.algorithm import train_step
     from acerl.train.run import init_state
 
@@ -104,7 +105,7 @@ def bench_local(root: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     ]
     cfg = load_config(REPO / "config" / "config.yaml", overrides)
     run = Run("tiny", "grpo", 0)
-    setup = cfg.resolve(run)
+    setup = resolve(cfg, run)
     state, data = init_state(root, run, setup, torch.device(args.device))
     out = []
     with Grader(workers=0) as grader:

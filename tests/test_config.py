@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from acerl.config import BASE_METHOD, ConfigError, Run, alpha_variant_key, load_config
+from acerl.settings import run_spec
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))
@@ -164,8 +165,8 @@ def test_run_spec_changes_only_with_what_matters() -> None:
     a = load_config(REPO / "config" / "config.yaml")
     b = load_config(REPO / "config" / "config.yaml", ["methods.ace_grpo.estimator.alpha=2.0"])
     grpo, ace = Run("tiny", "grpo", 0), Run("tiny", "ace_grpo", 0)
-    assert a.run_spec(grpo) == b.run_spec(grpo)
-    assert a.run_spec(ace) != b.run_spec(ace)
+    assert run_spec(a, grpo) == run_spec(b, grpo)
+    assert run_spec(a, ace) != run_spec(b, ace)
 
 
 def test_diagnostic_steps_cover_early_window_and_every() -> None:

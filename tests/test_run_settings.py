@@ -1,4 +1,4 @@
-"""``Config.resolve(run) -> RunSettings``: the one resolved, typed view of a run's settings.
+"""``acerl.settings.resolve(cfg, run) -> RunSettings``: the one resolved, typed view of a run's settings.
 
 The run specs (``run_spec.json``: what decides a run's result, the Snakemake / DVC rerun trigger) of every run
 of the shipped grids are pinned by hash in ``tests/golden/run_spec_hashes.json``, recorded with the code before
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from acerl.config import ConfigError, Run, load_config, spec_json
-from acerl.settings import RunSettings, local_run_spec
+from acerl.settings import RunSettings, local_run_spec, resolve, run_spec
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "run_spec_hashes.json"
@@ -38,41 +38,41 @@ def test_run_specs_unchanged(grid: str) -> None:
     cfg = load_config([REPO / "config" / f for f in files], overrides)
     got: dict[str, str] = {}
     for run in cfg.base_runs() + cfg.runs():
-        got[run.id] = _hash(cfg.run_spec(run))
+        got[run.id] = _hash(run_spec(cfg, run))
         if not run.is_base:
-            got[f"{run.id} local"] = _hash(local_run_spec(cfg.resolve(run)))
+            got[f"{run.id} local"] = _hash(local_run_spec(resolve(cfg, run)))
     assert got == json.loads(GOLDEN.read_text())[grid]
 
 
 def test_resolve_is_frozen_and_typed() -> None:
     cfg = load_config(REPO / "config" / "config.yaml")
-    s = cfg.resolve(Run("tiny", "ace_grpo", 0))
+    s = resolve(cfg, Run("tiny", "ace_grpo", 0))
     assert isinstance(s, RunSettings)
     assert s.estimator.name == "ace" and s.needs_reference
     assert s.kl_coef == cfg.models["tiny"].train.kl_coef
     with pytest.raises(AttributeError):
         s.kl_coef = 0.5  # type: ignore[misc]
-    assert not cfg.resolve(Run("tiny", "grpo", 0)).estimator.name == "ace"
+    assert not resolve(cfg, Run("tiny", "grpo", 0)).estimator.name == "ace"
 
 
 def test_kl_off_means_beta_zero_everywhere() -> None:
     """DAPO's ``use_kl_loss: false``: the effective beta is 0 (the loss and the logged ``actor/kl_coef``)."""
     cfg = load_config(REPO / "config" / "config.yaml", ["families.grpo.use_kl_loss=false"])
-    s = cfg.resolve(Run("tiny", "grpo", 0))
+    s = resolve(cfg, Run("tiny", "grpo", 0))
     assert s.kl_loss_coef == 0.0 and not s.needs_reference
-    assert cfg.resolve(Run("tiny", "ace_grpo", 0)).needs_reference  # ACE's c_i needs pi_ref regardless
+    assert resolve(cfg, Run("tiny", "ace_grpo", 0)).needs_reference  # ACE's c_i needs pi_ref regardless
 
 
 def test_bad_overrides_and_runs_fail_with_the_key() -> None:
     cfg = load_config(REPO / "config" / "config.yaml")
     with pytest.raises(ConfigError, match="reference"):
-        cfg.resolve(Run("tiny", "grpo", 0), reference="bogus")  # type: ignore[arg-type]
+        resolve(cfg, Run("tiny", "grpo", 0), reference="bogus")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="ref_ema_decay"):
-        cfg.resolve(Run("tiny", "grpo", 0), ref_ema_decay=1.5)
+        resolve(cfg, Run("tiny", "grpo", 0), ref_ema_decay=1.5)
     with pytest.raises(ConfigError, match="base model"):
-        cfg.resolve(Run("tiny", "base", 0))
+        resolve(cfg, Run("tiny", "base", 0))
     with pytest.raises(ConfigError, match="unknown model"):
-        cfg.resolve(Run("nope", "grpo", 0))
+        resolve(cfg, Run("nope", "grpo", 0))
 
 
 def test_needs_reference_agrees_with_the_estimator_registry() -> None:

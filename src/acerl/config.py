@@ -2,8 +2,8 @@
 
 A YAML file (``config/config.yaml``, ``config/test.yaml``, ``config/paper.yaml``) is validated by
 :func:`load_config`; unknown keys and wrong types fail with the full key path and the file. Derived values
-(the run grid, per-run resolved settings, paths) are computed here and in :mod:`acerl.paths`, never retyped in
-rules.
+(the run grid here, a run's resolved settings in :mod:`acerl.settings`, paths in :mod:`acerl.paths`) are never
+retyped in rules.
 
 Vocabulary:
 - a *model* is a base model entry (``models.<key>``): built from scratch (``source: tiny``) or loaded from
@@ -22,32 +22,28 @@ every key (``acerl config --reference`` prints it), and split files would scatte
 from __future__ import annotations
 
 import copy
-import dataclasses
-import inspect
 import json
 import os
-import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
+    SerializationInfo,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
 from acerl.errors import UserError
-
-if TYPE_CHECKING:
-    from acerl.settings import OldLogprobs, ReferenceKind, RunSettings
+from acerl.sections import SFTConfig, SyntheticParams, TinyModelConfig
 
 BASE_METHOD = "base"  # the method key under which an untrained base model is evaluated
 
@@ -63,26 +59,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def check_kwargs(value: Mapping[str, Any], target: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``value`` as keyword arguments of ``target`` (a dataclass or a function), checked now: every key must
-    be a field / parameter (less ``skip``) and every value of its annotated type; a dataclass is built, so its
-    own checks run too. The mapping is returned unchanged (a run spec records it as written)."""
-    hints = typing.get_type_hints(target)
-    names = (
-        [f.name for f in dataclasses.fields(target)]
-        if dataclasses.is_dataclass(target)
-        else [n for n in inspect.signature(target).parameters if n not in skip]
-    )
-    for key, item in value.items():
-        if key not in names:
-            raise ValueError(f"unknown key {key!r} (misspelt?); valid: {', '.join(names)}")
-        try:
-            TypeAdapter(hints[key]).validate_python(item)
-        except ValidationError as e:
-            raise ValueError(f"{key}: {e.errors()[0]['msg']}") from None
-    if dataclasses.is_dataclass(target):
-        target(**value)
-    return dict(value)
+def as_written(section: BaseModel, info: SerializationInfo) -> dict[str, Any]:
+    """A nested section (:mod:`acerl.sections`) dumped with the keys the config set, not its defaults: run specs
+    and the stages' params record what was written, so they stay as they were when these sections were plain
+    mappings, and a default of the code is the stage version's business (:mod:`acerl.stage_versions`)."""
+    return section.model_dump(mode=info.mode, exclude_unset=True)
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -90,17 +71,14 @@ class SyntheticData(_Model):
     """The embedded default's procedurally generated math task (see docs/tiny_task.md)."""
 
     seed: int = Field(0, description="generator seed: same seed, identical files")
-    params: dict[str, Any] = Field(
-        default_factory=dict,
-        description="keyword arguments of acerl.data.synthetic.write_splits (sizes, difficulties)",
+    params: SyntheticParams = Field(
+        default_factory=SyntheticParams,
+        description="the task's sizes, difficulties and mistake model (acerl.data.synthetic.write_splits)",
     )
 
-    @field_validator("params")
-    @classmethod
-    def _write_splits_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from acerl.data.synthetic import write_splits
-
-        return check_kwargs(v, write_splits, skip=("out_dir", "seed"))
+    @field_serializer("params")
+    def _params_as_written(self, v: SyntheticParams, info: SerializationInfo) -> dict[str, Any]:
+        return as_written(v, info)
 
 
 class DatasetSource(_Model):
@@ -196,8 +174,12 @@ class ModelConfig(_Model):
     hub_id: str | None = Field(None, description="Hugging Face model id (source: hub)")
     path: str | None = Field(None, description="local HF folder used instead of the hub download")
     template: str = Field("plain", description="prompt template name (acerl.prompts: template_names())")
-    tiny: dict[str, Any] = Field(default_factory=dict, description="tiny architecture (acerl.models.tiny)")
-    sft: dict[str, Any] = Field(default_factory=dict, description="tiny SFT settings (acerl.models.sft)")
+    tiny: TinyModelConfig = Field(
+        default_factory=TinyModelConfig, description="tiny architecture (source: tiny; acerl.models.tiny)"
+    )
+    sft: SFTConfig = Field(
+        default_factory=SFTConfig, description="tiny SFT settings (source: tiny; acerl.models.sft)"
+    )
     train: TrainHyper = Field(default_factory=TrainHyper)
 
     @field_validator("template")
@@ -209,19 +191,9 @@ class ModelConfig(_Model):
             raise ValueError(f"unknown prompt template {v!r}; valid: {', '.join(template_names())}")
         return v
 
-    @field_validator("tiny")
-    @classmethod
-    def _tiny_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from acerl.models.tiny import TinyModelConfig
-
-        return check_kwargs(v, TinyModelConfig)
-
-    @field_validator("sft")
-    @classmethod
-    def _sft_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from acerl.models.sft import SFTConfig
-
-        return check_kwargs(v, SFTConfig)
+    @field_serializer("tiny", "sft")
+    def _sections_as_written(self, v: BaseModel, info: SerializationInfo) -> dict[str, Any]:
+        return as_written(v, info)
 
     @model_validator(mode="after")
     def _hub_has_id(self) -> ModelConfig:
@@ -523,9 +495,7 @@ def _tiny_heads(model: ModelConfig) -> int | None:
     for hub models (known only from their downloaded config)."""
     if model.source != "tiny":
         return None
-    from acerl.models.tiny import TinyModelConfig
-
-    return int(model.tiny.get("num_heads", TinyModelConfig.num_heads))
+    return model.tiny.num_heads
 
 
 # ------------------------------------------------------------------------------------------------- root
@@ -593,8 +563,6 @@ class Config(_Model):
                         f"({', '.join(self.evaluation.benchmarks)})"
                     )
         self._check_vllm()
-        from acerl.settings import check_overlong
-
         for run in self.runs():  # a run's cross-key checks, at load time rather than minutes into its job
             check_overlong(self, run)
         return self
@@ -815,34 +783,17 @@ class Config(_Model):
             "enforce_eager": v.enforce_eager,
         }
 
-    def resolve(
-        self,
-        run: Run,
-        *,
-        reference: ReferenceKind | None = None,
-        ref_ema_decay: float | None = None,
-        old_logprobs: OldLogprobs | None = None,
-    ) -> RunSettings:
-        """The resolved settings of training run ``run`` (:class:`acerl.settings.RunSettings`), which both
-        trainer backends and the run spec read; the keyword arguments override the config (local trainer)."""
-        from acerl.settings import resolve
 
-        return resolve(self, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
-
-    def run_spec(self, run: Run) -> dict[str, Any]:
-        """Everything that decides a run's result, as plain JSON data (Snakemake params, DVC params): a
-        training run's :meth:`RunSettings.spec`, the base model's identity for an untrained one."""
-        if run.method != BASE_METHOD:
-            return self.resolve(run).spec()
-        spec: dict[str, Any] = {
-            "model": run.model,
-            "method": run.method,
-            "seed": run.seed,
-            "base": self.models[run.model].model_dump(mode="json", exclude={"train", "display"}),
-        }
-        if self.compute.precision != "fp32":  # bf16 changes samples; fp32 specs unchanged
-            spec["precision"] = self.compute.precision
-        return spec
+def check_overlong(cfg: Config, run: Run) -> None:
+    """DAPO's overlong buffer must fit in the model's response budget (it is the last ``buffer`` tokens)."""
+    method = cfg.method(run.method)
+    family, hyper = cfg.families[method.family], cfg.models[run.model].train
+    if family.overlong.enable and family.overlong.buffer > hyper.max_response_length:
+        raise ConfigError(
+            f"families.{method.family}.overlong.buffer ({family.overlong.buffer}) exceeds "
+            f"models.{run.model}.train.max_response_length ({hyper.max_response_length}), which run "
+            f"{run.id} trains with; lower the buffer"
+        )
 
 
 SYNTHETIC_BENCHMARKS = ("synth_easy", "synth_hard")

@@ -12,14 +12,20 @@ Layout under the work directory (``root``)::
     runs/<model>/<method>/seed<s>/diag/step_<N>/     diagnostic checkpoints (HF folders)
     runs/<model>/<method>/seed<s>/metrics.jsonl      per-step training metrics
     runs/<model>/<method>/seed<s>/dvclive/           the same metrics as dvclive plots (local backend)
+    runs/<model>/<method>/seed<s>/verl_logs/         verl's own per-step metrics (verl backend)
+    runs/<model>/<method>/seed<s>/verl_command.json  the last verl launch's command line (verl backend)
+    runs/<model>/<method>/seed<s>/diag_raw/          verl's raw actor snapshots at diagnostic steps (verl backend)
     generations/<benchmark>/<run>.jsonl.gz           sample
     scored/<benchmark>/<run>.parquet                 grade
     metrics/<benchmark>/<run>.json                   passk
     metrics/<benchmark>/<run>.curve.tsv              passk (rows ``k, pass_at_k``: ``dvc plots``)
     diagnostics/<run>.json                           diagnose
+    diagnostics/<model>/<method>/.seed<s>.json.partial   records of the checkpoints diagnosed so far (resume)
     results/tables/, results/figures/                report
+    results/paper/                                   the paper's published numbers (tracked; the report reads them)
     results/report.md, results/compute.md            report (compute: from the benchmark TSVs below)
     benchmarks/logs/<rule>/<job>.tsv                 Snakemake's benchmark of each job (compute accounting)
+    logs/<rule>/<job>.log                            each Snakemake job's output
 
 ``<run>`` is ``<model>/<method>/seed<s>``; the untrained base model is ``<model>/base/seed0`` and its policy
 folder is the base model folder itself.
@@ -95,6 +101,23 @@ def live_dir(root: Path | str, run: Run) -> Path:
     return run_dir(root, run) / "dvclive"
 
 
+def verl_logs_dir(root: Path | str, run: Run) -> Path:
+    """verl's per-step metrics (``metrics.jsonl``; earlier attempts are renamed to
+    ``metrics.attempt-<UTC time>.jsonl`` because verl's file logger truncates its file on start)."""
+    return run_dir(root, run) / "verl_logs"
+
+
+def verl_command_file(root: Path | str, run: Run) -> Path:
+    """The verl command line and environment of the run's last launch (what to rerun by hand)."""
+    return run_dir(root, run) / "verl_command.json"
+
+
+def verl_snapshot_dir(root: Path | str, run: Run) -> Path:
+    """Raw (sharded) verl actor snapshots at diagnostic steps, kept apart from verl's checkpoint rotation until
+    they are exported to :func:`diag_step_dir` (:mod:`acerl.verl_backend.checkpoints`)."""
+    return run_dir(root, run) / "diag_raw"
+
+
 def generations_file(root: Path | str, benchmark: str, run: Run) -> Path:
     return Path(root) / "generations" / benchmark / run.model / run.method / f"seed{run.seed}.jsonl.gz"
 
@@ -121,8 +144,20 @@ def diagnostics_file(root: Path | str, run: Run) -> Path:
     return Path(root) / "diagnostics" / run.model / run.method / f"seed{run.seed}.json"
 
 
+def diagnostics_partial_file(root: Path | str, run: Run) -> Path:
+    """Hidden file beside :func:`diagnostics_file` holding the records of the checkpoints diagnosed so far."""
+    out = diagnostics_file(root, run)
+    return out.with_name(f".{out.name}.partial")
+
+
 def results_dir(root: Path | str) -> Path:
     return Path(root) / "results"
+
+
+def paper_results_dir(root: Path | str) -> Path:
+    """The paper's published numbers (tracked in the repository, ``results/paper/README.md``), which the report's
+    "ours vs paper" table reads (:mod:`acerl.report.paper`)."""
+    return results_dir(root) / "paper"
 
 
 def tables_dir(root: Path | str) -> Path:
@@ -143,7 +178,16 @@ def compute_file(root: Path | str) -> Path:
     return results_dir(root) / "compute.md"
 
 
+def _job_file(folder: Path, rule: str, parts: tuple[str, ...], suffix: str) -> Path:
+    *dirs, last = parts
+    return folder / rule / Path(*dirs) / f"{last}{suffix}"
+
+
 def benchmark_file(root: Path | str, rule: str, *parts: str) -> Path:
     """Snakemake's ``benchmark:`` TSV of one job: ``benchmarks/logs/<rule>/<part>/.../<last part>.tsv``."""
-    *dirs, last = parts
-    return Path(root) / "benchmarks" / "logs" / rule / Path(*dirs) / f"{last}.tsv"
+    return _job_file(Path(root) / "benchmarks" / "logs", rule, parts, ".tsv")
+
+
+def log_file(root: Path | str, rule: str, *parts: str) -> Path:
+    """The ``log:`` of one Snakemake job (its command's output): ``logs/<rule>/<part>/.../<last part>.log``."""
+    return _job_file(Path(root) / "logs", rule, parts, ".log")

@@ -1,26 +1,34 @@
 """One resolved run: :class:`RunSettings`, the frozen, typed settings of a (model, method, seed) training run.
 
-:meth:`acerl.config.Config.resolve` builds it once; the local trainer, the verl launcher and the run spec
-(:meth:`acerl.config.Config.run_spec`, the Snakemake / DVC rerun trigger) all read it, so a setting's
-resolution (the family's KL override of the model's beta, whether reference log-probs are needed, the
-trainer overrides) is written here only. The pydantic schema in :mod:`acerl.config` has already checked every
-single key; the cross-key checks of one run are in :func:`resolve`.
+:func:`resolve` builds it once; the local trainer, the verl launcher and the run spec (:func:`run_spec`,
+recorded beside a run's checkpoints) all read it, so a setting's resolution (the family's KL override of the
+model's beta, whether reference log-probs are needed, the trainer overrides) is written here only. The pydantic
+schema in :mod:`acerl.config` has already checked every single key; the cross-key checks of one run are in
+:func:`resolve`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-if TYPE_CHECKING:
-    from acerl.config import Config, EstimatorConfig, FamilyConfig, Run, TrainHyper
+from acerl.config import (
+    BASE_METHOD,
+    Config,
+    ConfigError,
+    EstimatorConfig,
+    FamilyConfig,
+    Run,
+    TrainHyper,
+    check_overlong,
+)
 
 ReferenceKind = Literal["initial", "ema"]
 OldLogprobs = Literal["recompute", "rollout"]
 
-__all__ = ["OldLogprobs", "ReferenceKind", "RunSettings", "local_run_spec", "resolve"]
+__all__ = ["OldLogprobs", "ReferenceKind", "RunSettings", "local_run_spec", "resolve", "run_spec"]
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,6 @@ def _checked_overrides(
     run: Run, reference: str | None, ref_ema_decay: float | None, old_logprobs: str | None
 ) -> dict[str, Any]:
     """The trainer overrides that were given, checked by the schema's own field types."""
-    from acerl.config import ConfigError, FamilyConfig, TrainHyper
-
     family_part = {
         k: v for k, v in (("reference", reference), ("ref_ema_decay", ref_ema_decay)) if v is not None
     }
@@ -127,18 +133,9 @@ def _checked_overrides(
     return {**family_part, **({"old_logprobs": old_logprobs} if old_logprobs is not None else {})}
 
 
-def check_overlong(cfg: Config, run: Run) -> None:
-    """DAPO's overlong buffer must fit in the model's response budget (it is the last ``buffer`` tokens)."""
-    from acerl.config import ConfigError
-
-    method = cfg.method(run.method)
-    family, hyper = cfg.families[method.family], cfg.models[run.model].train
-    if family.overlong.enable and family.overlong.buffer > hyper.max_response_length:
-        raise ConfigError(
-            f"families.{method.family}.overlong.buffer ({family.overlong.buffer}) exceeds "
-            f"models.{run.model}.train.max_response_length ({hyper.max_response_length}), which run "
-            f"{run.id} trains with; lower the buffer"
-        )
+def base_identity(cfg: Config, model: str) -> dict[str, Any]:
+    """``models.<model>`` without ``train`` and ``display``: the base model as a run spec records it."""
+    return cfg.models[model].model_dump(mode="json", exclude={"train", "display"})
 
 
 def resolve(
@@ -151,8 +148,6 @@ def resolve(
 ) -> RunSettings:
     """The :class:`RunSettings` of training run ``run``; the keyword arguments override the config (the local
     trainer's ``reference``, ``ref_ema_decay`` and ``old_logprobs``), checked like config keys."""
-    from acerl.config import BASE_METHOD, ConfigError
-
     if run.is_base:
         raise ConfigError(
             f"run {run.id}: method {BASE_METHOD!r} is the untrained base model; nothing to train"
@@ -165,7 +160,7 @@ def resolve(
     family = cfg.families[method.family]
     return RunSettings(
         run=run,
-        base=model.model_dump(mode="json", exclude={"train", "display"}),
+        base=base_identity(cfg, run.model),
         hyper=model.train,
         family_key=method.family,
         family=family,
@@ -179,3 +174,19 @@ def resolve(
         gradient_checkpointing=cfg.compute.gradient_checkpointing,
         max_tokens_per_micro_batch=cfg.compute.max_tokens_per_micro_batch,
     )
+
+
+def run_spec(cfg: Config, run: Run) -> dict[str, Any]:
+    """Everything that decides a run's result, as plain JSON data: a training run's :meth:`RunSettings.spec`,
+    the base model's identity for an untrained one."""
+    if not run.is_base:
+        return resolve(cfg, run).spec()
+    spec: dict[str, Any] = {
+        "model": run.model,
+        "method": run.method,
+        "seed": run.seed,
+        "base": base_identity(cfg, run.model),
+    }
+    if cfg.compute.precision != "fp32":  # bf16 changes samples; fp32 specs unchanged
+        spec["precision"] = cfg.compute.precision
+    return spec

@@ -64,6 +64,7 @@ _SUBCOMMAND = {
     "report": "report",
 }
 _QUIET = {"train_policy", "sample", "diagnose"}  # stages with a progress bar, silenced in batch jobs
+_STUDY_JOB_NAME = {"prepare_data": "data", "report": "report"}  # the log / benchmark file of a study-wide job
 
 Shape = Literal["study", "model", "run", "evaluation"]
 Inputs = dict[str, str | list[str]]
@@ -179,9 +180,9 @@ def _keys_prepare_verl_data(cfg: Config, job: Job) -> list[str]:
 
 
 def _keys_train(cfg: Config, job: Job) -> list[str]:
-    """Everything :meth:`Config.run_spec` holds, and the grader's time limit (timeouts are wrong answers). An
-    alpha-sweep variant (``ace_grpo-alpha0.5``) lists its ACE method's estimator *except* ``alpha`` (the variant
-    fixes alpha itself), so changing the method's alpha does not touch the other sweep points."""
+    """Everything :func:`acerl.settings.run_spec` holds, and the grader's time limit (timeouts are wrong
+    answers). An alpha-sweep variant (``ace_grpo-alpha0.5``) lists its ACE method's estimator *except* ``alpha``
+    (the variant fixes alpha itself), so changing the method's alpha does not touch the other sweep points."""
     run = _req(job.run, "run")
     keys = _fields(f"models.{run.model}", ModelConfig, exclude=("display",))
     base = _sweep_base(cfg, run.method)
@@ -333,7 +334,7 @@ def _inputs_report(cfg: Config, job: Job) -> Inputs:
         "diagnostics": [_p(paths.diagnostics_file(ROOT, r)) for r in cfg.diagnostic_runs()],
     }
     if cfg.report.compare_to_paper:  # the paper's published numbers, for the "ours vs paper" table
-        out["paper"] = _p(paths.results_dir(ROOT) / "paper")
+        out["paper"] = _p(paths.paper_results_dir(ROOT))
     return out
 
 
@@ -492,6 +493,22 @@ def pattern_job(stage: str) -> Job:
     if shape == "model":
         return Job(stage, "{model}")
     return Job(stage, "{model}", run, "{benchmark}" if shape == "evaluation" else None)
+
+
+def log_parts(job: Job) -> tuple[str, ...]:
+    """The job's name under ``logs/<stage>/`` and ``benchmarks/logs/<stage>/``: its wildcard values, or for a
+    study-wide job a fixed name (``data``, ``report``)."""
+    return job.parts or (_STUDY_JOB_NAME[job.stage],)
+
+
+def job_log_file(root: str | Path, job: Job) -> Path:
+    """The Snakemake ``log:`` of ``job``."""
+    return paths.log_file(root, job.stage, *log_parts(job))
+
+
+def job_benchmark_file(root: str | Path, job: Job) -> Path:
+    """The Snakemake ``benchmark:`` TSV of ``job`` (what :mod:`acerl.report.compute` reads)."""
+    return paths.benchmark_file(root, job.stage, *log_parts(job))
 
 
 def job_inputs(cfg: Config, job: Job) -> Inputs:

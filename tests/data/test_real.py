@@ -23,11 +23,8 @@ from acerl.data.real import (
     prepare_verl_data,
     prompt_messages,
     read_table,
-    report_file,
     split_heldout,
     unwrap_dapo,
-    verl_train_file,
-    verl_val_file,
 )
 from acerl.io import read_jsonl, write_jsonl, write_parquet
 from acerl.models.tokenizer import build_char_tokenizer
@@ -69,7 +66,7 @@ def prepared(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def test_shared_data_counts_and_dedupe(prepared) -> None:
     cfg, root, out = prepared
-    report = json.loads(report_file(root).read_text())
+    report = json.loads(paths.real_data_report_file(root).read_text())
     # SOURCES.md: 17,917 distinct prompts, 17,290 distinct texts, 11 texts with conflicting answers
     assert report["train"]["rows"] == 17917
     assert report["train"]["kept"] == 17290
@@ -102,7 +99,7 @@ def test_shared_data_verl_parquet(prepared) -> None:
     assert not any(k.startswith("verl/") for k in out)  # the prepare_verl_data stage's files
     verl = prepare_verl_data(cfg, root)
     assert set(verl) == {"verl/qwen3_8b_base/train", "verl/qwen3_8b_base/val"}
-    train = pq.read_table(verl_train_file(root, "qwen3_8b_base")).to_pylist()
+    train = pq.read_table(paths.verl_train_file(root, "qwen3_8b_base")).to_pylist()
     jsonl = read_jsonl(out["train"])
     assert len(train) == len(jsonl)
     first = train[0]
@@ -111,7 +108,7 @@ def test_shared_data_verl_parquet(prepared) -> None:
     assert first["prompt"] == [{"role": "user", "content": f"{jsonl[0]['problem']}\n{BOXED_INSTRUCTION}"}]
     assert first["reward_model"] == {"style": "rule", "ground_truth": jsonl[0]["answer"]}
     assert first["extra_info"] == {"index": 0, "id": jsonl[0]["id"]}
-    val = pq.read_table(verl_val_file(root, "qwen3_8b_base")).to_pylist()
+    val = pq.read_table(paths.verl_val_file(root, "qwen3_8b_base")).to_pylist()
     assert [r["data_source"] for r in val] == ["math500"] * 500 + ["aime2025"] * 30
     assert [r["extra_info"]["index"] for r in val] == list(range(530))
 

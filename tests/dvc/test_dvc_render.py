@@ -33,6 +33,7 @@ from acerl.dvc import (
     stage_name,
     write_dvc_yaml,
 )
+from acerl.settings import run_spec
 from acerl.stages import Job, stage_command
 from acerl.stages import param_keys as job_param_keys
 
@@ -178,7 +179,7 @@ def test_train_params_cover_everything_that_changes_the_run_spec(files):
             if (other.runs(), other.diagnostic_runs()) != (runs, cfg.diagnostic_runs()):
                 continue  # a grid change: dvc.yaml must be regenerated (test_write_and_check_round_trip)
             for run in runs:
-                if other.run_spec(run) != cfg.run_spec(run):
+                if run_spec(other, run) != run_spec(cfg, run):
                     checked += 1
                     assert _covered(key, listed[run]), f"{key} changes {run.id} but is not a param"
     assert checked > 50

@@ -18,7 +18,7 @@ from acerl import paths
 from acerl.config import Config, Run, load_config
 from acerl.data.synthetic import write_splits
 from acerl.diagnostics import diagnose_run
-from acerl.diagnostics.run import diagnose_checkpoint, diagnostic_settings, partial_file
+from acerl.diagnostics.run import diagnose_checkpoint, diagnostic_settings
 from acerl.evaluate.pipeline import SCORED_COLUMNS, grade_run, passk_run, problem_counts, sample_run
 from acerl.generate import make_sampler
 from acerl.grading import Grader
@@ -294,7 +294,7 @@ def test_diagnose_run_writes_the_schema_and_resumes(cfg, root):
 
     with pytest.raises(Interrupted):
         diagnose_run(cfg, TRAINED, root, progress=False, factory=failing)
-    partial = partial_file(root, TRAINED)
+    partial = paths.diagnostics_partial_file(root, TRAINED)
     assert not out.exists() and list(json.loads(partial.read_text())["records"]) == ["0"]
 
     def recording(path: Path):

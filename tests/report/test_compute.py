@@ -8,12 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from acerl import paths
+from acerl import paths, stages
 from acerl.config import load_config
 from acerl.report.catalog import captions, describe
 from acerl.report.compute import GPU_RULES, MULTI_NODE_RULES, compute_tables, load_benchmarks, study_jobs
 from acerl.report.study import add_compute_accounting
 from acerl.report.tables import to_markdown
+from acerl.stages import job_benchmark_file
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "test.yaml"]
@@ -29,12 +30,10 @@ def fill(cfg, root: Path) -> list:
     """One TSV per job: wall 36 s, CPU 18 s, 100 MB; 512 MB for training; a '-' (unmeasured) CPU for grading."""
     jobs = study_jobs(cfg)
     for job in jobs:
-        rss = 512.0 if job.rule == "train_policy" else 100.0
-        write_tsv(paths.benchmark_file(root, job.rule, *job.parts), 36.0, rss, 18.0)
-    grade = next(j for j in jobs if j.rule == "grade")
-    (paths.benchmark_file(root, "grade", *grade.parts)).write_text(
-        HEADER + "36\t0\t100\t1\t1\t1\t0\t0\t50\t-\n"
-    )
+        rss = 512.0 if job.stage == "train_policy" else 100.0
+        write_tsv(job_benchmark_file(root, job), 36.0, rss, 18.0)
+    grade = next(j for j in jobs if j.stage == "grade")
+    job_benchmark_file(root, grade).write_text(HEADER + "36\t0\t100\t1\t1\t1\t0\t0\t50\t-\n")
     return jobs
 
 
@@ -51,7 +50,7 @@ def test_jobs_are_the_workflow_grid() -> None:
     cfg = load_config(CONFIGS)
     jobs = study_jobs(cfg)
     n_eval = len(cfg.evaluations())
-    by_rule = pd.Series([j.rule for j in jobs]).value_counts().to_dict()
+    by_rule = pd.Series([j.stage for j in jobs]).value_counts().to_dict()
     assert by_rule == {
         "prepare_data": 1,
         "prepare_base": 1,
@@ -61,6 +60,17 @@ def test_jobs_are_the_workflow_grid() -> None:
         "passk": n_eval,
         "diagnose": len(cfg.diagnostic_runs()),
     }
+
+
+def test_jobs_are_the_stage_tables_but_the_report(tmp_path: Path) -> None:
+    """One home for which jobs exist: the stage table (so verl's data preparation is counted too)."""
+    cfg = load_config(CONFIGS, ["compute.backend=verl"])
+    jobs = study_jobs(cfg)
+    assert jobs == [j for j in stages.study_jobs(cfg) if j.stage != "report"]
+    n_verl = sum(j.stage == "prepare_verl_data" for j in jobs)
+    assert n_verl == len({r.model for r in cfg.runs()}) > 0
+    fill(cfg, tmp_path)
+    assert rows(compute_tables(cfg, tmp_path)[0])["prepare_verl_data"][0] == str(n_verl)
 
 
 def test_totals_per_rule_method_and_run(tmp_path: Path) -> None:
@@ -123,7 +133,7 @@ def test_compute_md_and_report_section(tmp_path: Path) -> None:
 def test_a_bad_benchmark_file_is_named(tmp_path: Path) -> None:
     cfg = load_config(CONFIGS)
     job = study_jobs(cfg)[0]
-    bad = paths.benchmark_file(tmp_path, job.rule, *job.parts)
+    bad = job_benchmark_file(tmp_path, job)
     bad.parent.mkdir(parents=True)
     bad.write_text("not\ta benchmark\n")
     with pytest.raises(ValueError, match=re.escape(str(bad))):

@@ -16,6 +16,7 @@ from acerl.algos.advantages import compute_advantages
 from acerl.config import Run
 from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
+from acerl.settings import resolve, run_spec
 from acerl.train import train_run
 from acerl.train.algorithm import batch_logprobs, micro_batches, update_policy
 from acerl.train.checkpoint import find_latest
@@ -34,9 +35,9 @@ def _train(root: Path, *extra: str, device: str = "cpu") -> dict[str, torch.Tens
 
 def test_bf16_autocast_changes_the_forward_but_keeps_fp32_weights(tiny_root: Path, tmp_path: Path) -> None:
     cfg = make_config("compute.precision=bf16")
-    assert cfg.run_spec(RUN)["precision"] == "bf16"  # bf16 results are cached apart from fp32 ones
-    assert "precision" not in make_config().run_spec(RUN)  # fp32 specs are unchanged
-    state, data = init_state(tiny_root, RUN, cfg.resolve(RUN), torch.device("cpu"))
+    assert run_spec(cfg, RUN)["precision"] == "bf16"  # bf16 results are cached apart from fp32 ones
+    assert "precision" not in run_spec(make_config(), RUN)  # fp32 specs are unchanged
+    state, data = init_state(tiny_root, RUN, resolve(cfg, RUN), torch.device("cpu"))
     prompts = [data.prompt_ids(i) for i in range(4)]
     ids, attn, resp = pack_rows(prompts, [[5, 6, 7]] * 4, pad_id=0)
     batch = RolloutBatch(ids, attn, ids[:, -3:], resp, torch.zeros(4, 3), torch.ones(4, dtype=torch.bool))
@@ -48,7 +49,7 @@ def test_bf16_autocast_changes_the_forward_but_keeps_fp32_weights(tiny_root: Pat
 
     rollouts = {}
     for precision in ("fp32", "bf16"):  # the trainer's own rollouts run under the setting
-        setup = make_config(f"compute.precision={precision}").resolve(RUN)
+        setup = resolve(make_config(f"compute.precision={precision}"), RUN)
         state, data = init_state(tiny_root, RUN, setup, torch.device("cpu"))
         rollouts[precision] = collect_rollouts(state, setup, data, DigitVerifier(), Timer()).batch.logprobs
     assert not torch.equal(rollouts["fp32"], rollouts["bf16"])
@@ -65,7 +66,7 @@ def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, 
     backward pass and the number of micro-batches, on the rollouts of the seeded first step (the same for
     every ``extra`` setting here)."""
     cfg = make_config("models.tiny.train.mini_batch_size=4", "models.tiny.train.lr=1.0e-8", *extra)
-    setup = cfg.resolve(RUN)
+    setup = resolve(cfg, RUN)
     state, data = init_state(root, RUN, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)

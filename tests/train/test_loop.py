@@ -14,6 +14,7 @@ from trainer_fixtures import DigitVerifier, Verdict, make_config, read_jsonl_rec
 
 from acerl import paths
 from acerl.config import Run
+from acerl.settings import resolve
 from acerl.train import train_run
 from acerl.train.algorithm import (
     ACE_KEYS,
@@ -111,7 +112,7 @@ def test_ace_differs_from_grpo_only_through_advantages(tiny_root: Path):
     got = {}
     for method in ("grpo", "ace_grpo"):
         run = Run("tiny", method, 0)
-        setup = cfg.resolve(run)
+        setup = resolve(cfg, run)
         state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
         ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 4)
@@ -133,7 +134,7 @@ def test_ace_differs_from_grpo_only_through_advantages(tiny_root: Path):
 def test_dynamic_sampling_keeps_only_mixed_groups(tiny_root: Path):
     cfg = make_config("families.dapo.dynamic_sampling.max_batches=4")
     run = Run("tiny", "dapo", 0)
-    setup = cfg.resolve(run)
+    setup = resolve(cfg, run)
     state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
     verifier = DigitVerifier()
     ro = collect_rollouts(state, setup, data, verifier, Timer())
@@ -170,7 +171,7 @@ def test_each_step_sees_the_same_prompts_and_draws_whatever_earlier_steps_consum
     still sees the same prompts and the same uniforms at the next step; the extra batches use their own stream."""
     cfg = make_config("families.dapo.dynamic_sampling.max_batches=3")
     run = Run("tiny", "dapo", 0)
-    setup = cfg.resolve(run)
+    setup = resolve(cfg, run)
     second = {}
     for name, first_verifier in (
         ("filters nothing", EveryOtherCorrect()),
@@ -219,7 +220,7 @@ def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_root: Path):
             "models.tiny.train.lr=1.0e-8",
         )
         run = Run("tiny", "grpo", 0)
-        setup = cfg.resolve(run)
+        setup = resolve(cfg, run)
         state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
         ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)
@@ -254,7 +255,7 @@ def test_ema_reference_moves_and_is_checkpointed(tiny_root: Path, verifier: Digi
     k = "model.layers.0.mlp.up_proj.weight"
     assert not torch.equal(ref[k], base[k]) and not torch.equal(ref[k], policy[k])
     with pytest.raises(Exception, match="reference override"):
-        cfg.resolve(run, reference="bogus")  # type: ignore[arg-type]
+        resolve(cfg, run, reference="bogus")  # type: ignore[arg-type]
 
 
 def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier):
@@ -272,9 +273,9 @@ def test_bad_settings_fail_early(tiny_root: Path):
     from acerl.config import ConfigError
 
     with pytest.raises(ConfigError, match="overlong.buffer"):
-        make_config("families.dapo.overlong.buffer=64").resolve(Run("tiny", "dapo", 0))
+        resolve(make_config("families.dapo.overlong.buffer=64"), Run("tiny", "dapo", 0))
     with pytest.raises(ValueError, match="base model"):
-        make_config().resolve(Run("tiny", "base", 0))
+        resolve(make_config(), Run("tiny", "base", 0))
     cfg = make_config("models.tiny.train.max_prompt_length=8", "models.tiny.train.total_steps=1")
     with pytest.raises(ValueError, match="max_prompt_length"):
         train_run(cfg, Run("tiny", "grpo", 0), tiny_root, verifier=DigitVerifier(), progress=False)
@@ -288,7 +289,7 @@ def test_reference_logprobs_equal_policy_logprobs_before_training(tmp_path: Path
     root = make_root(tmp_path, default_arch=True)
     for method in ("ace_grpo", "ace_dapo"):
         run = Run("tiny", method, 0)
-        setup = make_config("models.tiny.train.micro_batch_size_per_gpu=64").resolve(run)
+        setup = resolve(make_config("models.tiny.train.micro_batch_size_per_gpu=64"), run)
         state, data = init_state(root, run, setup, torch.device("cpu"))
         ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 64)
@@ -313,7 +314,7 @@ def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
     for single in (True, False):
         if not single:  # the general path: a separate no-grad pass for log pi_old
             monkeypatch.setattr(loop, "single_pass_update", lambda setup, rows: False)
-        setup = cfg.resolve(run)
+        setup = resolve(cfg, run)
         state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
         forwards = [0]
         state.model.register_forward_pre_hook(lambda *_, n=forwards: n.__setitem__(0, n[0] + 1))
@@ -342,7 +343,7 @@ def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
 
 def test_single_pass_update_needs_one_pass(tiny_root: Path):
     run = Run("tiny", "grpo", 0)
-    setup = make_config().resolve(run)  # 2 mini-batches of 2 prompts: not a single pass
+    setup = resolve(make_config(), run)  # 2 mini-batches of 2 prompts: not a single pass
     assert not single_pass_update(setup, 16) and single_pass_update(setup, 4)
     state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())

@@ -70,7 +70,7 @@ def build_model(folder: Path, seed: int = 0) -> Path:
 def prepare_data(root: Path, shared: Path, paper_cfg) -> Path:
     """``prepare_verl_data`` on a few real MATH-500 problems (as ``data/train.jsonl`` and benchmark files)."""
     from acerl import paths
-    from acerl.data.real import prepare_verl_data, verl_train_file
+    from acerl.data.real import prepare_verl_data
 
     rows = [json.loads(line) for line in (shared / "math500.jsonl").read_text().splitlines()[:60]]
     rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]} for r in rows]
@@ -80,7 +80,7 @@ def prepare_data(root: Path, shared: Path, paper_cfg) -> Path:
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     prepare_verl_data(paper_cfg, root, [PAPER_MODEL])
-    return verl_train_file(root, PAPER_MODEL)
+    return paths.verl_train_file(root, PAPER_MODEL)
 
 
 def cpu_overrides(model_dir: Path) -> list[str]:

@@ -18,6 +18,7 @@ from acerl import paths
 from acerl.config import Run, load_config
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE
 from acerl.io import write_jsonl
+from acerl.settings import run_spec
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     DiagnosticSnapshots,
@@ -349,7 +350,7 @@ def test_changed_settings_move_verl_checkpoints_aside(paper_cfg, tmp_path: Path)
     (ckpts / "global_step_10").mkdir(parents=True)
     (ckpts / "latest_checkpointed_iteration.txt").write_text("10\n")
     spec = paths.run_spec_file(tmp_path, run)
-    spec.write_text(json.dumps(paper_cfg.run_spec(run)))
+    spec.write_text(json.dumps(run_spec(paper_cfg, run)))
     assert not supersede_if_settings_changed(paper_cfg, run, tmp_path)  # same settings: resume
     assert latest_step(ckpts) == 10
 
@@ -449,7 +450,7 @@ def test_train_run_verl_orchestration(tmp_path: Path) -> None:
     assert not (paths.run_dir(tmp_path, run) / "diag_raw").exists()  # snapshots removed after export
     metrics = [json.loads(line) for line in paths.train_metrics_file(tmp_path, run).read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    assert json.loads((paths.run_dir(tmp_path, run) / "verl_command.json").read_text())["argv"] == calls[0]
+    assert json.loads(paths.verl_command_file(tmp_path, run).read_text())["argv"] == calls[0]
     assert (paths.run_dir(tmp_path, run) / "run_spec.json").is_file()
     assert (
         train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls)) == final and len(calls) == 4

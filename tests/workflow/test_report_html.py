@@ -15,6 +15,7 @@ from acerl import paths
 from acerl.config import load_config
 from acerl.report.catalog import describe
 from acerl.report.compute import study_jobs
+from acerl.stages import job_benchmark_file
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.slow
 def test_compute_accounting_in_the_study_report(ci_study: Path) -> None:
     cfg = load_config([ci_study / f for f in TEST_CONFIG_FILES])
     jobs = study_jobs(cfg)
-    assert all(paths.benchmark_file(ci_study, j.rule, *j.parts).is_file() for j in jobs)
+    assert all(job_benchmark_file(ci_study, j).is_file() for j in jobs)
     report = paths.report_file(ci_study).read_text()
     compute = paths.compute_file(ci_study).read_text()
     assert "\n## Compute\n" in report
@@ -30,7 +31,7 @@ def test_compute_accounting_in_the_study_report(ci_study: Path) -> None:
         "**Compute per rule" + compute.split("**Compute per rule", 1)[1].split("**Compute per method")[0]
     )
     for rule in ("prepare_data", "prepare_base", "train_policy", "sample", "grade", "passk", "diagnose"):
-        n = sum(1 for j in jobs if j.rule == rule)
+        n = sum(1 for j in jobs if j.stage == rule)
         assert re.search(rf"^\| {rule} \| {n} \| \d+\.\d\d \|", per_rule, flags=re.M), (rule, per_rule)
     total = re.search(r"^\| \*\*Total\*\* \| (\d+) \| (\d+\.\d\d) \|", per_rule, flags=re.M)
     assert total and int(total.group(1)) == len(jobs) and float(total.group(2)) > 0

@@ -1,13 +1,12 @@
 # Config loading and validation, and the input functions of all the rules. No pipeline logic lives here;
 # the config schema, the run grid and every path live in the acerl package.
-from pathlib import Path
-
-from acerl import paths as P
 from acerl.config import Run, load_config, spec_json, validate
 from acerl.stages import (
     Job,
+    job_benchmark_file,
     job_command,
     job_inputs,
+    job_log_file,
     job_outputs,
     param_values,
     pattern_job,
@@ -60,15 +59,14 @@ def gres(rule_name):
     return get
 
 
-def log_path(rule_name, *parts):
-    return str(Path("logs", rule_name, *parts).with_suffix(".log"))
+def log_path(stage):
+    """The rule's log file pattern (the stage table's, from acerl.paths)."""
+    return str(job_log_file(ROOT, pattern_job(stage)))
 
 
-def bench_path(rule_name, *parts):
-    return str(P.benchmark_file(ROOT, rule_name, *parts))
-
-
-RUN_PARTS = ("{model}", "{method}", "seed{seed}")
+def bench_path(stage):
+    """The rule's benchmark TSV pattern, which the report's compute accounting reads for every job."""
+    return str(job_benchmark_file(ROOT, pattern_job(stage)))
 
 
 # ---- the stage table (acerl.stages): every rule's input, output and params; the same table writes dvc.yaml

@@ -8,9 +8,9 @@ rule prepare_data:
     output:
         **stage_output("prepare_data"),
     log:
-        log_path("prepare_data", "data"),
+        log_path("prepare_data"),
     benchmark:
-        bench_path("prepare_data", "data")
+        bench_path("prepare_data")
     conda:
         "../envs/acerl.yaml"
     threads: 1
@@ -30,9 +30,9 @@ rule prepare_verl_data:
     output:
         **stage_output("prepare_verl_data"),
     log:
-        log_path("prepare_verl_data", "{model}"),
+        log_path("prepare_verl_data"),
     benchmark:
-        bench_path("prepare_verl_data", "{model}")
+        bench_path("prepare_verl_data")
     conda:
         "../envs/acerl.yaml"
     threads: 1

@@ -7,9 +7,9 @@ rule diagnose:
     output:
         **stage_output("diagnose"),
     log:
-        log_path("diagnose", *RUN_PARTS),
+        log_path("diagnose"),
     benchmark:
-        bench_path("diagnose", *RUN_PARTS)
+        bench_path("diagnose")
     conda:
         "../envs/acerl.yaml"
     threads: res("diagnose", "threads")

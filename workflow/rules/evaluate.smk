@@ -7,9 +7,9 @@ rule sample:
     output:
         **stage_output("sample"),
     log:
-        log_path("sample", "{benchmark}", *RUN_PARTS),
+        log_path("sample"),
     benchmark:
-        bench_path("sample", "{benchmark}", *RUN_PARTS)
+        bench_path("sample")
     conda:
         "../envs/acerl.yaml"
     threads: res("sample", "threads")
@@ -31,9 +31,9 @@ rule grade:
     output:
         **stage_output("grade"),
     log:
-        log_path("grade", "{benchmark}", *RUN_PARTS),
+        log_path("grade"),
     benchmark:
-        bench_path("grade", "{benchmark}", *RUN_PARTS)
+        bench_path("grade")
     conda:
         "../envs/acerl.yaml"
     threads: res("grade", "threads")
@@ -53,9 +53,9 @@ rule passk:
     output:
         **stage_output("passk"),
     log:
-        log_path("passk", "{benchmark}", *RUN_PARTS),
+        log_path("passk"),
     benchmark:
-        bench_path("passk", "{benchmark}", *RUN_PARTS)
+        bench_path("passk")
     conda:
         "../envs/acerl.yaml"
     threads: 1

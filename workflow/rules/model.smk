@@ -7,9 +7,9 @@ rule prepare_base:
     output:
         **stage_output("prepare_base"),
     log:
-        log_path("prepare_base", "{model}"),
+        log_path("prepare_base"),
     benchmark:
-        bench_path("prepare_base", "{model}")
+        bench_path("prepare_base")
     conda:
         "../envs/acerl.yaml"
     threads: res("prepare_base", "threads")

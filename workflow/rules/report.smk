@@ -35,9 +35,9 @@ rule report:
             labels={"name": "report.md", "kind": "summary"},
         ),
     log:
-        log_path("report", "report"),
+        log_path("report"),
     benchmark:
-        bench_path("report", "report")
+        bench_path("report")
     conda:
         "../envs/acerl.yaml"
     threads: 1

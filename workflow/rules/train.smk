@@ -9,9 +9,9 @@ rule train_policy:
     output:
         **stage_output("train_policy"),
     log:
-        log_path("train_policy", *RUN_PARTS),
+        log_path("train_policy"),
     benchmark:
-        bench_path("train_policy", *RUN_PARTS)
+        bench_path("train_policy")
     conda:
         "../envs/acerl.yaml"
     threads: res("train_policy", "threads")

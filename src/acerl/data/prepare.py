@@ -17,12 +17,8 @@ def prepare_data(cfg: Config, root: Path | str) -> dict[str, Path]:
     if cfg.data.kind == "synthetic":
         from acerl.data.synthetic import write_splits
 
-        try:
-            out = write_splits(
-                paths.data_file(root, "x").parent, seed=cfg.data.synthetic.seed, **cfg.data.synthetic.params
-            )
-        except TypeError as e:
-            raise ConfigError(f"data.synthetic.params: {e}") from None
+        synthetic = cfg.data.synthetic
+        out = write_splits(paths.data_file(root, "x").parent, seed=synthetic.seed, **dict(synthetic.params))
     else:
         from acerl.data.real import prepare_real_data
 

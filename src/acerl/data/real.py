@@ -19,8 +19,9 @@ the hub parquet) is unwrapped, so every model sees its own template (:func:`acer
 
 Training data is de-duplicated by exact problem text: the hub parquet repeats its 17,917 prompts 100x, and
 those prompts hold only 17,290 distinct texts, 11 of which repeat with conflicting answers. The first
-occurrence of each text is kept; the counts are logged and written to :func:`report_file`. A held-out subset
-(``heldout_size`` problems chosen by ``heldout_seed``) is removed from training for the diagnostics.
+occurrence of each text is kept; the counts are logged and written to
+:func:`acerl.paths.real_data_report_file`. A held-out subset (``heldout_size`` problems chosen by
+``heldout_seed``) is removed from training for the diagnostics.
 
 Outputs (:func:`prepare_real_data`):
 
@@ -77,14 +78,10 @@ __all__ = [
     "prepare_verl_data",
     "prompt_messages",
     "read_table",
-    "report_file",
     "split_heldout",
     "trained_models",
     "unwrap_dapo",
-    "verl_data_dir",
     "verl_rows",
-    "verl_train_file",
-    "verl_val_file",
 ]
 
 TRAIN = "train"
@@ -96,13 +93,6 @@ IDENTITY_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{
 
 class DataSourceError(BadInputError):
     """A dataset source cannot be read (missing file, hub unreachable, unknown columns, empty answers)."""
-
-
-# --------------------------------------------------------------------------------------------- paths
-verl_data_dir = paths.verl_data_dir
-verl_train_file = paths.verl_train_file
-verl_val_file = paths.verl_val_file
-report_file = paths.real_data_report_file
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -443,14 +433,14 @@ def prepare_verl_data(cfg: Config, root: Path | str, models: Sequence[str] | Non
     for model in models if models is not None else trained_models(cfg):
         template = cfg.models[model].template
         out[f"verl/{model}/train"] = write_parquet(
-            verl_train_file(root, model), verl_rows(train, template, train_source)
+            paths.verl_train_file(root, model), verl_rows(train, template, train_source)
         )
         val: list[dict[str, Any]] = []
         for bench, rows in benches.items():
             val.extend(verl_rows(rows, template, bench))
         for i, row in enumerate(val):
             row["extra_info"]["index"] = i
-        out[f"verl/{model}/val"] = write_parquet(verl_val_file(root, model), val)
+        out[f"verl/{model}/val"] = write_parquet(paths.verl_val_file(root, model), val)
         logger.info(
             "verl data for %s (template %s): %d train, %d val rows", model, template, len(train), len(val)
         )
@@ -476,7 +466,8 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
     the ``prepare_verl_data`` stage's, :func:`prepare_verl_data`, written only for the verl backend).
 
     Returns:
-        Paths by key: ``train``, each benchmark name, ``heldout`` (JSON Lines) and ``report`` (:func:`report_file`).
+        Paths by key: ``train``, each benchmark name, ``heldout`` (JSON Lines) and ``report``
+        (:func:`acerl.paths.real_data_report_file`).
     """
     if cfg.data.kind != "real" or cfg.data.real is None:
         raise DataSourceError("prepare_real_data needs data.kind: real with a data.real section")
@@ -511,5 +502,5 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
         "heldout": {"size": real.heldout_size, "seed": real.heldout_seed},
         "benchmarks": bench_counts,
     }
-    out["report"] = write_json(report_file(root), report, indent=2, ensure_ascii=False)
+    out["report"] = write_json(paths.real_data_report_file(root), report, indent=2, ensure_ascii=False)
     return out

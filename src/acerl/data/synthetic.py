@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acerl.io import write_jsonl
+from acerl.sections import SyntheticParams
 
 logger = logging.getLogger(__name__)
 
@@ -495,27 +496,21 @@ def generate_split(
     return rows
 
 
-def write_splits(
-    out_dir: Path | str,
-    seed: int = 0,
-    sizes: Mapping[str, int] | None = None,
-    difficulties: Mapping[str, Any] | None = None,
-    mistake_rate: float = 0.5,
-    mistake_weights: Mapping[str, float] | None = None,
-    mistake_splits: Sequence[str] = ("sft",),
-) -> dict[str, Path]:
+def write_splits(out_dir: Path | str, seed: int = 0, **params: Any) -> dict[str, Path]:
     """Generate every split and write ``<out_dir>/<split>.jsonl`` atomically; returns ``{split: path}``.
 
-    ``sizes`` and ``difficulties`` override :data:`DEFAULT_SIZES` / :data:`DEFAULT_DIFFICULTIES` key by key
-    (a split of size 0 is skipped; a new split name needs both a size and a difficulty). Worked solutions in
+    ``params`` are the fields of :class:`acerl.sections.SyntheticParams` (``data.synthetic.params``): ``sizes``
+    and ``difficulties`` override :data:`DEFAULT_SIZES` / :data:`DEFAULT_DIFFICULTIES` key by key (a split of
+    size 0 is skipped; a new split name needs both a size and a difficulty); worked solutions in
     ``mistake_splits`` carry a mistake with probability ``mistake_rate``. Splits are disjoint in problem text.
     """
-    size_of = {**DEFAULT_SIZES, **(sizes or {})}
-    diff_of = {**DEFAULT_DIFFICULTIES, **(difficulties or {})}
+    p = SyntheticParams(**params)
+    size_of = {**DEFAULT_SIZES, **(p.sizes or {})}
+    diff_of = {**DEFAULT_DIFFICULTIES, **(p.difficulties or {})}
     missing = sorted(set(size_of) - set(diff_of))
     if missing:
         raise ValueError(f"split(s) {missing} have a size but no difficulty; add them to 'difficulties'")
-    unknown_mistake = sorted(set(mistake_splits) - set(size_of))
+    unknown_mistake = sorted(set(p.mistake_splits) - set(size_of))
     if unknown_mistake:
         raise ValueError(
             f"mistake_splits names unknown split(s) {unknown_mistake}; splits: {sorted(size_of)}"
@@ -526,9 +521,9 @@ def write_splits(
     for split in order:
         if size_of[split] == 0:
             continue
-        rate = mistake_rate if split in mistake_splits else 0.0
+        rate = p.mistake_rate if split in p.mistake_splits else 0.0
         rows = generate_split(
-            split, size_of[split], seed, diff_of[split], rate, mistake_weights, exclude=seen
+            split, size_of[split], seed, diff_of[split], rate, p.mistake_weights, exclude=seen
         )
         paths[split] = write_jsonl(Path(out_dir) / f"{split}.jsonl", rows)
         n_wrong = sum(r["mistake"] is not None for r in rows)

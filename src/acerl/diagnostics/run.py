@@ -58,7 +58,6 @@ __all__ = [
     "diagnose_checkpoint",
     "diagnose_run",
     "diagnostic_settings",
-    "partial_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -147,12 +146,6 @@ def diagnostic_settings(cfg: Config, run: Run, prompt_ids: Sequence[str]) -> Dia
         prompt_ids=tuple(str(i) for i in prompt_ids),
         length_normalize=d.length_normalize,
     )
-
-
-def partial_file(root: Path | str, run: Run) -> Path:
-    """Hidden file beside the diagnostics output holding the records of finished checkpoints."""
-    out = paths.diagnostics_file(root, run)
-    return out.with_name(f".{out.name}.partial")
 
 
 def _load_partial(path: Path, key: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -321,7 +314,7 @@ def diagnose_run(
         "checkpoints": {str(s): folder_stamp(f) for s, f in [(-1, ref_dir), *step_dirs.items()]},
     }
     key = json.loads(json.dumps(key))
-    partial = partial_file(root, run)
+    partial = paths.diagnostics_partial_file(root, run)
     done = _load_partial(partial, key)
     with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:
         for step in tqdm(steps, desc=f"diagnose {run.id}", unit="ckpt", disable=not progress):

@@ -25,15 +25,14 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
     mc = cfg.models[model]
     out = paths.base_model_dir(root, model)
     if mc.source == "tiny":
-        from acerl.models.sft import SFTConfig, prepare_tiny_base
-        from acerl.models.tiny import TinyModelConfig
+        from acerl.models.sft import prepare_tiny_base
         from acerl.runtime import resolve_device
 
-        try:
-            model_cfg = TinyModelConfig(**mc.tiny)
-            sft_cfg = SFTConfig(**{"template": mc.template, **mc.sft})
-        except TypeError as e:
-            raise ConfigError(f"models.{model}.tiny / models.{model}.sft: {e}") from None
+        sft = (
+            mc.sft
+            if "template" in mc.sft.model_fields_set
+            else mc.sft.model_copy(update={"template": mc.template})
+        )
         evals = {
             b: paths.data_file(root, b)
             for b in cfg.evaluation.benchmarks
@@ -42,8 +41,8 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
         return prepare_tiny_base(
             out,
             paths.data_file(root, "sft"),
-            model_cfg,
-            sft_cfg,
+            mc.tiny,
+            sft,
             seed=cfg.data.synthetic.seed,
             threads=cfg.compute.threads(),
             eval_data=evals,

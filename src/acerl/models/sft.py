@@ -18,7 +18,6 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,41 +27,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import acerl.io
 from acerl.io import read_jsonl
-from acerl.models.tiny import TinyModelConfig, build_tiny_model, count_parameters
+from acerl.models.tiny import build_tiny_model, count_parameters
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.prompts import build_prompt
+from acerl.sections import SFTConfig, TinyModelConfig
 
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
 METRICS_FILE = "sft_metrics.json"
-
-
-@dataclass(frozen=True)
-class SFTConfig:
-    """Supervised fine-tuning settings of the tiny base model."""
-
-    steps: int = 450  # optimizer steps
-    batch_size: int = 64  # sequences per step
-    lr: float = 3e-3  # peak AdamW learning rate
-    warmup_steps: int = 30  # linear warm-up from 0 to lr
-    min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.99)
-    grad_clip: float = 1.0  # global gradient-norm clip
-    template: str = "plain"  # prompt template (acerl.prompts)
-    log_every: int = 25  # steps per loss-curve point (and log line)
-    eval_rows: int = 200  # rows of each evaluation file scored at the end (teacher forcing)
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(
-                f"SFTConfig needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}"
-            )
-        if not 0 <= self.warmup_steps <= self.steps:
-            raise ValueError(f"SFTConfig.warmup_steps must be in [0, steps], got {self.warmup_steps}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"SFTConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 
 
 # -------------------------------------------------------------------------------------------- examples
@@ -317,8 +290,8 @@ def prepare_tiny_base(
         metrics = {
             "seed": seed,
             "threads": threads,
-            "model": model_cfg.to_dict(),
-            "sft": asdict(sft_cfg),
+            "model": model_cfg.model_dump(mode="json"),
+            "sft": sft_cfg.model_dump(mode="json"),
             "num_parameters": n_params,
             "num_rows": len(rows),
             "mistake_fraction": sum(r.get("mistake") is not None for r in rows) / len(rows),

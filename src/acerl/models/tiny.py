@@ -1,41 +1,18 @@
 """The embedded default's base architecture: a tiny ``LlamaForCausalLM`` built from scratch.
 
 No download: the model is constructed from a ``LlamaConfig`` (RoPE, RMSNorm, SwiGLU, tied embeddings) with a
-seeded initialisation, so it loads with ``AutoModelForCausalLM`` and vLLM like any Llama checkpoint.
+seeded initialisation, so it loads with ``AutoModelForCausalLM`` and vLLM like any Llama checkpoint. Its
+settings (``models.<m>.tiny``) are :class:`acerl.sections.TinyModelConfig`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from acerl.sections import TinyModelConfig
 
-@dataclass(frozen=True)
-class TinyModelConfig:
-    """Architecture of the tiny Llama (defaults: 341K parameters)."""
-
-    hidden_size: int = 128  # model width d
-    num_layers: int = 2  # transformer blocks
-    num_heads: int = 4  # attention heads (head dim = hidden_size / num_heads)
-    num_kv_heads: int = 4  # key/value heads (= num_heads: plain multi-head attention)
-    intermediate_size: int = 256  # SwiGLU hidden width
-    max_position_embeddings: int = 256  # longest prompt + response in tokens (characters)
-    rope_theta: float = 10000.0
-    tie_word_embeddings: bool = True
-    initializer_range: float = 0.02
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads != 0:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}"
-            )
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+__all__ = ["TinyModelConfig", "build_tiny_model", "count_parameters", "llama_config"]
 
 
 def llama_config(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:

@@ -2,9 +2,10 @@
 
 Every rule writes one TSV per job (:func:`acerl.paths.benchmark_file`): wall seconds ``s``, ``cpu_time``
 (seconds, user + system of the job's processes), ``max_rss`` (MB, peak resident memory), ... :func:`study_jobs`
-lists the jobs of a configured study exactly as the workflow builds them, :func:`load_benchmarks` reads their
-TSVs, and :func:`compute_tables` sums them per rule, per method and per run, with GPU-hours = wall x the GPUs
-the job requested (``compute.resources`` / ``compute.model_resources``: ``gpus`` per node x ``nodes``).
+lists the jobs of a configured study from the stage table (:mod:`acerl.stages`, which the workflow's rules
+read), :func:`load_benchmarks` reads their TSVs, and :func:`compute_tables` sums them per rule, per method and
+per run, with GPU-hours = wall x the GPUs the job requested (``compute.resources`` /
+``compute.model_resources``: ``gpus`` per node x ``nodes``).
 
 What it does not count: the report job itself (its TSV is written after it ends), Snakemake's own process, and
 the attempts before a retry (a retried or resumed job's TSV holds its last attempt only). A job run by DVC writes
@@ -15,18 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from acerl import paths
-from acerl.config import BASE_METHOD, Config, Run
+from acerl import stages
+from acerl.config import BASE_METHOD, Config
 from acerl.errors import BadInputError
 from acerl.report.aggregate import MissingData
 from acerl.report.tables import Cell, Row, Table
+from acerl.stages import Job, job_benchmark_file, log_parts
 
-__all__ = ["GPU_RULES", "Job", "study_jobs", "load_benchmarks", "compute_tables", "BENCH_COLUMNS"]
+__all__ = ["GPU_RULES", "study_jobs", "load_benchmarks", "compute_tables", "BENCH_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ GPU_RULES = ("prepare_base", "train_policy", "sample", "diagnose")
 """The rules whose ``resources:`` request ``gpus`` (``workflow/rules/*.smk``; a test keeps the two in step)."""
 MULTI_NODE_RULES = ("train_policy",)
 """The rules whose ``resources:`` request ``nodes`` (GPUs requested = gpus per node x nodes)."""
-RULE_ORDER = ("prepare_data", "prepare_base", "train_policy", "sample", "grade", "passk", "diagnose")
 BENCH_COLUMNS = ("rule", "job", "model", "method", "seed", "wall_s", "cpu_s", "max_rss_mb", "gpus")
 NOTE = (
     "Wall and CPU time summed over jobs (jobs run in parallel, so the study's elapsed time is shorter); "
@@ -46,42 +46,18 @@ NOTE = (
 SHARED = "(shared)"  # the method label of jobs that belong to no method: data and base-model preparation
 
 
-@dataclass(frozen=True)
-class Job:
-    """One job of the workflow: its rule, its benchmark path parts, and the run it belongs to (if any)."""
-
-    rule: str
-    parts: tuple[str, ...]
-    model: str | None = None
-    run: Run | None = None
-
-    @property
-    def label(self) -> str:
-        return "/".join(self.parts)
-
-
-def _run_parts(run: Run) -> tuple[str, ...]:
-    return (run.model, run.method, f"seed{run.seed}")
-
-
 def study_jobs(cfg: Config) -> list[Job]:
-    """Every job ``snakemake all`` runs for ``cfg`` except the report (the same grid as ``rule all``)."""
-    models = list(dict.fromkeys(r.model for r in cfg.base_runs() + cfg.runs()))
-    jobs = [Job("prepare_data", ("data",))]
-    jobs += [Job("prepare_base", (m,), model=m) for m in models]
-    jobs += [Job("train_policy", _run_parts(r), r.model, r) for r in cfg.runs()]
-    for rule in ("sample", "grade", "passk"):
-        jobs += [Job(rule, (b, *_run_parts(r)), r.model, r) for b, r in cfg.evaluations()]
-    jobs += [Job("diagnose", _run_parts(r), r.model, r) for r in cfg.diagnostic_runs()]
-    return jobs
+    """Every job ``snakemake all`` runs for ``cfg`` (the stage table's) except the report, whose TSV is written
+    after it ends."""
+    return [job for job in stages.study_jobs(cfg) if job.stage != "report"]
 
 
 def gpus_requested(cfg: Config, job: Job) -> int:
     """GPUs the job asked SLURM for: the rule's ``gpus`` per node x ``nodes`` (0 for rules that ask none)."""
-    if job.rule not in GPU_RULES:
+    if job.stage not in GPU_RULES:
         return 0
-    res = cfg.resources(job.rule, job.model)
-    return res.gpus * (res.nodes if job.rule in MULTI_NODE_RULES else 1)
+    res = cfg.resources(job.stage, job.model)
+    return res.gpus * (res.nodes if job.stage in MULTI_NODE_RULES else 1)
 
 
 def _number(value: object) -> float:
@@ -110,13 +86,13 @@ def load_benchmarks(cfg: Config, root: str | Path, jobs: Iterable[Job] | None = 
     """One row per job of the study whose benchmark TSV exists (:data:`BENCH_COLUMNS`)."""
     rows = []
     for job in study_jobs(cfg) if jobs is None else jobs:
-        path = paths.benchmark_file(root, job.rule, *job.parts)
+        path = job_benchmark_file(root, job)
         if not path.is_file():
             continue
         rows.append(
             {
-                "rule": job.rule,
-                "job": job.label,
+                "rule": job.stage,
+                "job": "/".join(log_parts(job)),
                 "model": job.model,
                 "method": job.run.method if job.run else SHARED,
                 "seed": job.run.seed if job.run else None,
@@ -192,7 +168,7 @@ def compute_tables(cfg: Config, root: str | Path) -> list[Table]:
         log.warning("compute accounting: %d of %d jobs have a benchmark file", len(bench), expected)
     unit = _unit(float(bench["wall_s"].sum()))
     method_names = {BASE_METHOD: "Base", **{k: m.display for k, m in cfg.resolved_methods.items()}}
-    by_rule = {r: bench[bench["rule"] == r] for r in RULE_ORDER if (bench["rule"] == r).any()}
+    by_rule = {r: bench[bench["rule"] == r] for r in stages.STAGES if (bench["rule"] == r).any()}
     methods = [SHARED, BASE_METHOD, *cfg.resolved_methods]
     by_method = {
         method_names.get(m, m): bench[bench["method"] == m] for m in methods if (bench["method"] == m).any()

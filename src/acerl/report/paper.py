@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from acerl import paths
 from acerl.records import ResultFormatError
 from acerl.report.aggregate import AGG_COLUMNS, AGG_KEYS
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
@@ -81,7 +82,7 @@ def paper_results_dir() -> Path:
     env = os.environ.get("ACERL_PAPER_RESULTS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "results" / "paper"
+    return paths.paper_results_dir(Path(__file__).resolve().parents[3])
 
 
 def _resolve(directory: str | Path | None) -> Path:

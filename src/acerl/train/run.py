@@ -1,6 +1,6 @@
 """The local trainer's run orchestration: init, resume, the step loop, checkpoints and signals.
 
-:func:`train_run` resolves the run's :class:`acerl.settings.RunSettings` (``Config.resolve``), writes
+:func:`train_run` resolves the run's :class:`acerl.settings.RunSettings` (:func:`acerl.settings.resolve`), writes
 ``run_spec.json``, loads the base model (:func:`init_state`) or resumes from the newest checkpoint whose spec
 matches, then calls :func:`acerl.train.algorithm.train_step` until ``total_steps``, logging metrics, saving
 diagnostic snapshots and resumable checkpoints; SIGTERM / SIGUSR1 checkpoint at the next step boundary. The
@@ -26,7 +26,7 @@ from acerl.errors import MissingInputError
 from acerl.generate.shards import derive_seed
 from acerl.io import read_jsonl, save_hf_folder, write_text
 from acerl.runtime import configure_torch, resolve_device
-from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec
+from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
 from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
 from acerl.train.checkpoint import (
@@ -115,7 +115,7 @@ def train_run(
     if final.is_dir() and (final / "config.json").is_file():
         logger.info("%s: final policy %s exists; nothing to do", run.id, final)
         return final
-    setup = cfg.resolve(run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
+    setup = resolve(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
     _warn_short_mini_batch(setup)
     spec = local_run_spec(setup)
     spec_text = _comparable_spec(spec)

@@ -11,8 +11,8 @@ Diagnostic checkpoints (paper Sec. 6: every 25 steps, plus the early window) mus
   saves at each diagnostic step;
 - :class:`DiagnosticSnapshots` (``trainer.checkpoint_callback_class``) runs on the driver after each save and,
   at a diagnostic step, hard-links the actor's model shards and ``huggingface/`` folder (not the optimizer
-  state) into ``<run>/diag_raw/step_<N>/actor`` (:func:`snapshot_dir`), which rotation does not touch; hard
-  links cost no space or time (a copy is made across file systems);
+  state) into ``<run>/diag_raw/step_<N>/actor`` (:func:`acerl.paths.verl_snapshot_dir`), which rotation does
+  not touch; hard links cost no space or time (a copy is made across file systems);
 - after training, :func:`export_checkpoint` merges each snapshot with verl's model merger
   (``python -m verl.model_merger merge --backend fsdp --local_dir .../actor --target_dir OUT``) into
   ``paths.diag_step_dir(root, run, N)``, and the final checkpoint into ``paths.policy_dir(root, run)``,
@@ -34,8 +34,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from acerl import paths
-from acerl.config import Run
 from acerl.io import atomic_dir
 
 logger = logging.getLogger(__name__)
@@ -49,7 +47,6 @@ __all__ = [
     "merge_command",
     "save_frequency",
     "snapshot_actor",
-    "snapshot_dir",
     "snapshot_step_dir",
     "step_dir",
 ]
@@ -86,11 +83,6 @@ def latest_step(checkpoints: Path | str) -> int | None:
     if not text.isdigit():
         raise ValueError(f"{tracker}: expected a step number, got {text!r}")
     return int(text)
-
-
-def snapshot_dir(root: Path | str, run: Run) -> Path:
-    """``<run>/diag_raw/``: raw (sharded) actor snapshots at diagnostic steps, until exported."""
-    return paths.run_dir(root, run) / "diag_raw"
 
 
 def snapshot_step_dir(snapshots: Path | str, step: int) -> Path:

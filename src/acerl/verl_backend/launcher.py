@@ -34,15 +34,10 @@ from typing import Any
 
 from acerl import paths
 from acerl.config import Config, Run
-from acerl.data.real import (
-    IDENTITY_CHAT_TEMPLATE,
-    prepare_verl_data,
-    prompt_messages,
-    verl_train_file,
-    verl_val_file,
-)
+from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
 from acerl.io import write_text
+from acerl.settings import resolve, run_spec
 from acerl.verl_backend import PLUGIN_MODULE
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
@@ -50,7 +45,6 @@ from acerl.verl_backend.checkpoints import (
     latest_step,
     link_folder,
     save_frequency,
-    snapshot_dir,
     snapshot_step_dir,
     step_dir,
 )
@@ -69,7 +63,6 @@ __all__ = [
     "token_budgets",
     "train_run_verl",
     "verl_env",
-    "verl_logs_dir",
     "verl_overrides",
     "verl_train_prompts",
 ]
@@ -80,7 +73,6 @@ FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
 REWARD_FUNCTION = "pkg://acerl.grading.reward"
 ROLLOUT_ENGINE = "vllm"
 FILTER_METRIC = "acc"  # reward_extra_info key written by acerl.grading.reward.compute_score
-COMMAND_FILE = "verl_command.json"
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -116,12 +108,6 @@ def _kv(key: str, value: Any) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- paths
-def verl_logs_dir(root: Path | str, run: Run) -> Path:
-    """``<run>/verl_logs/``: verl's per-step metrics (``metrics.jsonl``; earlier attempts are renamed to
-    ``metrics.attempt-<UTC time>.jsonl`` because verl's file logger truncates its file on start)."""
-    return paths.run_dir(root, run) / "verl_logs"
-
-
 def ray_on_slurm_script() -> Path:
     """``scripts/ray_on_slurm.sh`` of this checkout (``$ACERL_RAY_ON_SLURM`` overrides)."""
     override = os.environ.get("ACERL_RAY_ON_SLURM")
@@ -137,7 +123,7 @@ def ray_on_slurm_script() -> Path:
 
 # ------------------------------------------------------------------------------------------- overrides
 def _diagnostic_steps(cfg: Config, run: Run) -> list[int]:
-    return list(cfg.resolve(run).diagnostic_steps)
+    return list(resolve(cfg, run).diagnostic_steps)
 
 
 def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
@@ -145,8 +131,8 @@ def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
     tr = model.train
     chat = prompt_messages("", model.template)
     out = [
-        _kv("data.train_files", str(verl_train_file(root, run.model))),
-        _kv("data.val_files", str(verl_val_file(root, run.model))),
+        _kv("data.train_files", str(paths.verl_train_file(root, run.model))),
+        _kv("data.val_files", str(paths.verl_val_file(root, run.model))),
         _kv("data.prompt_key", "prompt"),
         _kv("data.max_prompt_length", tr.max_prompt_length),
         _kv("data.max_response_length", tr.max_response_length),
@@ -163,7 +149,7 @@ def _data_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
 
 
 def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
-    model, settings = cfg.models[run.model], cfg.resolve(run)
+    model, settings = cfg.models[run.model], resolve(cfg, run)
     tr, fam = settings.hyper, settings.family
     update_tokens, logprob_tokens = token_budgets(cfg, run)
     if tr.prompts_per_step % tr.mini_batch_size:  # verl checks this only without dynamic batching
@@ -247,7 +233,7 @@ def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
 
 
 def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
-    settings = cfg.resolve(run)
+    settings = resolve(cfg, run)
     est, fam = settings.estimator, settings.family
     ds = fam.dynamic_sampling
     out = [
@@ -284,7 +270,7 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
 
 
 def _reward_overrides(cfg: Config, run: Run) -> list[str]:
-    settings = cfg.resolve(run)  # checks that DAPO's overlong buffer fits the response budget
+    settings = resolve(cfg, run)  # checks that DAPO's overlong buffer fits the response budget
     fam, tr = settings.family, settings.hyper
     rf = "reward.custom_reward_function"
     out = [
@@ -338,7 +324,7 @@ def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         out += [
             _kv("trainer.checkpoint_callback_class", CALLBACK_CLASS),
             _kv("+trainer.acerl.snapshot_steps", diag),
-            _kv("+trainer.acerl.snapshot_dir", str(snapshot_dir(root, run))),
+            _kv("+trainer.acerl.snapshot_dir", str(paths.verl_snapshot_dir(root, run))),
         ]
     return out
 
@@ -347,7 +333,7 @@ def verl_env(cfg: Config, run: Run, root: Path | str) -> dict[str, str]:
     """Environment variables every verl process needs: the ACE plugin and the per-step metrics file."""
     return {
         PLUGIN_ENV: PLUGIN_MODULE,
-        FILE_LOGGER_ENV: str(verl_logs_dir(Path(root).resolve(), run) / "metrics.jsonl"),
+        FILE_LOGGER_ENV: str(paths.verl_logs_dir(Path(root).resolve(), run) / "metrics.jsonl"),
     }
 
 
@@ -429,9 +415,9 @@ def supersede_if_settings_changed(cfg: Config, run: Run, root: Path | str) -> bo
     saved = paths.run_spec_file(root, run)
     if latest_step(ckpts) is None or not saved.is_file():
         return False
-    if json.loads(saved.read_text()) == json.loads(json.dumps(cfg.run_spec(run))):
+    if json.loads(saved.read_text()) == json.loads(json.dumps(run_spec(cfg, run))):
         return False
-    supersede_stale_state(Path(root), run, ckpts, also=(snapshot_dir(root, run),))
+    supersede_stale_state(Path(root), run, ckpts, also=(paths.verl_snapshot_dir(root, run),))
     return True
 
 
@@ -460,7 +446,7 @@ def export_run(
             "(fewer steps per epoch than planned? see docs/verl.md, 'Steps')"
         )
     menv = {**os.environ, **(env or {})}
-    snaps = snapshot_dir(root, run)
+    snaps = paths.verl_snapshot_dir(root, run)
     for step in _diagnostic_steps(cfg, run):
         target = paths.diag_step_dir(root, run, step)
         if (target / "config.json").is_file():
@@ -503,7 +489,7 @@ def verl_train_prompts(cfg: Config, run: Run, root: Path | str) -> int:
             "apply_chat_template_kwargs": dict(chat.chat_template_kwargs),
         }
     )
-    return len(RLHFDataset([str(verl_train_file(root, run.model))], tokenizer, data_config))
+    return len(RLHFDataset([str(paths.verl_train_file(root, run.model))], tokenizer, data_config))
 
 
 def _check_steps(cfg: Config, run: Run, root: Path) -> None:
@@ -517,7 +503,7 @@ def _check_steps(cfg: Config, run: Run, root: Path) -> None:
     import pyarrow.parquet as pq
 
     tr = cfg.models[run.model].train
-    n_rows = pq.ParquetFile(verl_train_file(root, run.model)).metadata.num_rows
+    n_rows = pq.ParquetFile(paths.verl_train_file(root, run.model)).metadata.num_rows
     n_train = verl_train_prompts(cfg, run, root)
     per_epoch = n_train // tr.prompts_per_step  # verl's train dataloader drops the last partial batch
     available = per_epoch * tr.total_epochs
@@ -564,7 +550,7 @@ def train_run_verl(
     if (final / "config.json").is_file():
         logger.info("%s: final policy %s exists; nothing to do", run.id, final)
         return final
-    if not verl_train_file(root, run.model).is_file() and not dry_run:
+    if not paths.verl_train_file(root, run.model).is_file() and not dry_run:
         if not paths.data_file(root, "train").is_file():
             raise MissingInputError(f"{paths.data_file(root, 'train')} is missing: run prepare_data first")
         prepare_verl_data(cfg, root, [run.model])
@@ -598,10 +584,12 @@ def train_run_verl(
         return export_run(cfg, run, root, env=env, runner=runner)
     _check_steps(cfg, run, root)
 
-    run_dir, logs = paths.run_dir(root, run), verl_logs_dir(root, run)
+    logs = paths.verl_logs_dir(root, run)
     logs.mkdir(parents=True, exist_ok=True)
-    write_text(paths.run_spec_file(root, run), json.dumps(cfg.run_spec(run), indent=2, sort_keys=True) + "\n")
-    write_text(run_dir / COMMAND_FILE, json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
+    write_text(
+        paths.run_spec_file(root, run), json.dumps(run_spec(cfg, run), indent=2, sort_keys=True) + "\n"
+    )
+    write_text(paths.verl_command_file(root, run), json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
     proc = runner(launch, env={**os.environ, **env}, check=False)
     collect_metrics(logs, paths.train_metrics_file(root, run))
