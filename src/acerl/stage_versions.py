@@ -11,10 +11,10 @@ STAGE_VERSIONS = {
     "prepare_data": 1,
     "prepare_base": 1,
     "prepare_verl_data": 1,
-    "train_policy": 1,
-    "sample": 1,
+    "train_policy": 2,
+    "sample": 2,
     "grade": 1,
     "passk": 1,
-    "diagnose": 1,
+    "diagnose": 2,
     "report": 1,
 }

@@ -77,9 +77,9 @@ def test_one_stage_per_job_with_commands_from_stages_and_paths_from_paths():
     files = list(DEFAULT_CONFIG_FILES)
     stages = {s.name: s for s in build_stages(cfg, files)}
     runs = cfg.runs()
-    # sample, grade, passk for base + 12 main runs on both benchmarks, the 7 sweep / ablation-only runs on one
-    # (4 alphas at seed 0, ACE-ReLU x 3 seeds; alpha 0 and 1.0 are the main grid's GRPO / ACE-GRPO runs)
-    assert len(cfg.evaluations()) == 13 * 2 + 7
+    # sample, grade, passk for base + 20 main runs on both benchmarks, the 3 sweep / ablation-only runs on one
+    # (alphas 0.5 and 2 at seed 0, ACE-ReLU seed 0; alpha 0 and 1.0 are the main grid's GRPO / ACE-GRPO runs)
+    assert len(cfg.evaluations()) == 21 * 2 + 3
     assert len(stages) == 2 + len(runs) + 3 * len(cfg.evaluations()) + len(cfg.diagnostic_runs()) + 1
     assert "sample-synth_easy-tiny-ace_grpo_relu-seed0" in stages
     assert "sample-synth_hard-tiny-ace_grpo_relu-seed0" not in stages

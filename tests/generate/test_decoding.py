@@ -99,10 +99,10 @@ def test_sampling_is_the_same_with_either_decoder():
     prompts = _prompts(model.config.vocab_size)
     out = []
     for lean in (False, True):
-        g = torch.Generator().manual_seed(3)
+        g = torch.Generator().manual_seed(31)
         out.append(sample_batch(model, prompts, n=4, temperature=0.9, top_p=0.95, max_new_tokens=12,
                                 eos_id=7, pad_id=0, generator=g, lean=lean))  # fmt: skip
-    assert out[0].stopped.any(), "EOS should end some rows so that rows get dropped on the way"
+    assert int(out[0].stopped.sum()) >= 3, "EOS should end enough rows that rows get dropped on the way"
     assert torch.equal(out[0].input_ids, out[1].input_ids)
     torch.testing.assert_close(out[0].logprobs, out[1].logprobs, atol=2e-5, rtol=0)
 

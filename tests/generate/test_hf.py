@@ -26,8 +26,11 @@ def tokenizer():
 def model(tokenizer):
     arch = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,
                            max_position_embeddings=128)  # fmt: skip
-    m = build_tiny_model(arch, tokenizer, seed=0).eval()
-    # make EOS likely enough that some rows stop early and some run to the budget
+    return _with_eos_bias(build_tiny_model(arch, tokenizer, seed=0).eval(), tokenizer)
+
+
+def _with_eos_bias(m, tokenizer):
+    """Make EOS likely enough that some rows stop early and some run to the budget."""
     bias = torch.zeros(len(tokenizer))
     bias[tokenizer.eos_token_id] = 3.0
     m.lm_head.register_forward_hook(lambda mod, inp, out: out + bias)
@@ -281,3 +284,41 @@ def test_zero_weight_tokens_are_never_drawn():
     tokens, lp = sample_next_token(logits, 1.0, 1.0, torch.Generator().manual_seed(1))
     assert set(tokens.unique().tolist()) == {2, 5}
     assert torch.isfinite(lp).all()
+
+
+def test_a_rows_tokens_do_not_depend_on_when_other_rows_stop(model, tokenizer):
+    """Common random numbers: token t of row r uses uniform (r, t) of one block drawn up front, so dropping
+    finished rows from the KV cache (or not) changes nothing, and every batch consumes the same draws."""
+    compacting = _sample(model, tokenizer, seed=5, compact_below=1, max_new_tokens=16)
+    never = _sample(model, tokenizer, seed=5, compact_below=10**9, max_new_tokens=16)
+    assert torch.equal(compacting.response_ids, never.response_ids)
+    lengths = compacting.response_mask.sum(-1)
+    assert int(lengths.min()) < int(lengths.max())  # rows did stop at different steps
+    g = torch.Generator().manual_seed(5)
+    rows = len(PROMPTS) * 4
+    sample_batch(model, _ids(tokenizer), n=4, max_new_tokens=16, eos_id=tokenizer.eos_token_id,
+                 pad_id=tokenizer.pad_token_id, generator=g)  # fmt: skip
+    expected = torch.Generator().manual_seed(5)
+    torch.rand(rows, 16, dtype=torch.float64, generator=expected)
+    # rows x max_new_tokens draws, whatever the lengths
+    assert torch.equal(g.get_state(), expected.get_state())
+
+
+def test_same_seed_couples_two_nearby_policies(model, tokenizer):
+    """Two slightly different policies sampled with the same seed give mostly the same responses (the
+    coupling that makes a paired method comparison less noisy); unrelated seeds almost never agree."""
+    other = _with_eos_bias(type(model)(model.config).eval(), tokenizer)
+    other.load_state_dict(model.state_dict())
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.002 * torch.randn(p.shape, generator=noise))
+
+    def responses(m, seed):
+        b = _sample(m, tokenizer, seed=seed, n=32, max_new_tokens=8)
+        return [tuple(b.response(r)) for r in range(len(b))]
+
+    a, same, indep = responses(model, 7), responses(other, 7), responses(other, 8)
+    agree = sum(x == y for x, y in zip(a, same, strict=True)) / len(a)
+    agree_indep = sum(x == y for x, y in zip(a, indep, strict=True)) / len(a)
+    assert agree > 0.6 and agree > agree_indep + 0.4, (agree, agree_indep)

@@ -157,6 +157,42 @@ class NeverCorrect:
         return [Verdict(False) for _ in items]
 
 
+class EveryOtherCorrect:
+    """Every group mixed: dynamic sampling keeps the first batch."""
+
+    def grade_many(self, items, *, progress=None):
+        return [Verdict(i % 2 == 0) for i in range(len(items))]
+
+
+def test_each_step_sees_the_same_prompts_and_draws_whatever_earlier_steps_consumed(tiny_root: Path):
+    """Common random numbers across methods: a step's first batch takes the main prompt stream's next
+    ``prompts_per_step`` prompts and draws from a generator seeded by (run seed, step, attempt), so a run whose
+    earlier steps drew extra dynamic-sampling batches (DAPO vs ACE-DAPO, whose filters keep different groups)
+    still sees the same prompts and the same uniforms at the next step; the extra batches use their own stream."""
+    cfg = make_config("families.dapo.dynamic_sampling.max_batches=3")
+    run = Run("tiny", "dapo", 0)
+    setup = resolve(cfg, run)
+    second = {}
+    for name, first_verifier in (
+        ("filters nothing", EveryOtherCorrect()),
+        ("filters everything", NeverCorrect()),
+    ):
+        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+        first = collect_rollouts(state, setup, data, first_verifier, Timer())
+        state.step = 1
+        state.generator.manual_seed(12345)  # whatever state the generator is in, the step reseeds it
+        second[name] = (
+            first.sampled["train/gen_batches"],
+            collect_rollouts(state, setup, data, EveryOtherCorrect(), Timer()),
+        )
+        assert (
+            state.stream.position == 2 * setup.hyper.prompts_per_step
+        )  # one batch per step from the main stream
+    (batches_a, a), (batches_b, b) = second["filters nothing"], second["filters everything"]
+    assert (batches_a, batches_b) == (1, 3)  # the first steps consumed different numbers of batches
+    assert torch.equal(a.batch.input_ids, b.batch.input_ids) and torch.equal(a.scores, b.scores)
+
+
 def test_dynamic_sampling_gives_up_after_max_batches(tiny_root: Path):
     cfg = make_config("models.tiny.train.total_steps=1", "families.dapo.dynamic_sampling.max_batches=2")
     run = Run("tiny", "dapo", 0)

@@ -13,6 +13,12 @@ Conventions (those of :mod:`acerl.generate.base`, shared with verl):
   ``max_new_tokens`` tokens;
 - sampling draws from one seeded ``torch.Generator``: same model, inputs, parameters and seed give the same
   tokens on CPU. Results do depend on how rows are batched (the batch composition changes the draws).
+- common random numbers: :func:`sample_batch` draws all its uniforms up front, one per (row, response
+  position), and token ``t`` of row ``r`` is the inverse-CDF image of uniform ``(r, t)``. Two policies sampled
+  with the same seed therefore use the same uniform for the same token slot, whatever lengths their responses
+  take, and a batch always consumes ``rows x max_new_tokens`` draws. Similar policies so give mostly identical
+  samples (a coupling), which makes the difference between two methods evaluated or trained with the same
+  seeds far less noisy than two independent draws (docs/reports.md, "Common random numbers").
 
 Rows are laid out ``[left-padded prompt | right-padded response]``: prompts are left-padded to a common
 length ``P`` so every response starts at column ``P``, and position ids count real tokens only, so a row's
@@ -159,20 +165,24 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
-def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:
+def _inverse_cdf(weights: Tensor, uniforms: Tensor) -> Tensor:
     """One index per row drawn with probability proportional to ``weights`` (B, V) (non-negative, each row
-    with positive mass): one uniform per row located in the row's cumulative sums (inverse-CDF sampling; one
-    random number per row, several times cheaper than ``torch.multinomial`` on CPU). Sums are taken in float64
-    so rounding does not measurably shift the bins; a zero weight is an empty bin and is never drawn unless
-    the uniform rounds onto the total (probability ~1e-16)."""
+    with positive mass): the row's uniform ``uniforms`` (B,) in [0, 1) located in the row's cumulative sums
+    (inverse-CDF sampling; one random number per row, several times cheaper than ``torch.multinomial`` on CPU).
+    Sums are taken in float64 so rounding does not measurably shift the bins; a zero weight is an empty bin
+    and is never drawn unless the uniform rounds onto the total (probability ~1e-16)."""
     cdf = weights.double().cumsum(dim=-1)
-    u = torch.rand(weights.shape[0], 1, dtype=torch.float64, device=weights.device, generator=generator)
+    u = uniforms.to(device=weights.device, dtype=torch.float64)[:, None]
     index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
     return index.squeeze(-1).clamp_(max=weights.shape[-1] - 1)
 
 
 def sample_next_token(
-    logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+    logits: Tensor,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    uniforms: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Draw one token per row from ``softmax(logits / temperature)`` restricted to the top-p nucleus.
 
@@ -182,6 +192,8 @@ def sample_next_token(
     Args:
         logits: (B, V) next-token scores.
         temperature: >= 0; top_p: in (0, 1]; generator: the seeded random source.
+        uniforms: (B,) the rows' uniforms in [0, 1) (common random numbers, see the module docstring);
+            ``None`` draws them from ``generator``.
 
     Returns:
         tokens (B,) int64 and their log-probs (B,) float32 under ``softmax(logits / temperature)`` (the plain
@@ -195,14 +207,16 @@ def sample_next_token(
     if temperature != 1.0:
         x = x / temperature
     logp = torch.log_softmax(x, dim=-1)
+    if uniforms is None:
+        uniforms = torch.rand(x.shape[0], dtype=torch.float64, device=x.device, generator=generator)
     if top_p < 1.0:
         sorted_logp, order = logp.sort(dim=-1, descending=True)
         sorted_p = sorted_logp.exp()
         mass_before = sorted_p.cumsum(dim=-1) - sorted_p
-        choice = _inverse_cdf(sorted_p.masked_fill(mass_before >= top_p, 0.0), generator)
+        choice = _inverse_cdf(sorted_p.masked_fill(mass_before >= top_p, 0.0), uniforms)
         tokens = order.gather(-1, choice[:, None]).squeeze(-1)
     else:
-        tokens = _inverse_cdf(logp.exp(), generator)
+        tokens = _inverse_cdf(logp.exp(), uniforms)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -222,7 +236,9 @@ def sample_batch(
 ) -> RolloutBatch:
     """Sample ``n`` responses per prompt with a KV cache (rows ordered prompt-major: row ``i * n + j``).
 
-    One prefill of the left-padded prompts (each prompt once; its KV cache is then copied to its ``n`` rows),
+    Row ``r``'s token ``t`` is drawn with uniform ``(r, t)`` of a ``(B, max_new_tokens)`` block drawn from
+    ``generator`` first (common random numbers; the module docstring). One prefill of the left-padded prompts
+    (each prompt once; its KV cache is then copied to its ``n`` rows),
     then one single-token forward per step into a preallocated KV cache. Rows that emitted EOS are
     dropped from the KV cache once they make up ``1 / compact_below`` of it (dropping copies the cache, so it
     is done in few large steps); the loop ends when every row has stopped or after ``max_new_tokens`` tokens.
@@ -293,12 +309,14 @@ def _sample_batch(
     logprobs = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
     lengths = torch.zeros(b, dtype=torch.long, device=device)
     stopped = torch.zeros(b, dtype=torch.bool, device=device)
+    # one uniform per (row, position), drawn before any row can stop: common random numbers across policies
+    uniforms = torch.rand(b, max_new_tokens, dtype=torch.float64, device=device, generator=generator)
 
     active = torch.arange(b, device=device)  # original row of each cache row
     finished = torch.zeros(b, dtype=torch.bool, device=device)  # cache rows that already emitted EOS
     next_pos = position_ids[:, -1] + 1
     for t in range(max_new_tokens):
-        tokens, lp = sample_next_token(logits, temperature, top_p, generator)
+        tokens, lp = sample_next_token(logits, temperature, top_p, None, uniforms[active, t])
         live = ~finished
         rows = active[live]
         response[rows, t] = tokens[live]

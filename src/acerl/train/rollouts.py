@@ -10,9 +10,10 @@ from torch import Tensor
 from acerl.algos.dapo import filter_groups
 from acerl.generate.base import eos_pad_ids, response_text
 from acerl.generate.rollout import RolloutBatch, sample_batch
+from acerl.generate.shards import derive_seed
 from acerl.runtime import autocast
 from acerl.settings import RunSettings
-from acerl.train.data import TrainingSet
+from acerl.train.data import TRAIN_SEED_STREAM, TrainingSet
 from acerl.train.metrics import Timer
 from acerl.train.rewards import Rewards, Verifier, compute_rewards
 from acerl.train.state import TrainState
@@ -54,9 +55,14 @@ def collect_rollouts(
     n_kept = n_seen = n_mixed = 0
     all_scores, all_correct, all_lengths, all_stopped, all_overlong = [], [], [], [], []
     n_batches = 0
-    for _ in range(max_batches):
+    for attempt in range(max_batches):
         n_batches += 1
-        idx = state.stream.next(want)
+        # common random numbers across methods (docs/reports.md): the step's first batch takes the next prompts
+        # of the main stream and every batch draws from a generator seeded by (run seed, step, attempt), so runs
+        # of two methods with the same seed see the same prompts and uniforms at every step, whatever earlier
+        # steps consumed; dynamic sampling's extra batches come from their own stream
+        state.generator.manual_seed(derive_seed(TRAIN_SEED_STREAM, setup.run.seed, state.step, attempt))
+        idx = (state.stream if attempt == 0 else state.fill_stream).next(want)
         with timer("rollout"), autocast(state.device, setup.precision):
             batch = sample_batch(
                 state.model,

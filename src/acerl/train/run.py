@@ -23,9 +23,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from acerl import paths
 from acerl.config import Config, Run, spec_json
 from acerl.errors import MissingInputError
+from acerl.generate.shards import derive_seed
 from acerl.io import read_jsonl, save_hf_folder, write_text
 from acerl.runtime import configure_torch, resolve_device
 from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
+from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
 from acerl.train.checkpoint import (
     find_latest,
@@ -37,7 +39,7 @@ from acerl.train.checkpoint import (
     set_rng_states,
     supersede_stale_state,
 )
-from acerl.train.data import PromptStream, TrainingSet
+from acerl.train.data import FILL_SEED_STREAM, PromptStream, TrainingSet
 from acerl.train.metrics import MetricsLog
 from acerl.train.optim import build_optimizer
 from acerl.train.rewards import Verifier
@@ -62,13 +64,17 @@ def _warn_short_mini_batch(setup: RunSettings) -> None:
 
 
 def _comparable_spec(spec: dict[str, Any]) -> str:
-    return spec_json({k: v for k, v in spec.items() if k != "diagnostic_steps"})
+    """What a checkpoint must match to be resumed: the run spec (less the diagnostic steps, which only add
+    saved policies) and the trainer's result version (a checkpoint of older trainer code is superseded)."""
+    kept = {k: v for k, v in spec.items() if k != "diagnostic_steps"}
+    return spec_json({**kept, "code_version": STAGE_VERSIONS["train_policy"]})
 
 
 def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
     return {
         "scheduler": state.scheduler.state_dict(),
         "data": state.stream.state_dict(),
+        "fill_data": state.fill_stream.state_dict(),
         "rng": get_rng_states(state.generator),
         "spec": spec,
     }
@@ -171,6 +177,7 @@ def init_state(
         scheduler=scheduler,
         generator=torch.Generator(device=device).manual_seed(run.seed),
         stream=PromptStream(len(data), seed=run.seed),
+        fill_stream=PromptStream(len(data), seed=derive_seed(FILL_SEED_STREAM, run.seed)),
     )
     return state, data
 
@@ -180,6 +187,7 @@ def _resume(state: TrainState, ckpt: Path, setup: RunSettings, dev: torch.device
     saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
     state.scheduler.load_state_dict(saved["scheduler"])
     state.stream.load_state_dict(saved["data"])
+    state.fill_stream.load_state_dict(saved["fill_data"])
     set_rng_states(saved["rng"], state.generator)
     state.step = int(saved["step"])
     logger.info("resuming from %s (step %d)", ckpt, state.step)

@@ -23,6 +23,7 @@ class TrainState:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     generator: torch.Generator
     stream: PromptStream
+    fill_stream: PromptStream  # dynamic sampling's extra batches (the main stream gives each step's first)
     step: int = 0
 
     @property
