@@ -85,13 +85,19 @@ def _load(args: argparse.Namespace) -> Config:
     return load_config(config_files(args.config, default=not args.no_default_config), args.set)
 
 
+def _known(flag: str, what: str, name: str, valid: Sequence[str]) -> str:
+    """``name`` if it is one of ``valid``, else a :class:`ConfigError` listing the valid names."""
+    if name not in valid:
+        raise ConfigError(f"{flag}: unknown {what} {name!r}; valid: {', '.join(valid)}")
+    return name
+
+
 def _run(args: argparse.Namespace, cfg: Config) -> Run:
-    run = Run(args.model, args.method, args.seed)
-    if args.model not in cfg.models:
-        raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(cfg.models)}")
-    if run.method != BASE_METHOD:
-        cfg.method(run.method)  # raises with the list of valid names
-    return run
+    _known("--model", "model", args.model, list(cfg.models))
+    _known("--method", "method", args.method, [BASE_METHOD, *cfg.resolved_methods])
+    if getattr(args, "benchmark", None) is not None:
+        _known("--benchmark", "benchmark", args.benchmark, cfg.evaluation.benchmarks)
+    return Run(args.model, args.method, args.seed)
 
 
 def _threads(cfg: Config) -> int:
@@ -133,8 +139,7 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
 def cmd_prepare_base(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    if args.model not in cfg.models:
-        raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(cfg.models)}")
+    _known("--model", "model", args.model, list(cfg.models))
     from acerl.models.prepare import prepare_base
 
     _threads(cfg)
@@ -145,8 +150,7 @@ def cmd_prepare_base(args: argparse.Namespace) -> int:
 
 def cmd_prepare_verl_data(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    if args.model not in cfg.models:
-        raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(cfg.models)}")
+    _known("--model", "model", args.model, list(cfg.models))
     from acerl.data.real import prepare_verl_data
 
     for key, path in prepare_verl_data(cfg, args.root, [args.model]).items():
@@ -215,7 +219,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     cfg = _load(args)
     from acerl.report.study import report_study
 
-    report_study(cfg, args.root)
+    report_study(cfg, args.root, partial=args.partial)
+    return 0
+
+
+def cmd_resample(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    from acerl.report.resample import noise_markdown
+
+    model = _known("--model", "model", args.model or cfg.study.main.models[0], list(cfg.models))
+    _known("--benchmark", "benchmark", args.benchmark, cfg.evaluation.benchmarks)
+    if len(set(args.eval_seeds)) < 2:
+        raise ConfigError("--eval-seeds: give at least two different evaluation seeds")
+    comparisons = {}
+    for pair in args.comparisons:
+        method, sep, base = pair.partition(":")
+        if not sep:
+            raise ConfigError(f"--comparisons: {pair!r} must look like method:baseline (e.g. ace_grpo:grpo)")
+        for name in (method, base):
+            _known("--comparisons", "method", name, list(cfg.resolved_methods))
+        comparisons[method] = base
+    out = args.out or args.root / "resample"
+    print(noise_markdown(cfg, args.root, out, args.benchmark, model, args.seed, args.eval_seeds, comparisons))
     return 0
 
 
@@ -227,7 +252,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
-    "config": (cmd_config, "validate / show the resolved config, list the runs"),
+    "config": (cmd_config, "validate / show the resolved config, list the runs, print the key reference"),
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
     "prepare-base": (cmd_prepare_base, "build (tiny) or fetch (hub) a base model"),
     "prepare-verl-data": (cmd_prepare_verl_data, "write verl's parquet files of one model (verl backend)"),
@@ -237,6 +262,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "passk": (cmd_passk, "Pass@k from graded samples"),
     "diagnose": (cmd_diagnose, "OEF, overconfidence magnitude and entropy at diagnostic checkpoints"),
     "report": (cmd_report, "the paper's tables and figures from the study's results"),
+    "resample": (
+        cmd_resample,
+        "evaluation noise: re-evaluate the compared policies with other evaluation seeds (docs/reports.md)",
+    ),
     "profile": (
         cmd_profile,
         "check that the Snakemake site profile (slurm) is installed; name the installer",
@@ -256,9 +285,23 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         _add_config_args(p)
         if name == "config":
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+            p.epilog = CONFIG_ACTIONS
             p.add_argument(
-                "action", nargs="?", choices=["validate", "show", "runs", "reference"], default="validate"
+                "action",
+                nargs="?",
+                choices=["validate", "show", "runs", "reference"],
+                default="validate",
+                help="what to do with the composed config (default validate; see below)",
             )
+        if name == "report":
+            p.add_argument(
+                "--partial",
+                action="store_true",
+                help="report the runs whose result files exist (default: a missing one is an error, exit 3)",
+            )
+        if name == "resample":
+            _add_resample_args(p)
         if name in {"train", "sample", "grade", "passk", "diagnose"}:
             _add_run_args(p)
         if name in {"sample", "grade", "passk"}:
@@ -270,6 +313,27 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "train":
             _add_local_train_args(p)
     return parser
+
+
+CONFIG_ACTIONS = """actions:
+  validate   check the composed config (unknown keys, bad values, the run grid) and summarise it (default)
+  show       print the composed, validated config as JSON, defaults filled in
+  runs       print the id of every run the study trains or evaluates, one a line (base models first)
+  reference  print the reference of every config key (docs/config.md is this output)"""
+
+
+def _add_resample_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="work directories (default: <root>/resample)")
+    p.add_argument("--benchmark", required=True, help="benchmark name (evaluation.benchmarks)")
+    p.add_argument("--model", default=None, help="model key (default: the main grid's first model)")
+    p.add_argument("--seed", type=int, default=0, help="training seed of the policies (default 0)")
+    p.add_argument("--eval-seeds", type=int, nargs="+", required=True, help="evaluation seeds (at least two)")
+    p.add_argument(
+        "--comparisons",
+        nargs="+",
+        default=["ace_grpo:grpo", "ace_dapo:dapo"],
+        help="method:baseline pairs (default ace_grpo:grpo ace_dapo:dapo)",
+    )
 
 
 def _add_local_train_args(p: argparse.ArgumentParser) -> None:
@@ -297,6 +361,15 @@ def _add_local_train_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def configure_logging(verbose: bool) -> None:
+    """acerl's own messages at INFO (DEBUG with ``--verbose``); other libraries' (fontTools subsetting every
+    PDF font, ...) only from WARNING."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
 def report_error(command: str, err: UserError, verbose: bool) -> int:
     """Print an expected failure as one line (after its traceback with ``verbose``); returns its exit code."""
     if verbose:
@@ -314,11 +387,7 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    configure_logging(args.verbose)
     try:
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe surfaces here, inside the policy, not at interpreter exit

@@ -929,6 +929,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(
+            f"{path} is a folder, not a config file: give a YAML file, e.g. config/test.yaml"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path} cannot be read: {e}") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -999,8 +1005,16 @@ def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[st
     paths = [Path(p) for p in paths]
     if not paths:
         raise ConfigError("no config file given")
-    data = merged_dict(paths, overrides)
-    return validate(data, source=" + ".join(str(p) for p in paths))
+    source = " + ".join(str(p) for p in paths)
+    overrides = list(overrides)
+    try:
+        return validate(merged_dict(paths, overrides), source=source)
+    except ConfigError:
+        if not overrides:
+            raise
+        validate(merged_dict(paths), source=source)  # the files alone are invalid: the error names them
+        # the files are valid, so an override broke them: name the overrides, not the files
+        return validate(merged_dict(paths, overrides), source=" ".join(f"--set {o}" for o in overrides))
 
 
 def spec_json(spec: Mapping[str, Any]) -> str:

@@ -23,6 +23,12 @@ Exit statuses of every ``acerl`` command (also in the README):
 
 from __future__ import annotations
 
+import pickle
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_BUG = 1
 EXIT_INTERRUPTED = 130
@@ -55,3 +61,39 @@ class SourceUnavailableError(UserError, OSError):
 
     exit_code = 4
     kind = "source unavailable"
+
+
+UNREADABLE: tuple[type[BaseException], ...] = (
+    OSError,  # includes gzip.BadGzipFile and a truncated read
+    EOFError,  # a truncated gzip stream
+    ValueError,  # json, pyarrow.ArrowInvalid, a malformed header
+    RuntimeError,  # torch.load of a truncated zip archive
+    zlib.error,
+    pickle.UnpicklingError,
+)
+"""What decoding a truncated or corrupt file raises (a library's own error class is added by the caller)."""
+
+
+@contextmanager
+def reading(
+    path: Path | str,
+    remake: str,
+    errors: tuple[type[BaseException], ...] = (),
+    delete: Path | str | None = None,
+) -> Iterator[None]:
+    """Decode ``path`` inside this block: a truncated or corrupt file (any of :data:`UNREADABLE` and ``errors``)
+    becomes a :class:`BadInputError` naming the file, what was wrong and the fix -- delete it (or the folder
+    ``delete`` it belongs to) and ``remake`` (e.g. ``"rerun `acerl sample ...`"``). A :class:`UserError` raised
+    inside passes unchanged.
+
+    Keep the block to the decoding itself, so that a bug in the code around it keeps its traceback."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (*UNREADABLE, *errors) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise BadInputError(
+            f"{path} is unreadable (truncated or corrupt: {reason[:200]}); "
+            f"delete {'it' if delete is None else delete} and {remake}"
+        ) from e

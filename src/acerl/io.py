@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from acerl.errors import BadInputError, MissingInputError
+from acerl.errors import BadInputError, MissingInputError, reading
 
 __all__ = [
     "DEFAULT_REQUIRED",
@@ -179,17 +179,23 @@ def _open_text_read(path: Path) -> IO[str]:
     return path.open("r", encoding="utf-8")
 
 
-def read_jsonl(path: Path | str, required: Sequence[str] = DEFAULT_REQUIRED) -> list[dict[str, Any]]:
+def read_jsonl(
+    path: Path | str,
+    required: Sequence[str] = DEFAULT_REQUIRED,
+    remake: str = "rerun the step that wrote it",
+) -> list[dict[str, Any]]:
     """Read a JSON Lines file into a list of dicts, checking that every row has the ``required`` keys.
 
     Blank lines are skipped. Raises :class:`DataFormatError` naming the file and the 1-based line number for
-    invalid JSON, a row that is not an object, or a missing required key; ``FileNotFoundError`` if absent.
+    invalid JSON, a row that is not an object, or a missing required key; a truncated or corrupt file
+    (a ``.gz`` cut short) is a :class:`~acerl.errors.BadInputError` saying to delete it and ``remake``;
+    :class:`~acerl.errors.MissingInputError` if absent.
     """
     path = Path(path)
     if not path.is_file():
         raise MissingInputError(f"dataset file not found: {path} (run prepare-data first, or fix the path)")
     rows: list[dict[str, Any]] = []
-    with _open_text_read(path) as fh:
+    with reading(path, remake), _open_text_read(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue

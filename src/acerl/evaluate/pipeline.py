@@ -29,7 +29,7 @@ import pandas as pd
 
 from acerl import paths
 from acerl.config import Config, Run
-from acerl.errors import MissingInputError
+from acerl.errors import MissingInputError, reading
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import derive_seed, folder_stamp, remove_shards, run_sharded
 from acerl.io import atomic_path, read_jsonl, write_jsonl, write_text
@@ -46,6 +46,7 @@ __all__ = [
     "passk_run",
     "problem_counts",
     "render_prompts",
+    "rerun",
     "sample_run",
     "scored_frame",
     "tokenizer_of",
@@ -66,6 +67,14 @@ EVAL_SEED_STREAM = 0  # first part of every evaluation seed (diagnostics use ano
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+def rerun(step: str, run: Run, benchmark: str) -> str:
+    """The fix for a broken output of ``step`` (``sample``, ``grade``): the command that writes it again."""
+    return (
+        f"rerun `acerl {step} --model {run.model} --method {run.method} --seed {run.seed} "
+        f"--benchmark {benchmark}` (or the workflow, which reruns the job)"
+    )
+
+
 def tokenizer_of(sampler: Any, model_dir: Path | str) -> Any:
     """The sampler's tokenizer (``sampler.tokenizer``), else the one saved in ``model_dir``."""
     tok = getattr(sampler, "tokenizer", None)
@@ -283,7 +292,9 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     gen_file = paths.generations_file(root, benchmark, run)
     if not gen_file.is_file():
         raise MissingInputError(f"generations file not found: {gen_file} (run the sample step first)")
-    rows = read_jsonl(gen_file, required=("id", "answer", "completions"))
+    rows = read_jsonl(
+        gen_file, required=("id", "answer", "completions"), remake=rerun("sample", run, benchmark)
+    )
     items = [(str(c["text"]), str(row["answer"])) for row in rows for c in row["completions"]]
     with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:
         verdicts = grader.grade_many(items)
@@ -336,7 +347,9 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     scored_path = paths.scored_file(root, benchmark, run)
     if not scored_path.is_file():
         raise MissingInputError(f"scored file not found: {scored_path} (run the grade step first)")
-    ids, n, c = problem_counts(pd.read_parquet(scored_path, columns=["id", "correct"]))
+    with reading(scored_path, rerun("grade", run, benchmark)):
+        scored = pd.read_parquet(scored_path, columns=["id", "correct"])
+    ids, n, c = problem_counts(scored)
     record = passk_record(
         benchmark, run.model, run.method, None if run.is_base else run.seed, ids, n, c, cfg.evaluation.ks
     )

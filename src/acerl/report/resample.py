@@ -15,15 +15,16 @@ the SD over ``e`` of
   random numbers;
 - ``sd_run``: one run's score (the mean over the compared methods of the SD of a single Pass@k).
 
-Usage (after ``make run``; docs/results.md records what it printed)::
+Usage (after ``make run``; docs/results.md records what it printed): ``acerl resample``, whose config composes as
+every ``acerl`` command's (``config/config.yaml`` under each ``--config FILE``)::
 
-    python -m acerl.report.resample --root . --benchmark synth_easy --seed 0 --eval-seeds 1 2 3 4 5 6
+    acerl resample --root . --benchmark synth_easy --seed 0 --eval-seeds 1 2 3 4 5 6
 """
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,11 +32,12 @@ import numpy as np
 import pandas as pd
 
 from acerl import paths
-from acerl.config import Config, Run, load_config
+from acerl.config import Config, Run
+from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import grade_run, passk_run, sample_run
 from acerl.records import read_json, validate_passk_record
 
-__all__ = ["evaluation_root", "noise_frame", "resample", "main"]
+__all__ = ["evaluation_root", "noise_frame", "noise_markdown", "resample"]
 
 LINKED = ("data", "models", "runs")  # read-only inputs shared with the study's work directory
 
@@ -47,7 +49,7 @@ def evaluation_root(root: Path | str, out: Path | str, eval_seed: int) -> Path:
     for name in LINKED:
         link, target = work / name, (Path(root) / name).resolve()
         if not target.is_dir():
-            raise FileNotFoundError(f"{target} is missing: run the study (`make run`) before resampling it")
+            raise MissingInputError(f"{target} is missing: run the study (`make run`) before resampling it")
         if not link.exists():
             os.symlink(target, link, target_is_directory=True)
     return work
@@ -103,36 +105,30 @@ def noise_frame(scores: pd.DataFrame, comparisons: Mapping[str, str]) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Re-evaluate the compared methods' policies with other evaluation seeds; print the noise (Markdown)."""
-    ap = argparse.ArgumentParser(prog="python -m acerl.report.resample", description=main.__doc__)
-    ap.add_argument("--config", nargs="+", default=["config/config.yaml"], help="config files (stacked)")
-    ap.add_argument("--root", type=Path, default=Path("."), help="the study's work directory")
-    ap.add_argument("--out", type=Path, default=None, help="work directories (default: <root>/resample)")
-    ap.add_argument("--benchmark", required=True)
-    ap.add_argument("--model", default=None, help="default: the main grid's first model")
-    ap.add_argument("--seed", type=int, default=0, help="training seed of the policies")
-    ap.add_argument("--eval-seeds", type=int, nargs="+", required=True, help="at least two")
-    ap.add_argument("--comparisons", nargs="+", default=["ace_grpo:grpo", "ace_dapo:dapo"],
-                    help="method:baseline pairs")  # fmt: skip
-    args = ap.parse_args(argv)
-    if len(set(args.eval_seeds)) < 2:
-        ap.error("--eval-seeds needs at least two different seeds")
-    cfg = load_config(args.config)
-    model = args.model or cfg.study.main.models[0]
-    comparisons = dict(pair.split(":", 1) for pair in args.comparisons)
+def noise_markdown(
+    cfg: Config,
+    root: Path | str,
+    out: Path | str,
+    benchmark: str,
+    model: str,
+    seed: int,
+    eval_seeds: Sequence[int],
+    comparisons: Mapping[str, str],
+) -> str:
+    """Re-evaluate the compared methods' policies (``model``, training ``seed``) with each evaluation seed in
+    ``out``; the noise table (:func:`noise_frame`) in Pass@k points, as Markdown with its heading."""
     methods = sorted({m for pair in comparisons.items() for m in pair})
-    runs = [Run(model, m, args.seed) for m in methods]
-    scores = resample(
-        cfg, args.root, args.out or args.root / "resample", args.benchmark, runs, args.eval_seeds
-    )
+    scores = resample(cfg, root, out, benchmark, [Run(model, m, seed) for m in methods], eval_seeds)
     frame = noise_frame(scores, comparisons)
     cols = ["delta", "sd_paired", "sd_independent", "sd_run"]
     frame[cols] = (frame[cols] * 100).round(2)
-    print(f"## Evaluation noise on {args.benchmark}, training seed {args.seed} (Pass@k points)\n")
-    print(frame.to_markdown(index=False))
-    return 0
+    heading = f"## Evaluation noise on {benchmark}, training seed {seed} (Pass@k points)"
+    return f"{heading}\n\n{frame.to_markdown(index=False)}"
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    print(
+        "python -m acerl.report.resample is now `acerl resample` (same options; acerl resample -h)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)

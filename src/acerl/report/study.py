@@ -1,6 +1,6 @@
 """The report of a configured study: which files to read and how to lay the tables out, from the config.
 
-``acerl report <config> --root <dir>`` calls :func:`report_study`, which reads every Pass@k and diagnostics
+``acerl report --config FILE --root <dir>`` calls :func:`report_study`, which reads every Pass@k and diagnostics
 file the study produced (``acerl.paths``) and writes ``<root>/results/{tables,figures}/`` and
 ``<root>/results/report.md`` with :func:`acerl.report.render.render_from_files`.
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 from acerl import paths
 from acerl.config import BASE_METHOD, Config
+from acerl.errors import MissingInputError
 from acerl.io import write_text
 from acerl.report.aggregate import MissingData
 from acerl.report.compute import compute_tables
@@ -126,19 +127,27 @@ def hyperparameters_from_config(cfg: Config) -> dict[str, dict[str, Any]]:
     return out
 
 
-def report_study(cfg: Config, root: str | Path) -> list[Path]:
-    """Write the study's tables and figures under ``<root>/results`` from the result files present.
+def report_study(cfg: Config, root: str | Path, partial: bool = False) -> list[Path]:
+    """Write the study's tables and figures under ``<root>/results`` from the study's result files.
 
-    Runs whose files are missing are left out with a warning (the Snakemake rule only starts once all exist).
+    A missing Pass@k or diagnostics file is a :class:`~acerl.errors.MissingInputError` (exit 3) naming how many
+    are missing and the first; with ``partial`` the runs present are reported and the missing ones are left out
+    with a warning (``acerl report --partial``, a look at a study still running).
     """
     wanted = [paths.passk_file(root, b, r) for b, r in cfg.evaluations()]
     diag_wanted = [paths.diagnostics_file(root, r) for r in cfg.diagnostic_runs()]
     passk_files = [p for p in wanted if p.is_file()]
     diag_files = [p for p in diag_wanted if p.is_file()]
+    missing = [p for p in (*wanted, *diag_wanted) if not p.is_file()]
+    if missing and not partial:
+        raise MissingInputError(
+            f"{len(missing)} of {len(wanted) + len(diag_wanted)} result files are missing, e.g. {missing[0]}: "
+            "run the study first (snakemake, or make run), or give --partial to report the runs present"
+        )
     for kind, have, want in (("Pass@k", passk_files, wanted), ("diagnostics", diag_files, diag_wanted)):
         if len(have) < len(want):
-            missing = [str(p) for p in want if not p.is_file()]
-            log.warning("%d of %d %s files missing, e.g. %s", len(missing), len(want), kind, missing[0])
+            absent = [str(p) for p in want if not p.is_file()]
+            log.warning("%d of %d %s files missing, e.g. %s", len(absent), len(want), kind, absent[0])
     written = render_from_files(
         paths.results_dir(root),
         spec=report_spec(cfg),

@@ -14,7 +14,10 @@ Layout under ``paths.checkpoints_dir(root, run)``::
 A checkpoint folder is written under a temporary name (``.tmp-...``) and renamed once complete, then ``latest``
 is replaced atomically; only then are checkpoints beyond ``keep_checkpoints`` deleted. A killed job therefore
 leaves either the previous state or the new one, plus possibly a ``.tmp-*`` folder that is ignored (and
-removed on the next start). ``*.pt`` files hold only tensors and plain Python values and are read with
+removed on the next start). A checkpoint whose files are truncated or corrupt (a full disk, a copy cut short) is
+skipped with a warning naming it, and training resumes from the previous complete one
+(:func:`latest_usable`); with none left it is a :class:`~acerl.errors.BadInputError` (exit 4) naming the folder
+to delete. ``*.pt`` files hold only tensors and plain Python values and are read with
 ``torch.load(weights_only=True)``: no arbitrary pickles.
 """
 
@@ -25,24 +28,29 @@ import random
 import re
 import shutil
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from acerl import paths
 from acerl.config import Run
+from acerl.errors import BadInputError, reading
 from acerl.io import TMP_PREFIX, atomic_dir, write_text
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "LATEST_FILE",
+    "check_complete",
     "checkpoint_name",
     "find_latest",
     "get_rng_states",
+    "latest_usable",
     "list_checkpoints",
     "load_checkpoint",
     "read_trainer_state",
@@ -58,6 +66,8 @@ REF_FILE = "ref.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "trainer_state.pt"
 _NAME = re.compile(r"^step_(\d{6,})$")
+_REMAKE = "rerun the same command (training resumes from an earlier checkpoint, or starts again from step 0)"
+_ERRORS = (SafetensorError, zipfile.BadZipFile)  # what a truncated .safetensors / torch.save file raises
 
 
 def checkpoint_name(step: int) -> str:
@@ -137,6 +147,44 @@ def find_latest(ckpt_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+def check_complete(path: Path) -> None:
+    """Raise :class:`~acerl.errors.BadInputError` naming the first file of checkpoint folder ``path`` that is
+    missing or truncated (cheap: the safetensors headers against the file sizes, the ``*.pt`` zip directories;
+    no tensor is read)."""
+    for name in (STATE_FILE, MODEL_FILE, OPTIMIZER_FILE, REF_FILE):
+        file = path / name
+        if name == REF_FILE and not file.exists():
+            continue  # written only with an EMA reference; load_checkpoint says so when it is needed
+        with reading(file, _REMAKE, _ERRORS, delete=path):
+            if name.endswith(".safetensors"):
+                with safe_open(str(file), framework="pt"):
+                    pass
+            else:
+                zipfile.ZipFile(file).close()
+
+
+def latest_usable(ckpt_dir: Path) -> Path | None:
+    """The checkpoint to resume from: :func:`find_latest`, or, when its files are truncated or corrupt, the newest
+    earlier complete one (a warning names the bad folder and the one used). ``None`` without checkpoints; a
+    :class:`~acerl.errors.BadInputError` when every checkpoint is unusable."""
+    newest = find_latest(ckpt_dir)
+    if newest is None:
+        return None
+    older = [p for _, p in reversed(list_checkpoints(ckpt_dir)) if p != newest]
+    first_error: BadInputError | None = None
+    for ckpt in [newest, *older]:
+        try:
+            check_complete(ckpt)
+        except BadInputError as e:
+            first_error = first_error or e
+            continue
+        if first_error is not None:
+            logger.warning("%s; resuming from the previous complete checkpoint %s instead", first_error, ckpt)
+        return ckpt
+    assert first_error is not None
+    raise first_error
+
+
 def save_checkpoint(
     ckpt_dir: Path,
     step: int,
@@ -173,22 +221,28 @@ def load_checkpoint(
     ref_model: torch.nn.Module | None = None,
     device: str | torch.device = "cpu",
 ) -> dict[str, Any]:
-    """Load weights and optimizer state in place; returns the trainer state dict (``weights_only`` load)."""
-    load_model(model, str(path / MODEL_FILE), strict=True, device=str(device))
+    """Load weights and optimizer state in place; returns the trainer state dict (``weights_only`` load). A file
+    that cannot be decoded is a :class:`~acerl.errors.BadInputError` naming it and the folder to delete."""
+    with reading(path / MODEL_FILE, _REMAKE, _ERRORS, delete=path):
+        load_model(model, str(path / MODEL_FILE), strict=True, device=str(device))
     if ref_model is not None:
         ref_file = path / REF_FILE
         if not ref_file.is_file():
             raise FileNotFoundError(f"{path} has no {REF_FILE}; it was not written with an EMA reference")
-        load_model(ref_model, str(ref_file), strict=True, device=str(device))
+        with reading(ref_file, _REMAKE, _ERRORS, delete=path):
+            load_model(ref_model, str(ref_file), strict=True, device=str(device))
     # loaded on the host: load_state_dict moves each state tensor to its parameter's device and keeps AdamW's
     # step counters on the host, where a fresh optimizer has them (map_location=cuda would put them on the GPU)
-    optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=True))
+    with reading(path / OPTIMIZER_FILE, _REMAKE, _ERRORS, delete=path):
+        saved = torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(saved)
     return read_trainer_state(path)
 
 
 def read_trainer_state(path: Path) -> dict[str, Any]:
     """The trainer state of checkpoint folder ``path`` (step, run spec, ...) without loading any weights."""
-    return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    with reading(path / STATE_FILE, _REMAKE, _ERRORS, delete=path):
+        return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
 
 
 def supersede_stale_state(root: Path, run: Run, ckpt: Path, also: tuple[Path, ...] = ()) -> list[Path]:

@@ -30,8 +30,8 @@ from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_sp
 from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
 from acerl.train.checkpoint import (
-    find_latest,
     get_rng_states,
+    latest_usable,
     load_checkpoint,
     read_trainer_state,
     remove_stale_temps,
@@ -125,7 +125,7 @@ def train_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(paths.run_spec_file(root, run), json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
-    ckpt = find_latest(ckpt_dir)
+    ckpt = latest_usable(ckpt_dir)
     if ckpt is not None and read_trainer_state(ckpt).get("spec") != spec_text:
         supersede_stale_state(root, run, ckpt)
         ckpt = None
