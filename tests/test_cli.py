@@ -5,6 +5,7 @@ training command; a closed stdout ends quietly; hub models come from the local H
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,123 @@ def test_closed_stdout_ends_quietly_like_a_unix_tool() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+@pytest.mark.parametrize("command", ["train", "sample", "grade", "passk", "diagnose"])
+def test_unknown_method_names_the_valid_ones_in_every_run_command(
+    capsys, tmp_path: Path, command: str
+) -> None:
+    bench = ["--benchmark", "synth_easy"] if command in {"sample", "grade", "passk"} else []
+    code, _, err = run_main(
+        capsys,
+        command,
+        "--model",
+        "tiny",
+        "--method",
+        "ace_foo",
+        "--seed",
+        "0",
+        *bench,
+        "--root",
+        str(tmp_path),
+    )
+    assert code == 2
+    assert_one_line(err, f"acerl {command}: config error:", "--method", "'ace_foo'", "valid: base, grpo")
+
+
+def test_unknown_benchmark_lists_the_configured_ones(capsys, tmp_path: Path) -> None:
+    """Not "run prepare-data", which cannot help: the benchmark is not in the config."""
+    code, _, err = run_main(
+        capsys,
+        "sample",
+        "--model",
+        "tiny",
+        "--method",
+        "base",
+        "--benchmark",
+        "gsm8k",
+        "--root",
+        str(tmp_path),
+    )
+    assert code == 2
+    line = assert_one_line(err, "--benchmark", "'gsm8k'", "valid: synth_easy, synth_hard")
+    assert "prepare-data" not in line
+
+
+def test_config_folder_is_a_one_line_error(capsys) -> None:
+    code, _, err = run_main(capsys, "config", "--config", "config")
+    assert code == 2
+    assert_one_line(err, "acerl config: config error:", "config is a folder", "config/test.yaml")
+
+
+def test_misspelt_set_key_blames_the_override_not_the_file(capsys) -> None:
+    code, _, err = run_main(capsys, "config", "--set", "models.tiny.train.total_stepz=3")
+    assert code == 2
+    line = assert_one_line(err, "--set models.tiny.train.total_stepz=3", "models.tiny.train.total_stepz")
+    assert "config/config.yaml" not in line
+    # a bad file is still the file's fault, whatever the overrides
+    code, _, err = run_main(capsys, "config", "--config", "config/test.yaml", "--set", "bogus_key=1",
+                            "--no-default-config")  # fmt: skip
+    assert code == 2
+    assert "config/test.yaml" in err and "--set" not in err
+
+
+def test_config_help_explains_its_actions(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["config", "-h"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for action, says in [("validate", "check the composed config"), ("show", "as JSON"), ("runs", "every run"),
+                         ("reference", "docs/config.md")]:  # fmt: skip
+        assert re.search(rf"^  {action}\s+.*{re.escape(says)}", out, re.M), (action, out)
+
+
+def test_report_with_missing_inputs_is_an_error_unless_partial(tmp_path: Path) -> None:
+    """Exit 3 naming the missing files and --partial; with --partial the runs present (none) are reported, and
+    the log holds acerl's messages, not fontTools' INFO lines about subsetting each PDF font."""
+    cmd = [str(ACERL), "report", "--config", "config/test.yaml", "--root", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == MissingInputError.exit_code == 3
+    line = assert_one_line(proc.stderr, "acerl report: missing input:", "14 of 14 result files", "--partial")
+    assert (
+        str(
+            paths.passk_file(
+                tmp_path, "synth_easy", load_config(config_files(["config/test.yaml"])).base_runs()[0]
+            )
+        )
+        in line
+    )
+    assert not paths.report_file(tmp_path).exists()
+    proc = subprocess.run([*cmd, "--partial"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert paths.report_file(tmp_path).is_file()
+    assert "INFO acerl" in proc.stderr and "fontTools" not in proc.stderr
+
+
+def test_resample_composes_the_config_as_every_command(tmp_path: Path) -> None:
+    """``acerl resample --config config/test.yaml`` stacks config/config.yaml underneath (test.yaml alone is
+    not a complete config), then stops at the study that has not run (exit 3), writing nothing."""
+    proc = subprocess.run(
+        [str(ACERL), "resample", "--config", "config/test.yaml", "--root", str(tmp_path / "study"),
+         "--benchmark", "synth_easy", "--eval-seeds", "1", "2", "--comparisons", "ace_grpo:grpo"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert_one_line(
+        proc.stderr, "acerl resample: missing input:", str(tmp_path / "study" / "data"), "make run"
+    )
+    assert not (tmp_path / "study").exists()
+    old = subprocess.run(
+        [sys.executable, "-m", "acerl.report.resample"], cwd=REPO, capture_output=True, text=True
+    )
+    assert old.returncode == 2 and "acerl resample" in old.stderr
+
+
+def test_resample_refuses_a_malformed_comparison(capsys) -> None:
+    code, _, err = run_main(capsys, "resample", "--benchmark", "synth_easy", "--eval-seeds", "1", "2",
+                            "--comparisons", "ace_grpo-grpo")  # fmt: skip
+    assert code == 2
+    assert_one_line(err, "--comparisons", "method:baseline")
 
 
 # -------------------------------------------------------------------------------------- one way in: config

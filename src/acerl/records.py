@@ -402,4 +402,7 @@ def read_json(path: str | Path) -> Any:
     except FileNotFoundError:
         raise ResultFormatError(f"{path}: file not found") from None
     except json.JSONDecodeError as e:
-        raise ResultFormatError(f"{path}: not valid JSON ({e})") from None
+        raise ResultFormatError(
+            f"{path}: not valid JSON ({e}), a truncated or corrupt file: delete it and rerun the step that wrote "
+            "it (the workflow reruns the job of a deleted file)"
+        ) from None

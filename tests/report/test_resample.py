@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from acerl import paths
+from acerl.cli import main
 from acerl.config import Run
-from acerl.report.resample import evaluation_root, main, noise_frame
+from acerl.errors import MissingInputError
+from acerl.report.resample import evaluation_root, noise_frame
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,16 +36,20 @@ def test_noise_frame_separates_coupled_from_independent_noise():
 
 
 def test_evaluation_root_refuses_a_study_that_has_not_run(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="make run"):
+    with pytest.raises(MissingInputError, match="make run"):
         evaluation_root(tmp_path / "empty", tmp_path / "out", 1)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
-def test_resampling_with_the_study_seed_reproduces_the_study(ci_study: Path, tmp_path: Path, capsys):
+def test_resampling_with_the_study_seed_reproduces_the_study(
+    ci_study: Path, tmp_path: Path, capsys, monkeypatch
+):
     """Re-evaluating with the study's own evaluation seed gives the study's Pass@k exactly (the same code path);
     another seed gives other samples."""
+    monkeypatch.chdir(REPO)  # acerl resample stacks config/config.yaml under --config, as every acerl command
     out = tmp_path / "resample"
-    args = ["--config", str(REPO / "config/config.yaml"), str(REPO / "config/test.yaml"), "--root", str(ci_study),
+    args = ["resample", "--config", str(REPO / "config/test.yaml"), "--root", str(ci_study),
             "--out", str(out), "--benchmark", "synth_easy", "--seed", "0", "--comparisons", "ace_grpo:grpo"]  # fmt: skip
     assert main([*args, "--eval-seeds", "1234", "7"]) == 0
     printed = capsys.readouterr().out

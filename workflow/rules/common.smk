@@ -26,12 +26,15 @@ CONFIG_FILES = list(
         ]
     )
 )
+CONFIG_REFUSED = (
+    "snakemake --config key=value overrides are not passed to the jobs; put them in a file and use "
+    "--configfile FILE instead"
+)
+if workflow.config_settings.config:
+    raise WorkflowError(CONFIG_REFUSED)
 CFG = validate(config, source=" + ".join(map(str, CONFIG_FILES)))
 if load_config(CONFIG_FILES).model_dump() != CFG.model_dump():
-    raise WorkflowError(
-        "snakemake --config key=value overrides are not passed to the jobs; put them in a file and use "
-        "--configfile FILE instead"
-    )
+    raise WorkflowError(CONFIG_REFUSED)
 ROOT = "."
 
 

@@ -1,6 +1,8 @@
 # report: the paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
 # accounting from the benchmark TSVs. `snakemake --report report.html` shows every table and figure by category.
 # Inputs, outputs and params: the stage table (acerl.stages); report() adds the HTML report's presentation.
+# update(): Snakemake neither deletes the previous report before the job nor after a failure (a bad result file):
+# it keeps a copy and puts it back, so a failed report leaves the last good one in place.
 REPORT_OUT = stage_output("report")
 
 
@@ -9,27 +11,27 @@ rule report:
         unpack(stage_input("report")),
     output:
         tables=report(
-            REPORT_OUT["tables"],
+            update(REPORT_OUT["tables"]),
             patterns=["{name}.md"],
             caption="../report/item.rst",
             category=report_category("table"),
             labels=report_labels("table"),
         ),
         figures=report(
-            REPORT_OUT["figures"],
+            update(REPORT_OUT["figures"]),
             patterns=["{name}.png"],
             caption="../report/item.rst",
             category=report_category("figure"),
             labels=report_labels("figure"),
         ),
         compute=report(
-            REPORT_OUT["compute"],
+            update(REPORT_OUT["compute"]),
             caption="../report/compute.rst",
             category="Compute",
             labels={"name": "compute.md", "kind": "compute"},
         ),
         summary=report(
-            REPORT_OUT["summary"],
+            update(REPORT_OUT["summary"]),
             caption="../report/summary.rst",
             category="Summary",
             labels={"name": "report.md", "kind": "summary"},

@@ -45,11 +45,13 @@ LINKED = ("data", "models", "runs")  # read-only inputs shared with the study's 
 def evaluation_root(root: Path | str, out: Path | str, eval_seed: int) -> Path:
     """``<out>/eval<eval_seed>``: a work directory whose ``data``, ``models`` and ``runs`` link to ``root``'s."""
     work = Path(out) / f"eval{eval_seed}"
+    for name in LINKED:
+        target = (Path(root) / name).resolve()
+        if not target.is_dir():
+            raise MissingInputError(f"{target} is missing: run the study (`make run`) before resampling it")
     work.mkdir(parents=True, exist_ok=True)
     for name in LINKED:
         link, target = work / name, (Path(root) / name).resolve()
-        if not target.is_dir():
-            raise MissingInputError(f"{target} is missing: run the study (`make run`) before resampling it")
         if not link.exists():
             os.symlink(target, link, target_is_directory=True)
     return work

@@ -22,7 +22,13 @@ from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
 from acerl.report.tables import to_markdown
 
-__all__ = ["report_spec", "hyperparameters_from_config", "report_study", "add_compute_accounting"]
+__all__ = [
+    "report_spec",
+    "hyperparameters_from_config",
+    "report_study",
+    "add_compute_accounting",
+    "remove_stale",
+]
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +165,20 @@ def report_study(cfg: Config, root: str | Path, partial: bool = False) -> list[P
         formats=tuple(cfg.report.formats),
         ci=cfg.report.ci,
     )
+    remove_stale(written, [paths.tables_dir(root), paths.figures_dir(root)])
     return written + add_compute_accounting(cfg, root)
+
+
+def remove_stale(written: list[Path], folders: list[Path]) -> None:
+    """Delete the files in ``folders`` that this report did not write (a table or figure an earlier report wrote
+    and this one no longer does): the workflow keeps the previous report's folders in place (``update()``, so a
+    failed report leaves the last good one), so the report itself clears what is stale."""
+    keep = {Path(p).resolve() for p in written}
+    for folder in folders:
+        for f in folder.glob("*") if folder.is_dir() else ():
+            if f.is_file() and f.resolve() not in keep:
+                log.info("removing %s: not part of this report", f)
+                f.unlink()
 
 
 def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
