@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from acerl import paths
 from acerl.cli import config_files, main
-from acerl.config import load_config
+from acerl.config import Run, load_config
 from acerl.errors import BadInputError, MissingInputError, SourceUnavailableError
+from acerl.io import write_jsonl
 from acerl.train.__main__ import main as train_module_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,6 +152,50 @@ def test_closed_stdout_ends_quietly_like_a_unix_tool() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+def _truncate(path: Path) -> None:
+    """Cut ``path`` to half its size: a copy or a write cut short (a full disk)."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_truncated_generations_file_is_exit_4_naming_the_fix(capsys, tmp_path: Path) -> None:
+    run = ["--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
+    gen = paths.generations_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0))
+    completions = [{"text": f"\\boxed{{{i}}}", "finish_reason": "stop", "num_tokens": 5} for i in range(64)]
+    write_jsonl(gen, [{"id": f"q{j}", "answer": "3", "completions": completions} for j in range(20)])
+    _truncate(gen)
+    code, _, err = run_main(capsys, "grade", *run, "--root", str(tmp_path))
+    assert code == BadInputError.exit_code == 4
+    assert_one_line(
+        err, "acerl grade: bad input:", str(gen), "truncated", "delete it", f"acerl sample {' '.join(run)}"
+    )
+
+
+def test_truncated_scored_file_is_exit_4_naming_the_fix(capsys, tmp_path: Path) -> None:
+    run = ["--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
+    scored = paths.scored_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0))
+    scored.parent.mkdir(parents=True)
+    pd.DataFrame(
+        {"id": [f"q{i // 4}" for i in range(400)], "correct": [i % 3 == 0 for i in range(400)]}
+    ).to_parquet(scored)
+    _truncate(scored)
+    code, _, err = run_main(capsys, "passk", *run, "--root", str(tmp_path))
+    assert code == 4
+    assert_one_line(err, "acerl passk: bad input:", str(scored), "delete it", f"acerl grade {' '.join(run)}")
+
+
+def test_every_exit_status_is_in_the_readme() -> None:
+    """The exit statuses of :mod:`acerl.errors` (130 for Ctrl-C among them) are the README's list."""
+    import acerl.errors
+
+    codes = re.findall(r"^(\d+)\s{2,}", acerl.errors.__doc__ or "", re.M)
+    assert {"0", "1", "2", "3", "4", "75", "130", "141"} <= set(codes)
+    readme = (REPO / "README.md").read_text()
+    para = readme[readme.index("An expected failure prints one line") :].split("\n\n", 1)[0]
+    for code in codes:
+        assert re.search(rf"\b{code}\b", para), (code, para)
 
 
 @pytest.mark.parametrize("command", ["train", "sample", "grade", "passk", "diagnose"])

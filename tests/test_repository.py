@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from study import REPO, project_files
 
 ALLOWED_ROOTS = ("usr", "bin", "etc", "tmp", "dev", "proc", "sys", "var", "opt", "path", "shared")
@@ -49,3 +50,19 @@ def test_no_tracked_file_names_a_machine_path() -> None:
             continue
         found += [f"{rel}: {p}" for p in absolute_paths(text)]
     assert not found, "absolute machine paths (write them relative to the repository):\n" + "\n".join(found)
+
+
+def test_what_the_tools_write_is_ignored_by_git() -> None:
+    """Every output a documented command writes in the project is ignored: the study's folders, Snakemake's
+    HTML report (``snakemake --report report.html`` / ``report.zip``) and ``acerl resample``'s work folders."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    outputs = ["report.html", "report.zip", "resample/eval1/scored/x.parquet", "results/report.md",
+               "results/compute.md", "results/tables/t.md", "runs/tiny/grpo/seed0/x", "logs/report/report.log"]  # fmt: skip
+    proc = subprocess.run(
+        ["git", "check-ignore", "--no-index", *outputs], cwd=REPO, capture_output=True, text=True
+    )
+    assert sorted(proc.stdout.split()) == sorted(outputs), proc.stdout
