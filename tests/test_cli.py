@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 
 from acerl import paths
-from acerl.cli import config_files, main
+from acerl.cli import build_parser, config_files, main
 from acerl.config import Run, load_config
 from acerl.errors import BadInputError, MissingInputError, SourceUnavailableError
 from acerl.io import write_jsonl
@@ -453,3 +454,28 @@ def test_every_profile_command_shown_names_the_installer() -> None:
         assert "install_slurm_profile.sh" in text, (
             f"{f} shows `snakemake --profile slurm` without the installer"
         )
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    """Every ``acerl ...`` command line of README.md and docs/*.md (a ``<placeholder>`` read as a word)."""
+    found = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in doc.read_text().splitlines():
+            if re.match(r"^\s*acerl [a-z]", line):
+                argv = shlex.split(re.sub(r"<[\w-]+>", "x", line.split("  #")[0]))[1:]
+                found.append((f"{doc.name}: {line.strip()}", argv))
+    return found
+
+
+def test_every_documented_command_parses() -> None:
+    """The docs' command lines are accepted by the parser as written (``acerl report config/paper.yaml`` was
+    not)."""
+    commands = documented_commands()
+    assert any(argv[0] == "report" for _, argv in commands) and any(
+        argv[0] == "resample" for _, argv in commands
+    )
+    for where, argv in commands:
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as e:
+            pytest.fail(f"{where}: exit {e.code}")
