@@ -190,8 +190,13 @@ def test_report_study_from_the_pipeline_files(tmp_path):
             diagnostics_record(run.model, run.method, run.seed, rows, early),
             paths.diagnostics_file(tmp_path, run),
         )
+    stale = paths.tables_dir(tmp_path) / "a_table_an_earlier_version_wrote.md"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("stale\n")
     written = report_study(cfg, tmp_path)
     out = paths.results_dir(tmp_path)
+    assert not stale.exists()  # the workflow keeps the previous folders (update()): the report clears them
+    assert {p for p in paths.tables_dir(tmp_path).iterdir()} <= set(written)
     assert (paths.tables_dir(tmp_path) / f"passk_{cfg.evaluation.benchmarks[0]}.tex").is_file()
     assert (paths.figures_dir(tmp_path) / "oef_dynamics.png").is_file()
     assert (out / "report.md") in written
@@ -255,3 +260,25 @@ def test_ci_kind_is_a_report_option(tmp_path, synthetic_runs, synthetic_spec):
 
     assert len(widths(t_md)) == len(widths(z_md)) > 0
     assert sum(widths(t_md)) > 1.5 * sum(widths(z_md))  # t_{0.975, 2} / z_{0.975} = 2.20 with 3 seeds
+
+
+def test_report_study_refuses_missing_results_unless_partial(tmp_path):
+    from acerl import paths
+    from acerl.config import load_config
+    from acerl.errors import MissingInputError
+    from acerl.records import passk_record, write_passk_record
+    from acerl.report.study import report_study
+
+    cfg = load_config(_config_paths(), overrides=["report.formats=[png]"])
+    run, bench = cfg.base_runs()[0], cfg.evaluation.benchmarks[0]
+    rec = passk_record(
+        bench, run.model, run.method, None, ["q0", "q1"], cfg.evaluation.n, [1, 2], cfg.evaluation.ks
+    )
+    write_passk_record(rec, paths.passk_file(tmp_path, bench, run))
+    total = len(cfg.evaluations()) + len(cfg.diagnostic_runs())
+    with pytest.raises(
+        MissingInputError, match=f"{total - 1} of {total} result files are missing.*--partial"
+    ):
+        report_study(cfg, tmp_path)
+    assert not paths.report_file(tmp_path).exists()
+    assert paths.report_file(tmp_path) in report_study(cfg, tmp_path, partial=True)

@@ -18,6 +18,7 @@ from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 
 from acerl import paths
 from acerl.config import Run
+from acerl.errors import BadInputError
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
 from acerl.train.checkpoint import LATEST_FILE, find_latest, list_checkpoints
 
@@ -120,6 +121,45 @@ def test_preemption_signal_checkpoints_and_exits_75(
         _assert_same(
             _uninterrupted(tmp_path, tiny_root_template, method), _resume_in_process(tiny_root, method)
         )
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("bad_file", ["model.safetensors", "trainer_state.pt", "optimizer.pt"])
+def test_truncated_checkpoint_falls_back_to_the_previous_one(
+    bad_file: str, tiny_root: Path, tiny_root_template: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """A cut-short file in the newest checkpoint: training says so and resumes from the previous complete
+    checkpoint, ending exactly where an uninterrupted run ends."""
+    method = "grpo"
+    run = Run("tiny", method, 0)
+    _resume_in_process(tiny_root, method)  # the whole run: checkpoints at steps 2 and 4
+    shutil.rmtree(paths.policy_dir(tiny_root, run))  # as if the job died before the final folder
+    ckpt_dir = paths.checkpoints_dir(tiny_root, run)
+    assert [s for s, _ in list_checkpoints(ckpt_dir)] == [2, 4]
+    _truncate(ckpt_dir / "step_000004" / bad_file)
+    with caplog.at_level("WARNING", logger="acerl.train.checkpoint"):
+        resumed = _resume_in_process(tiny_root, method)
+    warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert str(ckpt_dir / "step_000004" / bad_file) in warning
+    assert f"previous complete checkpoint {ckpt_dir / 'step_000002'}" in warning
+    _assert_same(_uninterrupted(tmp_path, tiny_root_template, method), resumed)
+
+
+def test_no_usable_checkpoint_is_exit_4_naming_the_folder(tiny_root: Path, verifier: DigitVerifier):
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=2")
+    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    shutil.rmtree(paths.policy_dir(tiny_root, run))
+    only = paths.checkpoints_dir(tiny_root, run) / "step_000002"
+    _truncate(only / "trainer_state.pt")
+    with pytest.raises(BadInputError) as e:
+        train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    assert e.value.exit_code == 4
+    assert str(only / "trainer_state.pt") in str(e.value) and f"delete {only} and rerun" in str(e.value)
 
 
 def test_leftover_temp_dirs_are_ignored_and_removed(tiny_root: Path, verifier: DigitVerifier):
