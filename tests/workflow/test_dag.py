@@ -103,9 +103,10 @@ def test_snakemake_config_override_is_refused(tmp_path: Path) -> None:
     assert "--configfile" in proc.stderr + proc.stdout
 
 
-def test_snakemake_dotted_config_override_is_refused_by_snakemake(tmp_path: Path) -> None:
-    """``--config a.b=1`` never reaches the workflow (Snakemake's own parser rejects it); a top-level unknown
-    key is refused by the workflow with the fix, not blamed on config/config.yaml."""
+def test_snakemake_config_override_of_an_unknown_key_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """``--config seed=3`` (no such key) is refused as every ``--config`` override is, not blamed on
+    config/config.yaml. (A dotted key, ``--config a.b=1``, never reaches the workflow: Snakemake's own parser
+    rejects it; README says so.)"""
     wd = copy_workflow(tmp_path)
     proc = snakemake(wd, "-n", "all", "--config", "seed=3")
     assert proc.returncode != 0
