@@ -22,7 +22,7 @@ CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
     [
         (
             "models.tiny.tiny.hiden_size=64",
-            r"^\S+: invalid config: models\.tiny\.tiny\.hiden_size: unknown key",
+            r"^--set models\.tiny\.tiny\.hiden_size=64: invalid config: models\.tiny\.tiny\.hiden_size: unknown key",
         ),
         (
             "models.tiny.tiny.num_heads=3",
