@@ -93,8 +93,6 @@ def cpu_overrides(model_dir: Path) -> list[str]:
         f"data.max_prompt_length={MAX_PROMPT_LEN}",
         f"data.max_response_length={MAX_RESPONSE_LEN}",
         f"data.train_batch_size={N_PROMPTS}",
-        f"{a}.strategy=fsdp2",
-        "actor_rollout_ref.ref.strategy=fsdp2",
         f"+{a}.fsdp_config.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}",
         "+actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
         f"{a}.ppo_mini_batch_size={N_PROMPTS}",
@@ -231,7 +229,7 @@ def update_actor(worker, config, batch):
     td = left_right_2_no_padding(batch.to_tensordict())
     tu.assign_non_tensor(
         td,
-        calculate_entropy=True,
+        calculate_entropy=bool(a.calculate_entropy or a.entropy_coeff != 0.0),  # as V1's _update_actor
         distillation_use_topk=False,
         distillation_only=False,
         global_batch_size=mini,

@@ -301,42 +301,6 @@ def test_fresh_process_loads_plugin_through_verl() -> None:
     assert proc.stdout.strip().endswith("ok")
 
 
-def test_dynamic_sampling_is_capped(paper_cfg, verl_base_config, apply_overrides) -> None:
-    """Defect: V1's replay buffer ignores ``filter_groups.max_num_gen_batches`` and refills without bound. The
-    plugin's wrapper around verl's own ``PPOTrainer.prepare_step`` / ``_add_prompts_to_generate`` stops a step
-    once refills exceed ``(max_num_gen_batches - 1) * train_batch_size`` prompts (the DAPO recipe's rule)."""
-    from acerl.config import Run
-    from acerl.verl_backend.launcher import verl_overrides
-
-    trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
-    dapo = apply_overrides(
-        verl_base_config, verl_overrides(paper_cfg, Run("qwen25_math_7b", "dapo", 0), "/w")
-    )
-    grpo = apply_overrides(
-        verl_base_config, verl_overrides(paper_cfg, Run("qwen25_math_7b", "grpo", 0), "/w")
-    )
-    assert plugin.refill_cap(dapo) == 2 * 2048  # max_num_gen_batches=3, train_batch_size=2048
-    assert plugin.refill_cap(grpo) is None
-
-    submitted: list[int] = []
-    trainer = object.__new__(trainer_sync.PPOTrainerSync)  # verl's own methods; rollout, data stand-ins below
-    trainer.config, trainer.global_steps = dapo, 7
-    trainer._next_train_batch = lambda num_prompts=None: num_prompts or 2048
-    trainer._submit_batch_to_rollout = submitted.append
-    trainer.prepare_step()
-    trainer._add_prompts_to_generate(4000)
-    trainer._add_prompts_to_generate(96)
-    with pytest.raises(RuntimeError, match=r"step 7: refilling 4097 prompts .*max_num_gen_batches=3"):
-        trainer._add_prompts_to_generate(1)
-    assert submitted == [2048, 4000, 96]
-    trainer.prepare_step()  # a new step starts a new budget
-    trainer._add_prompts_to_generate(4096)
-    uncapped = apply_overrides(dapo, ["algorithm.filter_groups.max_num_gen_batches=0"])
-    assert plugin.refill_cap(uncapped) is None
-    trainer.config = uncapped
-    trainer._add_prompts_to_generate(10**6)
-
-
 def test_algorithm_ace_is_the_configs_ace_estimator() -> None:
     """ACE's parameters are declared once (``acerl.config.AceEstimator``): ``algorithm.ace`` has its keys less
     ``norm_by_std`` (verl's ``norm_adv_by_std_in_grpo``) with its defaults, and the launcher writes each of them."""
