@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ci_inputs import skip_or_fail_in_ci
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,18 +14,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def shared_data_dir() -> Path:
     """The real datasets beside the repo (``../shared/data``), or ``$ACERL_SHARED_DATA``."""
     return Path(os.environ.get("ACERL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data")).resolve()
-
-
-def in_ci() -> bool:
-    """``CI=true``: a test's missing input is a failure, not a skip (CI must not pass with checks skipped)."""
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def skip_or_fail_in_ci(reason: str) -> None:
-    """Skip the test with ``reason``; under ``CI=true`` fail it instead."""
-    if in_ci():
-        pytest.fail(f"CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ci_inputs import import_or_skip
 
 from acerl.algos.advantages import ace_advantages, grpo_advantages
 from acerl.algos.dapo import overlong_penalty
@@ -28,7 +29,7 @@ from acerl.algos.losses import agg_loss, kl_penalty, vanilla_policy_loss
 from acerl.prompts import build_prompt
 
 pytestmark = pytest.mark.verl
-pytest.importorskip("verl")
+import_or_skip("verl")
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")

@@ -18,12 +18,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from ci_inputs import import_or_skip
 
 pytestmark = pytest.mark.verl
 
-trainer_sync = pytest.importorskip("verl.trainer.ppo.v1.trainer_sync")
-trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
-replay_buffer = pytest.importorskip("verl.trainer.ppo.v1.replay_buffer")
+trainer_sync = import_or_skip("verl.trainer.ppo.v1.trainer_sync")
+trainer_base = import_or_skip("verl.trainer.ppo.v1.trainer_base")
+replay_buffer = import_or_skip("verl.trainer.ppo.v1.replay_buffer")
 
 from acerl.config import Run, load_config  # noqa: E402
 from acerl.verl_backend import plugin  # noqa: E402

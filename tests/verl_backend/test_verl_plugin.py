@@ -14,14 +14,15 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from ci_inputs import import_or_skip, skip_or_fail_in_ci
 
 pytestmark = pytest.mark.verl
 
-verl = pytest.importorskip("verl")
+verl = import_or_skip("verl")
 try:  # ray_trainer needs verl[verl-core] pieces (cachetools, uvicorn, fastapi) that the base wheel omits
     import verl.trainer.ppo.ray_trainer as ray_trainer
 except ImportError as err:  # pragma: no cover - depends on the environment
-    pytest.skip(f"verl.trainer.ppo.ray_trainer does not import: {err}", allow_module_level=True)
+    skip_or_fail_in_ci(f"verl.trainer.ppo.ray_trainer does not import: {err}", module_level=True)
 try:  # the V1 trainer's utils imported compute_advantage by name before the plugin (needs TransferQueue)
     import verl.trainer.ppo.v1.utils as v1_utils
 except ImportError:  # pragma: no cover - depends on the environment
@@ -79,7 +80,7 @@ def test_estimator_registered_and_shim_installed() -> None:
     assert plugin.shim_installed()
     assert getattr(ray_trainer.compute_advantage, "__wrapped__", None) is not None
     if v1_utils is None:
-        pytest.skip("verl.trainer.ppo.v1.utils does not import (TransferQueue missing)")
+        skip_or_fail_in_ci("verl.trainer.ppo.v1.utils does not import (TransferQueue missing)")
     assert v1_utils.compute_advantage is ray_trainer.compute_advantage
     plugin.install()  # idempotent: no double wrapping
     assert not hasattr(ray_trainer.compute_advantage.__wrapped__, "__wrapped__")
@@ -232,7 +233,7 @@ def test_ace_config_amplify() -> None:
 
 def test_v1_trainer_compute_advantage_wrapped() -> None:
     """The V1 trainer's ``PPOTrainer._compute_advantage`` is wrapped once (idempotent install)."""
-    trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
+    trainer_base = import_or_skip("verl.trainer.ppo.v1.trainer_base")
     method = trainer_base.PPOTrainer.__dict__["_compute_advantage"]
     assert getattr(method, "_acerl_logprob_shim", False)
     plugin.install()
