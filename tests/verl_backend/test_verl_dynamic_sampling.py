@@ -185,8 +185,16 @@ def _stream(n: int, usable_rate: float, seed: int) -> tuple[list[bool], list[int
 
 
 def test_launcher_passes_the_recipes_cap(dapo_config) -> None:
-    cap = plugin.refill_cap(dapo_config(2048, 10, 3))
+    config = dapo_config(2048, 10, 3)
+    cap = plugin.refill_cap(config)
     assert (cap.max_num_gen_batches, cap.gen_batch_size, cap.budget) == (10, 6144, 61440)
+    config.trainer.acerl.gen_batch_size = 100
+    with pytest.raises(
+        ValueError, match=r"^trainer.acerl.gen_batch_size=100 is below data.train_batch_size=2048"
+    ):
+        plugin.refill_cap(config)
+    config.algorithm.filter_groups.max_num_gen_batches = 0
+    assert plugin.refill_cap(config) is None  # no cap, as in the recipe
 
 
 @pytest.mark.parametrize(

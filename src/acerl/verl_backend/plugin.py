@@ -416,7 +416,7 @@ def refill_cap(config: Any) -> RefillCap | None:
     gen_batch_size`` prompts per step (the step's first ``train_batch_size`` prompts included), where
     ``gen_batch_size`` is :data:`GEN_BATCH_KEY` (default ``data.train_batch_size``); see :func:`_cap_refills`.
     ``max_num_gen_batches <= 0`` means no cap, as in the recipe. Applies to the synchronous V1 trainer with
-    ``filter_groups`` enabled.
+    ``filter_groups`` enabled and verl's own replay buffer (a ``custom_sampler`` owns its filtering).
     """
     fg = config.algorithm.get("filter_groups", None)
     if fg is None or not fg.get("enable", False):
@@ -466,7 +466,7 @@ def _cap_refills(cls: Any) -> None:
 
     def _add_prompts_to_generate(self: Any, num_prompts: int) -> Any:
         cap = refill_cap(self.config)
-        if cap is None:
+        if cap is None or not hasattr(self.replay_buffer, "finished_keys"):  # a custom sampler owns its rule
             return add(self, num_prompts)
         dispatched = getattr(self, "_acerl_dispatched", cap.train_batch_size)
         left = max(0, cap.budget - dispatched)
