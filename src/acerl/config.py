@@ -210,10 +210,34 @@ class ModelConfig(_Model):
 
 # ----------------------------------------------------------------------------------------------- methods
 class DynamicSampling(_Model):
-    """DAPO dynamic sampling: keep sampling until enough groups have mixed rewards."""
+    """DAPO dynamic sampling: keep sampling until enough groups have mixed rewards.
+
+    A step may generate ``max_batches`` generation batches of ``gen_batch_factor * prompts_per_step`` prompts
+    (the DAPO recipe's ``max_num_gen_batches`` and ``data.gen_batch_size``: 10 and 3x the training batch in
+    its scripts). The local trainer draws that budget in batches of ``prompts_per_step`` (:attr:`draws`)."""
 
     enable: bool = False
-    max_batches: int = Field(3, ge=1, description="rollout batches drawn per step at most before giving up")
+    max_batches: int = Field(
+        3,
+        ge=1,
+        description="generation batches per step at most before giving up (DAPO's max_num_gen_batches)",
+    )
+    gen_batch_factor: int = Field(
+        1, ge=1, description="prompts per generation batch, in training batches (DAPO recipe: 3)"
+    )
+
+    @property
+    def draws(self) -> int:
+        """Training batches of prompts a step may generate: ``max_batches * gen_batch_factor``."""
+        return self.max_batches * self.gen_batch_factor
+
+    @model_serializer(mode="wrap")
+    def _omit_default_factor(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # run specs recorded before gen_batch_factor existed hold no such key; factor 1 was their rule
+        data = handler(self)
+        if isinstance(data, dict) and data.get("gen_batch_factor") == 1:
+            data.pop("gen_batch_factor")
+        return data
 
 
 class OverlongShaping(_Model):

@@ -193,8 +193,15 @@ def test_each_step_sees_the_same_prompts_and_draws_whatever_earlier_steps_consum
     assert torch.equal(a.batch.input_ids, b.batch.input_ids) and torch.equal(a.scores, b.scores)
 
 
-def test_dynamic_sampling_gives_up_after_max_batches(tiny_root: Path):
-    cfg = make_config("models.tiny.train.total_steps=1", "families.dapo.dynamic_sampling.max_batches=2")
+@pytest.mark.parametrize("cap", [(2, 1), (1, 2)], ids=["2 batches", "1 batch of 2x"])
+def test_dynamic_sampling_gives_up_after_max_batches(tiny_root: Path, cap: tuple[int, int]):
+    """A step generates at most ``max_batches`` generation batches of ``gen_batch_factor`` training batches
+    (the DAPO recipe's budget), drawn in training batches: 2 draws either way."""
+    cfg = make_config(
+        "models.tiny.train.total_steps=1",
+        f"families.dapo.dynamic_sampling.max_batches={cap[0]}",
+        f"families.dapo.dynamic_sampling.gen_batch_factor={cap[1]}",
+    )
     run = Run("tiny", "dapo", 0)
     final = train_run(cfg, run, tiny_root, verifier=NeverCorrect(), progress=False)
     before, after = _weights(paths.base_model_dir(tiny_root, "tiny")), _weights(final)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from ci_inputs import skip_or_fail_in_ci
 
 from acerl.config import Config, load_config
 
@@ -19,7 +20,7 @@ def verl_config_dir() -> Path:
     """``verl/trainer/config`` of the installed verl (found without importing verl)."""
     spec = importlib.util.find_spec("verl")
     if spec is None or spec.origin is None:
-        pytest.skip("verl is not installed")
+        skip_or_fail_in_ci("verl is not installed", module_level=True)
     return Path(spec.origin).parent / "trainer" / "config"
 
 

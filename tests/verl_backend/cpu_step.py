@@ -93,8 +93,6 @@ def cpu_overrides(model_dir: Path) -> list[str]:
         f"data.max_prompt_length={MAX_PROMPT_LEN}",
         f"data.max_response_length={MAX_RESPONSE_LEN}",
         f"data.train_batch_size={N_PROMPTS}",
-        f"{a}.strategy=fsdp2",
-        "actor_rollout_ref.ref.strategy=fsdp2",
         f"+{a}.fsdp_config.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}",
         "+actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
         f"{a}.ppo_mini_batch_size={N_PROMPTS}",
@@ -221,6 +219,25 @@ def log_probs(worker_call, batch, *, calculate_entropy: bool, temperature: float
     return lp, no_padding_2_padding(tu.get(out, "entropy"), td).float()
 
 
+def micro_batches_of(call):
+    """Run ``call()`` and return ``(its result, rows per micro-batch of every split the FSDP engine made)``:
+    a spy on ``prepare_micro_batches`` as ``transformer_impl`` calls it (verl's function runs unchanged)."""
+    from verl.workers.engine.fsdp import transformer_impl
+
+    original, splits = transformer_impl.prepare_micro_batches, []
+
+    def spy(data, *args, **kwargs):
+        micro_batches, indices = original(data, *args, **kwargs)
+        splits.append([len(mb) for mb in micro_batches])
+        return micro_batches, indices
+
+    transformer_impl.prepare_micro_batches = spy
+    try:
+        return call(), splits
+    finally:
+        transformer_impl.prepare_micro_batches = original
+
+
 def update_actor(worker, config, batch):
     """``_update_actor`` of the legacy trainer (the V1 trainer sets the same keys on the batch meta)."""
     from verl.utils import tensordict_utils as tu
@@ -231,7 +248,7 @@ def update_actor(worker, config, batch):
     td = left_right_2_no_padding(batch.to_tensordict())
     tu.assign_non_tensor(
         td,
-        calculate_entropy=True,
+        calculate_entropy=bool(a.calculate_entropy or a.entropy_coeff != 0.0),  # as V1's _update_actor
         distillation_use_topk=False,
         distillation_only=False,
         global_batch_size=mini,
@@ -392,7 +409,7 @@ def run_method(
         )
     # 6. one update through the worker
     before = params_of(actor)
-    metrics = update_actor(actor, config, adv_data)
+    metrics, update_splits = micro_batches_of(lambda: update_actor(actor, config, adv_data))
     after = params_of(actor)
     t_update = time.perf_counter()
     new = log_probs(actor.compute_log_prob, batch, calculate_entropy=False, temperature=temp)
@@ -442,8 +459,11 @@ def run_method(
         "clip_ratio_high": a.clip_ratio_high,
         "clip_ratio_c": a.clip_ratio_c,
         "use_kl_loss": bool(a.use_kl_loss),
-        "use_dynamic_bsz": bool(a.use_dynamic_bsz),
-        "kl_loss_coef": float(a.kl_loss_coef),
+        "ppo_max_token_len_per_gpu": int(a.ppo_max_token_len_per_gpu),
+        "update_micro_batches": update_splits,
+        "lr": float(a.optim.lr),
+        "strategy": [str(a.strategy), str(config.actor_rollout_ref.ref.strategy)],
+        "calculate_entropy_in_update": bool(a.calculate_entropy or a.entropy_coeff != 0.0),
         "dataset_len": cache["dataset_len"],
         "max_prompt_length": int(config.data.max_prompt_length),
         "max_response_length": int(config.data.max_response_length),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ci_inputs import import_or_skip
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.verl
 
 @pytest.fixture(scope="module")
 def verl_validation():
-    pytest.importorskip("verl")
+    import_or_skip("verl")
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config

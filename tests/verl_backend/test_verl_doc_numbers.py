@@ -15,9 +15,9 @@ EXAMPLE = Run("qwen25_math_7b", "grpo", 0)
 EXAMPLE_ROOT = Path("/example-root")  # the doc writes the work directory as `<root>`
 
 
-def doc_listing(text: str) -> dict[str, str]:
-    """``key -> value`` of the override listing (the ``text`` block after "Full list for"), comments dropped."""
-    start = text.index("Full list for `qwen25_math_7b / grpo / seed0`")
+def doc_listing(text: str, heading: str = "Full list for `qwen25_math_7b / grpo / seed0`") -> dict[str, str]:
+    """``key -> value`` of the override listing (the ``text`` block after ``heading``), comments dropped."""
+    start = text.index(heading)
     block = text[
         text.index("```text", start) + len("```text") : text.index("```", text.index("```text", start) + 7)
     ]
@@ -49,3 +49,19 @@ def test_step_and_snapshot_numbers_follow_the_config(paper_cfg):
     schedule = ", ".join(str(s) for s in steps[:2]) + ", ..., " + ", ".join(str(s) for s in steps[4:])
     assert f"({save_freq} for the paper's schedule {schedule};" in text
     assert f"{qwen25 // save_freq} saves of a 7B model over {qwen25} steps" in text
+
+
+def test_dapo_listing_and_cap_follow_the_config(paper_cfg):
+    """The DAPO block's values (the dynamic-sampling cap among them) and the cap's prompt budget are the
+    launcher's for ``qwen25_math_7b / dapo``."""
+    text = DOC.read_text(encoding="utf-8")
+    ours = dict(
+        item.split("=", 1) for item in verl_overrides(paper_cfg, Run("qwen25_math_7b", "dapo", 0), "/w")
+    )
+    doc = doc_listing(text, "**DAPO** changes")
+    stale = {k: (v, ours.get(k)) for k, v in doc.items() if ours.get(k) != v}
+    assert not stale, f"docs/verl.md's DAPO block: (doc, launcher) values differ: {stale}"
+    budget = int(ours["algorithm.filter_groups.max_num_gen_batches"]) * int(
+        ours["+trainer.acerl.gen_batch_size"]
+    )
+    assert f"per step ({budget:,} for Qwen2.5-Math-7B" in text

@@ -106,10 +106,19 @@ def test_algorithm_keys_per_method(paper_cfg, model: str, method: str) -> None:
     assert ov[f"{a}.kl_loss_coef"] == ("0.0" if dapo else "0.001")
     assert ov[f"{a}.kl_loss_type"] == "low_var_kl"
     assert ov["algorithm.use_kl_in_reward"] == "False"
+    # FSDP2 for actor and reference, as the CPU step executes (verl's default is FSDP1); no entropy in the
+    # update pass (entropy_coeff 0; actor/entropy comes from the old-log-prob pass)
+    assert ov[f"{a}.strategy"] == ov["actor_rollout_ref.ref.strategy"] == "fsdp2"
+    assert f"{a}.calculate_entropy" not in ov and ov[f"{a}.entropy_coeff"] == "0.0"
     assert ov["algorithm.filter_groups.enable"] == str(dapo)
     if dapo:
         assert ov["algorithm.filter_groups.metric"] == "acc"
-        assert ov["algorithm.filter_groups.max_num_gen_batches"] == "3"
+        # the DAPO recipe's cap: 10 generation batches of 3x the training batch (its run_dapo_*.sh scripts)
+        assert ov["algorithm.filter_groups.max_num_gen_batches"] == "10"
+        assert ov["+trainer.acerl.gen_batch_size"] == str(3 * int(ov["data.train_batch_size"]))
+    else:
+        assert "+trainer.acerl.gen_batch_size" not in ov
+    if dapo:
         assert ov["reward.reward_manager.name"] == "dapo"
         assert ov["+reward.reward_kwargs.overlong_buffer_cfg.enable"] == "True"
         assert ov["+reward.reward_kwargs.overlong_buffer_cfg.len"] == "512"

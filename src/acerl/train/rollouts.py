@@ -45,12 +45,12 @@ def collect_rollouts(
     state: TrainState, setup: RunSettings, data: TrainingSet, verifier: Verifier, timer: Timer
 ) -> Rollouts:
     """Sample and grade prompt batches; with dynamic sampling keep only groups with mixed verdicts and draw
-    new batches (at most ``dynamic_sampling.max_batches``) until ``prompts_per_step`` groups are kept."""
+    new batches (at most ``dynamic_sampling.draws``) until ``prompts_per_step`` groups are kept."""
     h, fam = setup.hyper, setup.family
     g, want = h.group_size, h.prompts_per_step
     eos_id, pad_id = eos_pad_ids(state.tokenizer)
     dynamic = fam.dynamic_sampling.enable
-    max_batches = fam.dynamic_sampling.max_batches if dynamic else 1
+    max_batches = fam.dynamic_sampling.draws if dynamic else 1
     kept: list[tuple[RolloutBatch, Tensor, Rewards]] = []  # (batch, kept rows, rewards of kept rows)
     n_kept = n_seen = n_mixed = 0
     all_scores, all_correct, all_lengths, all_stopped, all_overlong = [], [], [], [], []

@@ -10,5 +10,8 @@ Importing this package does not import verl.
 """
 
 PLUGIN_MODULE = "acerl.verl_backend.plugin"
+GEN_BATCH_KEY = "trainer.acerl.gen_batch_size"
+"""The DAPO recipe's generation batch in prompts (its ``data.gen_batch_size``, which verl's V1 trainer resets
+to 1 under dynamic sampling): written by the launcher, read by the plugin's dynamic-sampling cap."""
 
-__all__ = ["PLUGIN_MODULE"]
+__all__ = ["GEN_BATCH_KEY", "PLUGIN_MODULE"]

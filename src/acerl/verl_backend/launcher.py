@@ -38,7 +38,7 @@ from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_me
 from acerl.errors import MissingInputError
 from acerl.io import write_text
 from acerl.settings import resolve, run_spec
-from acerl.verl_backend import PLUGIN_MODULE
+from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     export_checkpoint,
@@ -73,6 +73,7 @@ FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
 REWARD_FUNCTION = "pkg://acerl.grading.reward"
 ROLLOUT_ENGINE = "vllm"
 FILTER_METRIC = "acc"  # reward_extra_info key written by acerl.grading.reward.compute_score
+FSDP_STRATEGY = "fsdp2"  # actor and reference; verl's default is FSDP1 ("fsdp"); docs/verl.md, "FSDP2"
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -183,8 +184,9 @@ def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv(f"{a}.use_kl_loss", settings.needs_reference),  # verl computes pi_ref only with its KL loss
         _kv(f"{a}.kl_loss_coef", settings.kl_loss_coef),
         _kv(f"{a}.kl_loss_type", fam.kl_type),
-        _kv(f"{a}.entropy_coeff", 0.0),
-        _kv(f"{a}.calculate_entropy", True),
+        _kv(f"{a}.entropy_coeff", 0.0),  # actor/entropy comes from the old-log-prob pass (docs/verl.md)
+        _kv(f"{a}.strategy", FSDP_STRATEGY),
+        _kv("actor_rollout_ref.ref.strategy", FSDP_STRATEGY),
         _kv("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", tr.micro_batch_size_per_gpu),
         _kv("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", True),
         _kv("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", logprob_tokens),
@@ -246,6 +248,8 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
         out += [
             _kv("algorithm.filter_groups.metric", FILTER_METRIC),
             _kv("algorithm.filter_groups.max_num_gen_batches", ds.max_batches),
+            # the recipe's data.gen_batch_size, read by the plugin's cap (V1 resets data.gen_batch_size to 1)
+            _kv(f"+{GEN_BATCH_KEY}", ds.gen_batch_factor * settings.hyper.prompts_per_step),
         ]
     if isinstance(est, AceEstimator):  # GRPO is verl's built-in (its eps is checked when the config loads)
         out.append(_kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"))

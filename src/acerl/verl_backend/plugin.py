@@ -33,7 +33,8 @@ which does two things:
    ``ace/confidence_mean_neg``, ``ace/multiplier_mean_neg``, ...) are added to that dict, so they reach verl's
    loggers (``metrics.jsonl``).
 4. **Caps dynamic sampling** (:func:`refill_cap`): the V1 replay buffer ignores
-   ``algorithm.filter_groups.max_num_gen_batches``; the plugin stops a step that needs more generation batches.
+   ``algorithm.filter_groups.max_num_gen_batches``; the plugin bounds a step's prompts by the DAPO recipe's
+   ``max_num_gen_batches`` generation batches and stops a step they cannot fill.
 
 Kept as one module: it is the single entry verl imports in every process, and its four parts patch each other's
 hooks (the shim reads the step context the V1 wrapper sets; the import hook installs both); split, a process
@@ -79,6 +80,7 @@ from verl.trainer.ppo import core_algos
 
 from acerl.algos.advantages import ace_advantages_with_stats, as_group_ids
 from acerl.config import AceEstimator
+from acerl.verl_backend import GEN_BATCH_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +94,8 @@ __all__ = [
     "ace_step_context",
     "compute_ace_outcome_advantage",
     "correct_from_extra_fields",
+    "GEN_BATCH_KEY",
+    "RefillCap",
     "refill_cap",
     "install",
     "make_compute_advantage_shim",
@@ -384,16 +388,35 @@ def _patch_ray_trainer(module: Any) -> None:
             logger.debug("acerl: compute_advantage shim bound in %s", name)
 
 
-def refill_cap(config: Any) -> int | None:
-    """Most prompts dynamic sampling may add to one step after its first batch, or ``None`` for no cap.
+@dataclass(frozen=True)
+class RefillCap:
+    """The DAPO recipe's bound on one step's generation, in prompts: ``max_num_gen_batches`` generation batches
+    of ``gen_batch_size`` prompts each (``budget = max_num_gen_batches * gen_batch_size``)."""
 
-    The DAPO recipe stops a step after ``algorithm.filter_groups.max_num_gen_batches`` generation batches
-    ("Generated too many. Please check if your data are too difficult"); verl 0.9.1's V1 replay buffer ignores
-    that key (``v1/trainer_base.py:_resolve_filter_groups_metric`` only warns) and refills without a bound
-    (``v1/replay_buffer.py:ReplayBuffer.sample``: ``while True`` adding ``2 * filtered groups`` prompts). The
-    plugin enforces the recipe's bound in prompts: ``(max_num_gen_batches - 1) * data.train_batch_size`` refilled
-    prompts (the step's own batch is the first generation batch); ``max_num_gen_batches <= 0`` means no cap,
-    as in the recipe. Applies to the synchronous V1 trainer with ``filter_groups`` enabled.
+    max_num_gen_batches: int
+    gen_batch_size: int
+    train_batch_size: int
+
+    @property
+    def budget(self) -> int:
+        return self.max_num_gen_batches * self.gen_batch_size
+
+
+def refill_cap(config: Any) -> RefillCap | None:
+    """The dynamic-sampling cap of verl's ``config``, or ``None`` for no cap.
+
+    The DAPO recipe (``recipe/dapo/dapo_ray_trainer.py``) generates a step in batches of ``data.gen_batch_size``
+    prompts, keeps the groups whose ``filter_groups.metric`` varies, and stops the run when
+    ``max_num_gen_batches`` batches hold fewer than ``train_batch_size`` such groups ("Generated too many.
+    Please check if your data are too difficult"); its scripts use ``max_num_gen_batches=10`` and a generation
+    batch of 3x the training batch. verl 0.9.1's V1 trainer ignores the key
+    (``v1/trainer_base.py:_resolve_filter_groups_metric`` only warns), sets ``data.gen_batch_size=1`` and its
+    replay buffer refills speculatively without a bound (``v1/replay_buffer.py:ReplayBuffer.sample``: 2 prompts
+    per filtered group). The recipe's rule in V1's terms is a budget of ``max_num_gen_batches *
+    gen_batch_size`` prompts per step (the step's first ``train_batch_size`` prompts included), where
+    ``gen_batch_size`` is :data:`GEN_BATCH_KEY` (default ``data.train_batch_size``); see :func:`_cap_refills`.
+    ``max_num_gen_batches <= 0`` means no cap, as in the recipe. Applies to the synchronous V1 trainer with
+    ``filter_groups`` enabled and verl's own replay buffer (a ``custom_sampler`` owns its filtering).
     """
     fg = config.algorithm.get("filter_groups", None)
     if fg is None or not fg.get("enable", False):
@@ -401,33 +424,68 @@ def refill_cap(config: Any) -> int | None:
     if config.trainer.get("v1", {}).get("trainer_mode", "sync") != "sync":
         return None
     batches = int(fg.get("max_num_gen_batches", 0) or 0)
-    return None if batches <= 0 else (batches - 1) * int(config.data.train_batch_size)
+    if batches <= 0:
+        return None
+    train = int(config.data.train_batch_size)
+    acerl_section = config.trainer.get("acerl", None) or {}
+    gen = int(acerl_section.get("gen_batch_size", None) or train)
+    if gen < train:
+        raise ValueError(
+            f"{GEN_BATCH_KEY}={gen} is below data.train_batch_size={train}: a generation batch must hold at "
+            "least the training batch (the DAPO recipe uses 3x)"
+        )
+    return RefillCap(max_num_gen_batches=batches, gen_batch_size=gen, train_batch_size=train)
+
+
+def _buffer_counts(buffer: Any, partition: str = "train") -> tuple[int, int]:
+    """``(usable groups, prompts in flight)`` in the replay buffer's snapshot (verl 0.9.1's ``ReplayBuffer``:
+    refreshed and cleared of filtered groups just before it calls ``refill_fn``). Usable groups are those the
+    buffer could sample: finished or failed, not filtered (filtered ones are already evicted)."""
+    usable = len(buffer.finished_keys[partition] | buffer.failure_keys[partition])
+    inflight = len(buffer.pending_keys[partition] | buffer.running_keys[partition])
+    return usable, inflight
 
 
 def _cap_refills(cls: Any) -> None:
-    """Wrap ``PPOTrainer.prepare_step`` (resets the step's refill count) and ``_add_prompts_to_generate`` (the
-    replay buffer's ``refill_fn``: counts and enforces :func:`refill_cap`)."""
+    """Wrap ``PPOTrainer.prepare_step`` (starts the step's prompt count at its first batch) and
+    ``_add_prompts_to_generate`` (the replay buffer's ``refill_fn``), enforcing :func:`refill_cap`.
+
+    A refill request is cut to the prompts left in the step's budget; V1's speculative 2-per-filtered-group
+    requests thus never stop a step by themselves. The step stops with a one-line error naming
+    ``max_num_gen_batches`` when even all prompts in flight plus all prompts left in the budget, each giving
+    a usable group, could not complete the batch: exactly when the recipe's generation batches would hold
+    fewer than ``train_batch_size`` usable groups. (Every filtered group makes the buffer call ``refill_fn``
+    again, so that state is always seen; without this error the buffer would wait forever.)
+    """
     prepare, add = cls.__dict__["prepare_step"], cls.__dict__["_add_prompts_to_generate"]
 
     def prepare_step(self: Any) -> Any:
-        self._acerl_refilled = 0
+        cap = refill_cap(self.config)
+        self._acerl_dispatched = 0 if cap is None else cap.train_batch_size
         return prepare(self)
 
     def _add_prompts_to_generate(self: Any, num_prompts: int) -> Any:
         cap = refill_cap(self.config)
-        if cap is not None:
-            total = getattr(self, "_acerl_refilled", 0) + int(num_prompts)
-            if total > cap:
-                fg = self.config.algorithm.filter_groups
-                raise RuntimeError(
-                    f"dynamic sampling at step {getattr(self, 'global_steps', '?')}: refilling {total} prompts after "
-                    f"the step's batch exceeds algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} "
-                    f"generation batches of data.train_batch_size={self.config.data.train_batch_size} (too many "
-                    f"groups with identical '{fg.metric}': the data may be too easy or too hard for the policy); "
-                    "raise max_num_gen_batches, or set it to 0 for no cap (the DAPO recipe's rule)"
-                )
-            self._acerl_refilled = total
-        return add(self, num_prompts)
+        if cap is None or not hasattr(self.replay_buffer, "finished_keys"):  # a custom sampler owns its rule
+            return add(self, num_prompts)
+        dispatched = getattr(self, "_acerl_dispatched", cap.train_batch_size)
+        left = max(0, cap.budget - dispatched)
+        usable, inflight = _buffer_counts(self.replay_buffer)
+        if usable + inflight + left < cap.train_batch_size:
+            raise RuntimeError(
+                f"dynamic sampling at step {getattr(self, 'global_steps', '?')}: {usable} usable groups + "
+                f"{inflight} prompts in flight + {left} prompts left of the step's {cap.budget} cannot fill "
+                f"data.train_batch_size={cap.train_batch_size}: algorithm.filter_groups.max_num_gen_batches="
+                f"{cap.max_num_gen_batches} generation batches of {cap.gen_batch_size} prompts ({GEN_BATCH_KEY}) "
+                f"are not enough (too many groups with identical '{self.config.algorithm.filter_groups.metric}': "
+                "the data may be too easy or too hard for the policy); raise max_num_gen_batches, or set it to 0 "
+                "for no cap (the DAPO recipe's rule)"
+            )
+        take = min(int(num_prompts), left)
+        if take <= 0:
+            return 0
+        self._acerl_dispatched = dispatched + take
+        return add(self, take)
 
     for name, fn in (("prepare_step", prepare_step), ("_add_prompts_to_generate", _add_prompts_to_generate)):
         original = cls.__dict__[name]

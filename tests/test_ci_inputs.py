@@ -1,0 +1,48 @@
+"""Under ``CI=true`` a test whose input is missing fails instead of skipping (tests/ci_inputs.py): CI must not
+pass with the real-data or verl checks skipped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ci_inputs import import_or_skip
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_missing_package_skips_outside_ci_and_fails_in_ci(monkeypatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        import_or_skip("acerl_no_such_package")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"CI=true: acerl_no_such_package does not import"):
+        import_or_skip("acerl_no_such_package")
+
+
+@pytest.mark.parametrize("ci", ["false", "true"])
+def test_missing_shared_data_fails_in_ci(tmp_path: Path, ci: str) -> None:
+    """The ``shared_data`` fixture of tests/conftest.py, in a pytest session of its own (a copy of the
+    conftest beside a test that asks for the fixture)."""
+    for name in ("conftest.py", "ci_inputs.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    (tmp_path / "test_needs_data.py").write_text(
+        "def test_needs_data(shared_data):\n    assert shared_data\n"
+    )
+    env = {**os.environ, "CI": ci, "ACERL_SHARED_DATA": str(tmp_path / "absent")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if ci == "true":
+        assert proc.returncode == 1 and "CI=true: real datasets not found" in proc.stdout, proc.stdout[-2000:]
+    else:
+        assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-2000:]
