@@ -8,7 +8,7 @@ file-reading wrappers. Output layout::
     <out>/tables/significance_<benchmark>_paired.{tex,md}   paired p-values (only with matched seeds)
     <out>/tables/ablation_modulation.{tex,md}        Table 3
     <out>/tables/alpha_sensitivity.{tex,md}          Table 4
-    <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, bootstrap CI, MDE (per-problem data)
+    <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, seeds-and-problems CI, MDE (per-problem data)
     <out>/tables/hyperparameters.{tex,md}            Table 5
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue

@@ -13,7 +13,7 @@ a power of ten) and in the table frame. Tables (paper numbering):
 - :func:`hyperparameter_table` — Table 5: one column per model from ``{model: {hyperparameter: value}}``.
 - :func:`significance_table` — ACE vs its baseline per k: difference in points with the p-value.
 - :func:`ours_vs_paper_table` — our numbers next to the paper's, with the difference.
-- :func:`power_table` — ACE vs its baseline per k: paired difference with its t and bootstrap intervals, and
+- :func:`power_table` — ACE vs its baseline per k: paired difference with its t interval and the one with seeds and problems random, and
   the minimal detectable effect of the design (:mod:`acerl.report.power`).
 
 A table that reproduces one of the paper's carries its number (:attr:`Table.number`, from :data:`PAPER_TABLES`)
@@ -836,7 +836,7 @@ def power_table(
     """ACE vs its baseline on one benchmark with the power of the design (:func:`acerl.report.power.power_frame`).
 
     Per comparison three rows, columns @k: the paired difference (points) +- its t interval with the paired
-    p-value (bold where ``p < alpha_level``); the hierarchical-bootstrap interval over seeds and problems; the
+    p-value (bold where ``p < alpha_level``); the interval with seeds and problems both random; the
     minimal detectable effect (two-sided ``alpha_level``, ``power``).
 
     Raises:
@@ -853,8 +853,8 @@ def power_table(
             ),
         ),
         (
-            f"{level} CI (bootstrap seeds × problems)",
-            lambda r: Cell(raw=f"[{_number(r.boot_low * scale, 1, True)}, {_number(r.boot_high * scale, 1, True)}]"),
+            f"{level} CI (seeds and problems random)",
+            lambda r: Cell(raw=f"[{_number(r.sp_low * scale, 1, True)}, {_number(r.sp_high * scale, 1, True)}]"),
         ),
         (f"MDE ($\\alpha$ = {alpha_level:g}, power {power:g})", lambda r: Cell(value=r.mde * scale)),
     )  # fmt: skip
@@ -880,8 +880,8 @@ def power_table(
     design = "; ".join(f"{s} seeds, {p} problems, n = {n}" for s, p, n in sorted(designs))
     caption = (
         f"Power of ACE vs its baseline on {names.benchmark(benchmark)} ({design}): difference in Pass@$k$ "
-        f"(points) paired by seed with its t interval and p-value, the bootstrap interval over seeds and "
-        f"problems, and the minimal detectable effect (MDE) of this design; bold = $p < {alpha_level:g}$."
+        f"(points) paired by seed with its t interval and p-value, the interval with seeds and problems "
+        f"both random, and the minimal detectable effect (MDE) of this design; bold = $p < {alpha_level:g}$."
     )
     name = name or f"power_{benchmark}"
     return Table(
