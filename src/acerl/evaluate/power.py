@@ -55,6 +55,8 @@ __all__ = [
     "beta_sampling_variance",
     "power_paired",
     "mde_paired",
+    "seeds_for_mde",
+    "per_problem_floor_sd",
     "paired_effect",
     "seeds_problems_ci",
     "comparison_components",
@@ -194,6 +196,19 @@ def mde_paired(sd: float, n_seeds: int, alpha: float = 0.05, power: float = 0.8)
     return float(optimize.brentq(lambda e: power_paired(e, sd, n_seeds, alpha) - power, 0.0, hi, xtol=1e-12))
 
 
+def seeds_for_mde(
+    sd: float, target: float, *, alpha: float = 0.05, power: float = 0.8, max_seeds: int = 1000
+) -> int:
+    """The fewest seeds (at least 2) whose paired-t MDE at ``sd(d_s) = sd`` is at most ``target``;
+    ``max_seeds + 1`` when even ``max_seeds`` do not reach it (the design cannot resolve ``target``)."""
+    if not target > 0.0 or not math.isfinite(sd):
+        raise ValueError(f"seeds_for_mde: need a positive target and a finite sd, got {target} and {sd}")
+    for n in range(2, max_seeds + 1):
+        if mde_paired(sd, n, alpha, power) <= target:
+            return n
+    return max_seeds + 1
+
+
 @dataclass(frozen=True)
 class PairedEffect:
     """A vs B paired by seed: mean difference ``delta`` with its t interval, p-value, sd of ``d_s``, MDE."""
@@ -291,6 +306,15 @@ def _anova(d: np.ndarray) -> tuple[float, float, float]:
     dof = (n_s - 1) * (n_p - 1)
     ms_e = float(((d - row - col + grand) ** 2).sum()) / dof if dof > 0 else math.nan
     return ms_s, ms_p, ms_e
+
+
+def per_problem_floor_sd(d: np.ndarray) -> float:
+    """``sqrt(MS_error / P)`` of ``d: (S, P)``: the part of ``sd(d_s)`` that training x problem and sampling
+    noise alone give, which ``Var(d_s)`` cannot fall below in expectation (``nan`` with one seed)."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] < 2 or d.shape[1] < 2:
+        return math.nan
+    return math.sqrt(_anova(d)[2] / d.shape[1])
 
 
 def comparison_components(d: np.ndarray, v: np.ndarray) -> Components:

@@ -38,6 +38,7 @@ __all__ = [
     "POWER_COLUMNS",
     "RunMatrix",
     "run_matrix",
+    "paired_matrices",
     "power_frame",
     "decomposition_frame",
     "design_frame",
@@ -104,7 +105,7 @@ def run_matrix(
     )
 
 
-def _pair(
+def paired_matrices(
     problems: pd.DataFrame, bench: str, model: str, method: str, baseline: str
 ) -> tuple[RunMatrix, ...]:
     """A and B on their common seeds; the problems must match."""
@@ -152,7 +153,7 @@ def power_frame(
     """
     rows = []
     for bench, model, method, baseline in _comparisons(problems, comparisons):
-        a, b = _pair(problems, bench, model, method, baseline)
+        a, b = paired_matrices(problems, bench, model, method, baseline)
         for k in ks:
             if k > a.n:
                 continue
@@ -206,7 +207,7 @@ def design_frame(
     from the variance components the observed runs give (sampling noise re-derived for each ``n``)."""
     rows = []
     for bench, model, method, baseline in _comparisons(problems, comparisons):
-        a, b = _pair(problems, bench, model, method, baseline)
+        a, b = paired_matrices(problems, bench, model, method, baseline)
         if k > a.n:
             continue
         comp = comparison_components(a.passk(k) - b.passk(k), a.sampling(k) + b.sampling(k))
