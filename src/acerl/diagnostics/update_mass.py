@@ -5,7 +5,7 @@ GRPO's where the paper says it should? From one saved training state (a GRPO run
 moments, prompt streams, random state), :func:`measure` samples that step's batch exactly as the run did,
 computes both estimators' advantages on it (the same ``log pi_old`` and ``log pi_ref``), applies each update to
 a copy of the state, and scores the batch's responses under both updated policies. Per rollout group (the
-overconfident incorrect rollouts ACE amplifies: ``c_i > 0``; the other incorrect ones; the correct ones) it
+overconfident incorrect rollouts ACE amplifies most: ``c_i > 0``; the other incorrect ones; the correct ones) it
 reports the change of their summed sequence probability and mean log-probability (:func:`mass_by_group`); the
 probability taken from the sampled responses and not given to other sampled ones went to unsampled responses.
 
@@ -38,9 +38,10 @@ from acerl.train.run import init_state, resume_state
 
 __all__ = ["GROUPS", "mass_by_group", "measure", "main"]
 
-GROUPS = ("amplified", "other_incorrect", "correct", "no_signal")
-"""Rollout groups: incorrect with a negative GRPO advantage and ``c_i > 0`` (what ACE amplifies), the other
-incorrect ones with a negative advantage, correct ones with a positive advantage, and the rest (groups whose
+GROUPS = ("overconfident", "other_incorrect", "correct", "no_signal")
+"""Rollout groups: incorrect with a negative GRPO advantage and ``c_i > 0`` (the overconfident errors ACE
+amplifies most), the other incorrect ones with a negative advantage (softplus amplifies them less: by
+``1 + alpha softplus(c_i)`` with ``c_i <= 0``), correct ones with a positive advantage, and the rest (groups whose
 rollouts all got one verdict: advantage 0, no update from either estimator)."""
 
 
@@ -51,7 +52,7 @@ def rollout_groups(correct: np.ndarray, confidence: np.ndarray, grpo_advantage: 
     negative = ~correct & (adv < 0.0)
     return np.select(
         [negative & (confidence > 0.0), negative, correct & (adv > 0.0)],
-        ["amplified", "other_incorrect", "correct"],
+        ["overconfident", "other_incorrect", "correct"],
         default="no_signal",
     )
 
@@ -152,7 +153,9 @@ def measure(
         adv_means += [
             (name, g, float(adv[groups == g].mean()) if (groups == g).any() else float("nan")) for g in GROUPS
         ]
-    keys = np.array([" ".join(map(str, ids[m.bool()].tolist())) for ids, m in zip(batch.response_ids, mask)])
+    keys = np.array(
+        [" ".join(map(str, ids[m.bool()].tolist())) for ids, m in zip(batch.response_ids, mask, strict=True)]
+    )
     frame = mass_by_group(
         (old * mask).sum(dim=1).cpu().numpy(), new_logp, groups, ro.group_ids.cpu().numpy(), keys
     )
