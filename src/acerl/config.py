@@ -1055,7 +1055,8 @@ def reference_markdown() -> str:
         "Generated from `acerl.config` by `acerl config reference > docs/config.md` (a test checks it is current).",
         "Config files merge in order (later files and `--set key=value` win; mappings merge, lists replace).",
         "Unknown keys are errors. Shipped configs: `config/config.yaml` (embedded default), `config/test.yaml`",
-        "(CI scale, merged over the default), `config/paper.yaml` (the paper's grid, merged over the default).",
+        "(CI scale, merged over the default), `config/paper.yaml` (the paper's grid, merged over the default),",
+        "`config/power.yaml` (the power study: main grid, primary endpoint, sequential; docs/reports.md).",
         "",
     ]
     seen: set[type] = set()
