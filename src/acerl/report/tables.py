@@ -13,8 +13,8 @@ a power of ten) and in the table frame. Tables (paper numbering):
 - :func:`hyperparameter_table` — Table 5: one column per model from ``{model: {hyperparameter: value}}``.
 - :func:`significance_table` — ACE vs its baseline per k: difference in points with the p-value.
 - :func:`ours_vs_paper_table` — our numbers next to the paper's, with the difference.
-- :func:`power_table` — ACE vs its baseline per k: paired difference with its t interval and the one with seeds and problems random, and
-  the minimal detectable effect of the design (:mod:`acerl.report.power`).
+- :func:`power_table` — ACE vs its baseline per k: paired difference with its t interval, the interval with seeds
+  and problems both random, and the minimal detectable effect of the design (:mod:`acerl.report.power`).
 
 A table that reproduces one of the paper's carries its number (:attr:`Table.number`, from :data:`PAPER_TABLES`)
 and starts its caption with the paper caption's first sentence; ``tests/report/test_table_numbers.py`` checks
@@ -716,20 +716,16 @@ def holm_by_family(
     On the primary endpoint's benchmark its column (``k``) is one family (the confirmatory tests, one per
     comparison) and every other cell of the table another; elsewhere the whole table is one family."""
     keys = [key for key, p in pvalues.items() if _finite(p)]
-    on_primary = primary is not None and primary[0] == benchmark
-    families = (
-        [[x for x in keys if x[2] == primary[1]], [x for x in keys if x[2] != primary[1]]]  # type: ignore[index]
-        if on_primary
-        else [keys]
-    )
+    k1 = primary[1] if primary is not None and primary[0] == benchmark else None
+    families = [keys] if k1 is None else [[x for x in keys if x[2] == k1], [x for x in keys if x[2] != k1]]
     adjusted: dict[tuple[str, str, int], float] = {}
     for fam in families:
         adjusted |= dict(zip(fam, holm([pvalues[x] for x in fam]).tolist(), strict=True))
-    if on_primary:
+    if k1 is not None:
         n1, n2 = (len(f) for f in families)
         note = (
-            f"p-values Holm-adjusted: the primary endpoint (@{primary[1]}) over its {n1} comparison(s), the "  # type: ignore[index]
-            f"other {n2} cells (secondary) over the rest of the table"
+            f"p-values Holm-adjusted: the primary endpoint (@{k1}) over its {n1} comparison(s), the other {n2} "
+            "cells (secondary) over the rest of the table"
         )
     else:
         end = f" (the primary endpoint is on {primary[0]})" if primary is not None else ""
