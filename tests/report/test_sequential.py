@@ -90,3 +90,9 @@ def test_cli_prints_the_look_and_the_seeds(tmp_path, capsys):
     total = int(out.split("asks for ")[1].split()[0])
     assert total >= 4 and f"--configfile config/power.yaml {stage2}" in out
     assert yaml.safe_load(stage2.read_text()) == {"study": {"main": {"seeds": list(range(total))}}}
+
+
+def test_a_look_needs_two_seeds():
+    problems = _problems(shift_dapo=0.05, seeds=(0,))
+    with pytest.raises(ValueError, match="ace_grpo vs grpo has 1 paired seed"):
+        look_frame(problems, {"ace_grpo": "grpo"}, "bench", 4, SequentialDesign())

@@ -72,6 +72,11 @@ def look_frame(
     for model in sorted(set(problems.loc[problems["benchmark"] == benchmark, "model"])):
         for method, baseline in comparisons.items():
             a, b = paired_matrices(problems, benchmark, model, method, baseline)
+            if len(a.seeds) < 2:
+                raise ValueError(
+                    f"{model} on {benchmark}: {method} vs {baseline} has {len(a.seeds)} paired seed(s); a look "
+                    "needs at least 2 (run more of stage 1)"
+                )
             d = a.passk(k) - b.passk(k)
             eff = paired_effect(d.mean(axis=1), alpha=design.alpha_final, power=design.power)
             floor = per_problem_floor_sd(d)
@@ -109,7 +114,7 @@ def planned_seeds(look: pd.DataFrame, design: SequentialDesign) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Print one look of the power study's sequential design (Markdown) and, at the interim look, the seeds the
-    design asks for next."""
+    design asks for next. Exit code 2: too few seeds for a look (the message names the comparison)."""
     ap = argparse.ArgumentParser(prog="python -m acerl.report.sequential", description=main.__doc__)
     ap.add_argument("metrics", nargs="+", type=Path, help="Pass@k metrics files of the main grid")
     ap.add_argument("--benchmark", required=True, help="the primary endpoint's benchmark")
@@ -126,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     design = SequentialDesign(target=args.target / 100.0, max_seeds=args.max_seeds)
     problems = load_passk_problems(args.metrics)
     comparisons = dict(pair.split(":", 1) for pair in args.comparisons)
-    look = look_frame(problems, comparisons, args.benchmark, args.k, design, final=args.final)
+    try:
+        look = look_frame(problems, comparisons, args.benchmark, args.k, design, final=args.final)
+    except ValueError as err:
+        print(f"acerl.report.sequential: {err}", file=sys.stderr)
+        return 2
     shown = look.copy()
     for c in ("delta", "ci_low", "ci_high", "sd_diff", "sd_floor", "sd_plan", "mde"):
         shown[c] = shown[c] * 100.0
