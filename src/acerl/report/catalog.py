@@ -86,7 +86,6 @@ def captions(cfg: Config) -> dict[str, str]:
     """Caption of every table and figure a study can write, by file stem (Snakemake's report ``params``)."""
     stems = [
         *(f"{prefix}_{b}" for b in cfg.evaluation.benchmarks for prefix in ("passk", "significance")),
-        *(f"significance_{b}_paired" for b in cfg.evaluation.benchmarks),
         *(p for p in TABLE_STEMS if "(" not in p),
     ]
     out = {s: describe(s, "table").caption for s in stems}

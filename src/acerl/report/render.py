@@ -5,7 +5,6 @@ file-reading wrappers. Output layout::
 
     <out>/tables/passk_<benchmark>.{tex,md}          Tables 1/2
     <out>/tables/significance_<benchmark>.{tex,md}   ACE vs baseline, paired (else Welch) p-values, Holm
-    <out>/tables/significance_<benchmark>_paired.{tex,md}   paired p-values (only with matched seeds)
     <out>/tables/ablation_modulation.{tex,md}        Table 3
     <out>/tables/alpha_sensitivity.{tex,md}          Table 4
     <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, seeds-and-problems CI, MDE (per-problem data)
