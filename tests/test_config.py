@@ -251,3 +251,34 @@ def test_vllm_settings_resolve_per_model_and_rule():
 def test_vllm_settings_vllm_would_reject_fail_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config([REPO / "config" / "config.yaml"], overrides)
+
+
+def test_power_study_config_reuses_the_default_runs_and_declares_its_endpoint(tmp_path) -> None:
+    """config/power.yaml: the main grid only, one benchmark, the primary endpoint declared; its train and sample
+    jobs have the default study's params (so a default study's runs are reused), except the training of the
+    default's diagnosed runs, which also saves the diagnostics' checkpoints."""
+    from acerl.stages import Job, param_values
+
+    default = load_config(REPO / "config" / "config.yaml")
+    power = load_config([REPO / "config" / "config.yaml", REPO / "config" / "power.yaml"])
+    assert power.study.alpha_sweep is power.study.ablation is power.study.diagnostics is None
+    assert power.evaluation.benchmarks == ["synth_easy"] and power.primary_endpoint == ("synth_easy", 32)
+    assert default.primary_endpoint == ("synth_easy", 32)  # the first benchmark, the largest k
+    shared = [r for r in power.runs() if r.seed in default.study.main.seeds]
+    assert len(shared) == 4 * 5 and len(power.runs()) == 4 * 8
+    diagnosed = set(default.study.diagnostics.methods), set(default.study.diagnostics.seeds)
+    for run in shared:
+        sample = Job("sample", run=run, benchmark="synth_easy")
+        assert param_values(power, sample) == param_values(default, sample), run
+        train = param_values(power, Job("train_policy", run=run))
+        other = param_values(default, Job("train_policy", run=run))
+        if run.method in diagnosed[0] and run.seed in diagnosed[1]:
+            other = {k: v for k, v in other.items() if not k.startswith("study.diagnostics.")}
+        assert train == other, run
+    d = yaml.safe_load((REPO / "config" / "power.yaml").read_text())
+    d["report"]["primary"]["benchmark"] = "synth_hard"
+    with pytest.raises(ConfigError, match=r"report.primary.benchmark: 'synth_hard' is not one of"):
+        load_config([REPO / "config" / "config.yaml", write(tmp_path, d)])
+    d["report"]["primary"] = {"k": 3}
+    with pytest.raises(ConfigError, match=r"report.primary.k: 3 is not one of evaluation.ks"):
+        load_config([REPO / "config" / "config.yaml", write(tmp_path, d)])

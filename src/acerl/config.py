@@ -559,7 +559,28 @@ class ComputeConfig(_Model):
         return int(value) if value.isdigit() and int(value) >= 1 else 1
 
 
+class PrimaryEndpoint(_Model):
+    """The one comparison the study is designed to test (docs/reports.md, "One test, declared")."""
+
+    benchmark: str | None = Field(
+        None,
+        description="benchmark of the primary endpoint; null: the first of evaluation.benchmarks (the "
+        "MATH-500-role benchmark, as the paper's headline Table 1)",
+    )
+    k: int | None = Field(
+        None,
+        ge=1,
+        description="Pass@k of the primary endpoint; null: the largest of evaluation.ks (the paper's "
+        "headline Pass@32)",
+    )
+
+
 class ReportConfig(_Model):
+    primary: PrimaryEndpoint = Field(
+        default_factory=PrimaryEndpoint,
+        description="primary endpoint: each ACE method vs its baseline at Pass@k on this benchmark, Holm over the "
+        "comparisons; every other test of a table is secondary, Holm over the rest of the table",
+    )
     compare_to_paper: bool = Field(True, description="add an 'ours vs paper' table")
     ci: Literal["t", "normal"] = Field(
         "t",
@@ -647,6 +668,17 @@ class Config(_Model):
                         f"study.{key}.benchmark: {part.benchmark!r} is not one of evaluation.benchmarks "
                         f"({', '.join(self.evaluation.benchmarks)})"
                     )
+        primary = self.report.primary
+        if primary.benchmark is not None and primary.benchmark not in self.evaluation.benchmarks:
+            raise ValueError(
+                f"report.primary.benchmark: {primary.benchmark!r} is not one of evaluation.benchmarks "
+                f"({', '.join(self.evaluation.benchmarks)})"
+            )
+        if primary.k is not None and primary.k not in self.evaluation.ks:
+            raise ValueError(
+                f"report.primary.k: {primary.k} is not one of evaluation.ks ({self.evaluation.ks}); add it there "
+                "or choose another k"
+            )
         self._check_vllm()
         for run in self.runs():  # a run's cross-key checks, at load time rather than minutes into its job
             check_overlong(self, run)
@@ -706,6 +738,12 @@ class Config(_Model):
             assert self.data.real is not None
             return list(self.data.real.benchmarks)
         return list(SYNTHETIC_BENCHMARKS)
+
+    @property
+    def primary_endpoint(self) -> tuple[str, int]:
+        """``(benchmark, k)`` of ``report.primary`` (defaults: the first evaluated benchmark, the largest k)."""
+        p = self.report.primary
+        return (p.benchmark or self.evaluation.benchmarks[0], p.k or max(self.evaluation.ks))
 
     @property
     def data_splits(self) -> list[str]:
@@ -1055,7 +1093,8 @@ def reference_markdown() -> str:
         "Generated from `acerl.config` by `acerl config reference > docs/config.md` (a test checks it is current).",
         "Config files merge in order (later files and `--set key=value` win; mappings merge, lists replace).",
         "Unknown keys are errors. Shipped configs: `config/config.yaml` (embedded default), `config/test.yaml`",
-        "(CI scale, merged over the default), `config/paper.yaml` (the paper's grid, merged over the default).",
+        "(CI scale, merged over the default), `config/paper.yaml` (the paper's grid, merged over the default),",
+        "`config/power.yaml` (the power study: main grid, primary endpoint, sequential; docs/reports.md).",
         "",
     ]
     seen: set[type] = set()

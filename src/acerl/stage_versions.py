@@ -12,7 +12,7 @@ STAGE_VERSIONS = {
     "prepare_base": 1,
     "prepare_verl_data": 1,
     "train_policy": 2,
-    "sample": 2,
+    "sample": 3,
     "grade": 1,
     "passk": 1,
     "diagnose": 2,

@@ -147,6 +147,21 @@ def test_sample_grade_passk_end_to_end(cfg, root):
     ]
 
 
+def test_benchmarks_do_not_share_sampling_seeds(cfg, root, tmp_path):
+    """Problem i of two benchmarks gets its own uniforms: the same problems under a second benchmark name are
+    sampled with other seeds (the seed is derived from the benchmark too), not with the same ones."""
+    shutil.copytree(root / "data", tmp_path / "data")
+    shutil.copytree(paths.base_model_dir(root, "tiny"), paths.base_model_dir(tmp_path, "tiny"))
+    shutil.copyfile(paths.data_file(tmp_path, BENCH), paths.data_file(tmp_path, "synth_hard"))
+    keys = ("id", "prompt", "sampling")
+    easy = read_jsonl(sample_run(cfg, BASE, BENCH, tmp_path, progress=False), required=keys)
+    hard = read_jsonl(sample_run(cfg, BASE, "synth_hard", tmp_path, progress=False), required=keys)
+    assert [r["prompt"] for r in easy] == [r["prompt"] for r in hard]
+    seeds_easy = [r["sampling"]["seed"] for r in easy]
+    seeds_hard = [r["sampling"]["seed"] for r in hard]
+    assert len(set(seeds_easy) | set(seeds_hard)) == len(set(seeds_easy)) + len(set(seeds_hard)) == 6
+
+
 def test_interrupted_sampling_resumes_to_the_same_file(cfg, root):
     reference = paths.generations_file(root, BENCH, BASE)
     if not reference.is_file():

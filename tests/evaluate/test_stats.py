@@ -11,6 +11,7 @@ from scipy import stats as sps
 from acerl.evaluate.stats import (
     bootstrap_ci,
     compare_seeds,
+    holm,
     mean_ci,
     paired_test,
     t_half_width,
@@ -158,3 +159,12 @@ def test_normal_ci_is_the_paper_style_interval():
     assert math.isnan(half_width(0.1, 1, kind="normal"))
     with pytest.raises(ValueError, match="CI kind must be one of t, normal; got 'z'"):
         half_width(0.1, 5, kind="z")
+
+
+def test_holm():
+    p = np.array([0.01, 0.04, np.nan, 0.03, 0.5])
+    # sorted 0.01, 0.03, 0.04, 0.5 (m = 4): 0.04, 0.09, max(0.09, 0.08), 0.5
+    np.testing.assert_allclose(holm(p), [0.04, 0.09, np.nan, 0.09, 0.5])
+    assert holm([0.9, 0.8]).tolist() == [1.0, 1.0] and np.isnan(holm([np.nan])).all()
+    with pytest.raises(ValueError, match="1-D"):
+        holm(np.zeros((2, 2)))

@@ -20,8 +20,7 @@ from acerl.report.spec import ReportSpec
 PDF_MAGIC, PNG_MAGIC = b"%PDF", b"\x89PNG"
 
 ALL_TABLES = [
-    "passk_bench_a", "passk_bench_b", "significance_bench_a", "significance_bench_b", "significance_bench_a_paired",
-    "significance_bench_b_paired", "alpha_sensitivity", "ablation_modulation", "hyperparameters", "ours_vs_paper",
+    "passk_bench_a", "passk_bench_b", "significance_bench_a", "significance_bench_b", "alpha_sensitivity", "ablation_modulation", "hyperparameters", "ours_vs_paper",
 ]  # fmt: skip
 ALL_FIGURES = ["penalty_multiplier", "passk_curves", "oef_dynamics", "entropy_early"]
 

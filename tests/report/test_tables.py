@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from report_synthetic import ALPHAS, MAIN, MODELS, NAMES
 
-from acerl.evaluate.stats import mean_ci, paired_test, welch_test
+from acerl.evaluate.stats import holm, mean_ci, paired_test, welch_test
 from acerl.report.aggregate import (
     AGG_COLUMNS,
     MissingData,
@@ -249,8 +249,45 @@ def test_hyperparameter_and_significance_tables(synthetic_runs):
     st = significance_table(sig, "bench_a", names=NAMES, models=MODELS, comparisons={"ace_grpo": "grpo"})
     assert st.rows[0].label == "Small-1B: ACE-GRPO vs GRPO"
     assert st.header[1] == "$\\Delta$@1" and all(c.signed for c in st.rows[0].cells)
-    assert "Welch" in st.caption
-    paired = significance_table(
-        sig, "bench_a", names=NAMES, models=MODELS, comparisons={"ace_grpo": "grpo"}, pvalue="p_paired"
+    assert "paired t-test" in st.caption and "Welch" not in st.caption and "Holm" in st.caption
+
+
+def test_significance_table_is_paired_and_holm_adjusted(synthetic_runs):
+    """Runs paired by seed get the paired test, corrected for multiplicity: the primary endpoint over its
+    comparisons, the table's other cells over the rest (Holm); without a primary endpoint, one family."""
+    comparisons = {"ace_grpo": "grpo", "ace_dapo": "dapo"}
+    sig = significance(synthetic_runs, comparisons)
+    assert set(sig["test"]) == {"paired"}
+    np.testing.assert_array_equal(sig["p"], sig["p_paired"])
+    bench = sig[sig.benchmark == "bench_a"].reset_index(drop=True)
+
+    def shown(table):
+        return {
+            (row.label, k): cell.pvalue
+            for group in table.groups
+            for row in group
+            for k, cell in zip((1, 2, 4, 8), row.cells, strict=True)
+        }
+
+    def label(r):
+        return f"{NAMES.model(r.model)}: {NAMES.method(r.method)} vs {NAMES.method(r.baseline)}"
+
+    one = significance_table(bench, "bench_a", names=NAMES, models=MODELS, comparisons=comparisons)
+    expected = dict(zip([(label(r), r.k) for r in bench.itertuples()], holm(bench["p_paired"]), strict=True))
+    assert shown(one) == pytest.approx(expected)
+    assert f"over the table's {len(bench)} tests" in one.caption
+
+    two = significance_table(
+        bench, "bench_a", names=NAMES, models=MODELS, comparisons=comparisons, primary=("bench_a", 8)
     )
-    assert paired.name == "significance_bench_a_paired" and "paired" in paired.caption
+    is_primary = (bench["k"] == 8).to_numpy()
+    expected = {}
+    for mask in (is_primary, ~is_primary):
+        fam = bench[mask]
+        expected |= dict(zip([(label(r), r.k) for r in fam.itertuples()], holm(fam["p_paired"]), strict=True))
+    assert shown(two) == pytest.approx(expected)
+    assert "primary endpoint (@8) over its 4 comparison(s)" in two.caption
+    for group in two.groups:
+        for row in group:
+            for cell in row.cells:
+                assert (cell.mark == "bold") == (cell.pvalue < 0.05)

@@ -11,8 +11,11 @@ Each step reads the previous step's file and writes its own atomically (paths fr
    for ``evaluation.ks`` (:func:`acerl.records.passk_record`), and the curve as rows
    ``k, pass_at_k`` (``paths.passk_curve_file``, what ``dvc plots`` draws).
 
-Seeds: shard ``s`` of run seed ``r`` samples with :func:`~acerl.generate.shards.derive_seed`
-``(evaluation.seed, r, s)``, so results depend only on the config, never on interruptions.
+Seeds: shard ``s`` of run seed ``r`` on benchmark ``b`` samples with :func:`eval_shard_seed`
+(:func:`~acerl.generate.shards.derive_seed` of ``evaluation.seed``, the benchmark's name, ``r`` and ``s``), so
+results depend only on the config, never on interruptions. Two benchmarks never share uniforms (their
+Pass@k estimates are independent given the policies); a method and its baseline of the same seed do (common
+random numbers, docs/reports.md).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from acerl import paths
 from acerl.config import Config, Run
 from acerl.errors import MissingInputError, reading
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
-from acerl.generate.shards import derive_seed, folder_stamp, remove_shards, run_sharded
+from acerl.generate.shards import derive_seed, folder_stamp, name_part, remove_shards, run_sharded
 from acerl.io import atomic_path, read_jsonl, write_jsonl, write_text
 from acerl.prompts import build_prompt
 from acerl.records import passk_record, write_passk_record
@@ -39,6 +42,7 @@ from acerl.records import passk_record, write_passk_record
 __all__ = [
     "SCORED_COLUMNS",
     "EVAL_SEED_STREAM",
+    "eval_shard_seed",
     "evaluation_sampling",
     "generation_rows",
     "grade_run",
@@ -73,6 +77,14 @@ def rerun(step: str, run: Run, benchmark: str) -> str:
         f"rerun `acerl {step} --model {run.model} --method {run.method} --seed {run.seed} "
         f"--benchmark {benchmark}` (or the workflow, which reruns the job)"
     )
+
+
+def eval_shard_seed(eval_seed: int, benchmark: str, run_seed: int, shard_index: int) -> int:
+    """The sampling seed of one evaluation shard: ``derive_seed(EVAL_SEED_STREAM, evaluation.seed,
+    name_part(benchmark), run_seed, shard_index)``. The benchmark is part of it so that problem ``i`` of two
+    benchmarks does not draw the same uniforms; the run's method is not, so a method and its baseline of the same
+    seed share them."""
+    return derive_seed(EVAL_SEED_STREAM, eval_seed, name_part(benchmark), run_seed, shard_index)
 
 
 def tokenizer_of(sampler: Any, model_dir: Path | str) -> Any:
@@ -207,7 +219,7 @@ def sample_run(
         items = list(zip(problems, prompts, strict=True))
 
         def work(index: int, shard: Sequence[tuple[dict[str, Any], str]]) -> list[dict[str, Any]]:
-            seed = derive_seed(EVAL_SEED_STREAM, ev.seed, run.seed, index)
+            seed = eval_shard_seed(ev.seed, benchmark, run.seed, index)
             params = SamplingParams(seed=seed, **settings)
             completions = smp.generate([prompt for _, prompt in shard], params)
             sampling = {**settings, "seed": seed, "backend": ev.backend}

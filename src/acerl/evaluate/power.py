@@ -9,11 +9,13 @@ is ``d_s = mean_i (x[A, s, i] - x[B, s, i])`` and the observed effect ``D = mean
   freedom) -- exact for normal ``d_s``, which are means over problems. It treats the benchmark's problems as
   fixed, like the paper's "mean +- 95% CI over independent training runs"; its variance ``Var(d_s)`` holds the
   training noise and the evaluation sampling noise (which ``n`` samples were drawn).
-- **Hierarchical bootstrap** (:func:`hierarchical_bootstrap_ci`): resamples seeds (pairs kept together) and,
-  independently, problems (the same problems for every seed and both methods: the design is crossed), so the
-  interval also covers the choice of problems -- what a new problem set from the same distribution would show.
-  A percentile bootstrap over a handful of seeds is too narrow (it cannot know the t tails), so it is shown
-  beside the t interval, not used for the test.
+- **Seeds and problems both random** (:func:`seeds_problems_ci`): the interval that also covers the choice of
+  problems -- what a new problem set from the same distribution would show. Seeds and problems are crossed (the
+  same problems for every seed and both methods), so ``Var(mean d) = s2_seed / S + s2_problem / P +
+  s2_residual / (S P)``, estimated without bias by ``(MS_seed + MS_problem - MS_error) / (S P)`` from the
+  two-way ANOVA, with Satterthwaite's degrees of freedom for the t quantile. (Resampling seeds and problems
+  independently -- the "pigeonhole" bootstrap -- counts the residual about three times: its intervals were
+  1.5x too wide with 99.5% coverage in simulation.) Shown beside the t interval, not used for the test.
 - **Minimal detectable effect** (:func:`mde_paired`): the smallest true difference the paired t-test detects
   with probability ``power`` at two-sided level ``alpha``, from the noncentral t distribution with
   noncentrality ``delta * sqrt(S) / sd``.
@@ -53,8 +55,10 @@ __all__ = [
     "beta_sampling_variance",
     "power_paired",
     "mde_paired",
+    "seeds_for_mde",
+    "per_problem_floor_sd",
     "paired_effect",
-    "hierarchical_bootstrap_ci",
+    "seeds_problems_ci",
     "comparison_components",
     "method_components",
     "predicted_sd",
@@ -192,6 +196,19 @@ def mde_paired(sd: float, n_seeds: int, alpha: float = 0.05, power: float = 0.8)
     return float(optimize.brentq(lambda e: power_paired(e, sd, n_seeds, alpha) - power, 0.0, hi, xtol=1e-12))
 
 
+def seeds_for_mde(
+    sd: float, target: float, *, alpha: float = 0.05, power: float = 0.8, max_seeds: int = 1000
+) -> int:
+    """The fewest seeds (at least 2) whose paired-t MDE at ``sd(d_s) = sd`` is at most ``target``;
+    ``max_seeds + 1`` when even ``max_seeds`` do not reach it (the design cannot resolve ``target``)."""
+    if not target > 0.0 or not math.isfinite(sd):
+        raise ValueError(f"seeds_for_mde: need a positive target and a finite sd, got {target} and {sd}")
+    for n in range(2, max_seeds + 1):
+        if mde_paired(sd, n, alpha, power) <= target:
+            return n
+    return max_seeds + 1
+
+
 @dataclass(frozen=True)
 class PairedEffect:
     """A vs B paired by seed: mean difference ``delta`` with its t interval, p-value, sd of ``d_s``, MDE."""
@@ -225,31 +242,44 @@ def paired_effect(d: np.ndarray, *, alpha: float = 0.05, power: float = 0.8) -> 
     )
 
 
-def hierarchical_bootstrap_ci(
-    d: np.ndarray, *, n_boot: int = 4000, level: float = 0.95, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile interval of ``mean(d)`` resampling seeds and problems independently (the design is crossed).
+# ------------------------------------------------------------------------------------- variance components
+def seeds_problems_ci(d: np.ndarray, *, level: float = 0.95) -> tuple[float, float]:
+    """Interval of ``mean(d)`` with seeds and problems both random (crossed two-way random-effects model).
+
+    ``Var(mean d)`` is estimated by ``(MS_seed + MS_problem - MS_error) / (S P)`` (unbiased), floored at
+    ``max(MS_seed, MS_problem) / (S P)`` (each alone estimates less than the whole); the t quantile uses
+    Satterthwaite's degrees of freedom, or those of the flooring mean square where the floor applies. In
+    simulation (S = 5, P = 100) it covered 94.6-97.5% with 1.3x the width of the known-variance interval
+    (the 4 seed df cost that; the crossed bootstrap: 99.5%, 1.5-1.6x).
 
     Args:
         d: ``(S, P)`` per-seed, per-problem differences ``x_A - x_B`` (seed ``s`` of both methods in row ``s``).
-        n_boot: replicates; level: confidence level; seed: ``numpy.random.Generator`` seed.
+        level: confidence level.
 
     Returns:
-        ``(low, high)``; with one seed only problems are resampled.
+        ``(low, high)``; with one seed (or one problem) the t interval over the other axis.
     """
     d = np.asarray(d, dtype=np.float64)
     if d.ndim != 2 or 0 in d.shape:
-        raise ValueError(f"hierarchical_bootstrap_ci: expected a (seeds, problems) array, got {d.shape}")
+        raise ValueError(f"seeds_problems_ci: expected a (seeds, problems) array, got {d.shape}")
     n_s, n_p = d.shape
-    rng = np.random.default_rng(seed)
-    w_s = rng.multinomial(n_s, np.full(n_s, 1.0 / n_s), size=n_boot) / n_s  # (B, S) resampling weights
-    w_p = rng.multinomial(n_p, np.full(n_p, 1.0 / n_p), size=n_boot) / n_p  # (B, P)
-    reps = np.einsum("bs,sp,bp->b", w_s, d, w_p)
-    low, high = np.percentile(reps, [50.0 * (1.0 - level), 50.0 * (1.0 + level)])
-    return float(low), float(high)
+    if n_s == 1 or n_p == 1:
+        ci = mean_ci(d.ravel(), level=level)
+        return ci.low, ci.high
+    ms_s, ms_p, ms_e = _anova(d)
+    combined = ms_s + ms_p - ms_e
+    if combined >= max(ms_s, ms_p):
+        den = ms_s**2 / (n_s - 1) + ms_p**2 / (n_p - 1) + ms_e**2 / ((n_s - 1) * (n_p - 1))
+        var, df = combined / (n_s * n_p), combined**2 / den if den > 0 else math.inf
+    elif ms_s >= ms_p:
+        var, df = ms_s / (n_s * n_p), float(n_s - 1)
+    else:
+        var, df = ms_p / (n_s * n_p), float(n_p - 1)
+    half = float(sps.t.ppf(0.5 + level / 2.0, df)) * math.sqrt(var)
+    mean = float(d.mean())
+    return mean - half, mean + half
 
 
-# ------------------------------------------------------------------------------------- variance components
 @dataclass(frozen=True)
 class Components:
     """Variance components of the per-seed difference ``d_s`` of a comparison (Pass@k fractions squared).
@@ -276,6 +306,15 @@ def _anova(d: np.ndarray) -> tuple[float, float, float]:
     dof = (n_s - 1) * (n_p - 1)
     ms_e = float(((d - row - col + grand) ** 2).sum()) / dof if dof > 0 else math.nan
     return ms_s, ms_p, ms_e
+
+
+def per_problem_floor_sd(d: np.ndarray) -> float:
+    """``sqrt(MS_error / P)`` of ``d: (S, P)``: the part of ``sd(d_s)`` that training x problem and sampling
+    noise alone give, which ``Var(d_s)`` cannot fall below in expectation (``nan`` with one seed)."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] < 2 or d.shape[1] < 2:
+        return math.nan
+    return math.sqrt(_anova(d)[2] / d.shape[1])
 
 
 def comparison_components(d: np.ndarray, v: np.ndarray) -> Components:

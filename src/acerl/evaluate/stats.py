@@ -9,7 +9,9 @@
 - :func:`welch_test`, :func:`paired_test`, :func:`compare_seeds` — two-sided tests of method A against baseline
   B across seeds. Welch's unequal-variance t-test is always computed; the paired t-test only when both methods
   were run with the same set of seeds (seed ``s`` of A and of B share data order and evaluation samples, so
-  their difference removes that shared noise). The report shows both and uses Welch as the primary test.
+  their difference removes that shared noise). The report's test is the paired one wherever the runs are
+  paired by seed (:meth:`Comparison.p_primary`), Welch's only where they are not.
+- :func:`holm` — Holm's step-down adjustment of a family of p-values (the report corrects each table with it).
 - :func:`welch_from_summary` — Welch's test from means, CI half-widths and seed counts (for published numbers
   where the per-seed values are not available).
 """
@@ -36,6 +38,7 @@ __all__ = [
     "paired_test",
     "compare_seeds",
     "welch_from_summary",
+    "holm",
 ]
 
 
@@ -82,6 +85,11 @@ class Comparison:
     def delta(self) -> float:
         """``mean_a - mean_b``."""
         return self.mean_a - self.mean_b
+
+    @property
+    def p_primary(self) -> float:
+        """The p-value of the study's test: paired where the seeds match, Welch's where they do not."""
+        return self.p_welch if self.p_paired is None else self.p_paired
 
 
 _NAN_TEST = TTestResult(math.nan, math.nan, math.nan)
@@ -259,3 +267,20 @@ def welch_from_summary(
     res = sps.ttest_ind_from_stats(mean_a, sa, n_a, mean_b, sb, n_b, equal_var=False)
     df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
     return TTestResult(float(res.statistic), float(res.pvalue), float(df))
+
+
+def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values of one family (controls the family-wise error rate at any
+    dependence). ``nan`` entries are not tests: they stay ``nan`` and do not count in the family's size."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"holm: expected a 1-D sequence of p-values, got shape {p.shape}")
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    if idx.size == 0:
+        return out
+    order = idx[np.argsort(p[idx], kind="stable")]
+    m = order.size
+    adjusted = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out[order] = np.minimum(adjusted, 1.0)
+    return out

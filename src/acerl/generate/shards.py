@@ -13,6 +13,7 @@ only on the shard's index, so an interrupted-and-resumed job gives exactly the r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -28,6 +29,7 @@ from acerl.io import DataFormatError, read_jsonl, write_json, write_jsonl
 __all__ = [
     "MANIFEST_NAME",
     "derive_seed",
+    "name_part",
     "folder_stamp",
     "remove_shards",
     "run_sharded",
@@ -52,6 +54,12 @@ def derive_seed(*parts: int) -> int:
         raise ValueError("derive_seed needs at least one integer part")
     entropy = [int(p) & 0xFFFFFFFFFFFFFFFF for p in parts]
     return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint32)[0])
+
+
+def name_part(name: str) -> int:
+    """A 64-bit integer that stands for ``name`` as a :func:`derive_seed` part (e.g. a benchmark's name): the
+    first 8 bytes of its SHA-256, the same on every machine and process (unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
 
 
 def shard_ranges(num_items: int, shard_size: int) -> list[range]:

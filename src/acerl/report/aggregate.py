@@ -38,7 +38,7 @@ AGG_KEYS = ("benchmark", "model", "method", "k")
 AGG_COLUMNS = (*AGG_KEYS, "mean", "ci95", "std", "n_seeds")
 SIG_COLUMNS = (
     "benchmark", "model", "method", "baseline", "k", "mean", "mean_baseline", "delta",
-    "p_welch", "p_paired", "n", "n_baseline",
+    "p_welch", "p_paired", "n", "n_baseline", "test", "p",
 )  # fmt: skip
 CMP_COLUMNS = ("benchmark", "model", "method", "k", "ours", "ours_ci95", "paper", "paper_ci95", "delta")
 
@@ -97,7 +97,9 @@ def significance(runs: pd.DataFrame, comparisons: Mapping[str, str]) -> pd.DataF
 
     Returns:
         :data:`SIG_COLUMNS`; ``p_welch`` from Welch's t-test, ``p_paired`` from the paired t-test when both
-        methods have the same seeds (else NaN). Cells where either method is absent are left out.
+        methods have the same seeds (else NaN); ``test`` (``paired`` or ``welch``) and ``p`` are the study's
+        test (:attr:`acerl.evaluate.stats.Comparison.p_primary`). Cells where either method is absent are left
+        out.
     """
     require_columns(runs, RUN_COLUMNS, "significance")
     rows = []
@@ -109,9 +111,10 @@ def significance(runs: pd.DataFrame, comparisons: Mapping[str, str]) -> pd.DataF
                 continue
             cmp = compare_seeds(_by_seed(a), _by_seed(b))
             p_paired = math.nan if cmp.p_paired is None else cmp.p_paired
+            test = "welch" if cmp.p_paired is None else "paired"
             rows.append(
                 (bench, model, method, baseline, int(k), cmp.mean_a, cmp.mean_b, cmp.delta, cmp.p_welch, p_paired,
-                 cmp.n_a, cmp.n_b)
+                 cmp.n_a, cmp.n_b, test, cmp.p_primary)
             )  # fmt: skip
     return pd.DataFrame(rows, columns=list(SIG_COLUMNS))
 
@@ -139,7 +142,7 @@ def significance_from_summary(
         test = welch_from_summary(r["mean"], r["ci95"], n_a, b["mean"], b["ci95"], n_b, level)
         rows.append(
             (bench, model, method, baseline, int(k), r["mean"], b["mean"], r["mean"] - b["mean"], test.pvalue,
-             math.nan, n_a, n_b)
+             math.nan, n_a, n_b, "welch", test.pvalue)
         )  # fmt: skip
     return pd.DataFrame(rows, columns=list(SIG_COLUMNS))
 

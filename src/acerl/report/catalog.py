@@ -33,16 +33,10 @@ _TABLES: tuple[tuple[str, str, str], ...] = (
         "best bold, second underlined within a model (the paper's main tables).",
     ),
     (
-        r"significance_(?P<b>.+)_paired",
-        "Significance",
-        "Each ACE method minus its GRPO-estimator baseline on {b}, in Pass@k points, with the paired t-test "
-        "p-value over matched seeds.",
-    ),
-    (
         r"significance_(?P<b>.+)",
         "Significance",
-        "Each ACE method minus its GRPO-estimator baseline on {b}, in Pass@k points, with Welch's t-test "
-        "p-value across seeds.",
+        "Each ACE method minus its GRPO-estimator baseline on {b}, in Pass@k points, with the paired t-test "
+        "p-value where runs are paired by seed (else Welch's), Holm-adjusted (primary endpoint and the rest).",
     ),
     (
         r"alpha_sensitivity",
@@ -92,7 +86,6 @@ def captions(cfg: Config) -> dict[str, str]:
     """Caption of every table and figure a study can write, by file stem (Snakemake's report ``params``)."""
     stems = [
         *(f"{prefix}_{b}" for b in cfg.evaluation.benchmarks for prefix in ("passk", "significance")),
-        *(f"significance_{b}_paired" for b in cfg.evaluation.benchmarks),
         *(p for p in TABLE_STEMS if "(" not in p),
     ]
     out = {s: describe(s, "table").caption for s in stems}

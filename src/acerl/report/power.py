@@ -22,12 +22,12 @@ import pandas as pd
 
 from acerl.evaluate.power import (
     comparison_components,
-    hierarchical_bootstrap_ci,
     mde_paired,
     method_components,
     paired_effect,
     predicted_sd,
     sampling_variance,
+    seeds_problems_ci,
 )
 from acerl.passk import pass_at_k_array
 from acerl.report.aggregate import require_columns
@@ -38,6 +38,7 @@ __all__ = [
     "POWER_COLUMNS",
     "RunMatrix",
     "run_matrix",
+    "paired_matrices",
     "power_frame",
     "decomposition_frame",
     "design_frame",
@@ -49,7 +50,7 @@ PROBLEM_COLUMNS = ("benchmark", "model", "method", "seed", "id", "n", "c")
 
 POWER_COLUMNS = (
     "benchmark", "model", "method", "baseline", "k", "n_seeds", "n_problems", "n_samples",
-    "delta", "ci_low", "ci_high", "p_paired", "boot_low", "boot_high", "sd_diff", "mde",
+    "delta", "ci_low", "ci_high", "p_paired", "sp_low", "sp_high", "sd_diff", "mde",
     "var_seed", "var_seed_problem", "var_sampling", "var_problem",
 )  # fmt: skip
 
@@ -104,7 +105,7 @@ def run_matrix(
     )
 
 
-def _pair(
+def paired_matrices(
     problems: pd.DataFrame, bench: str, model: str, method: str, baseline: str
 ) -> tuple[RunMatrix, ...]:
     """A and B on their common seeds; the problems must match."""
@@ -142,29 +143,27 @@ def power_frame(
     *,
     alpha: float = 0.05,
     power: float = 0.8,
-    n_boot: int = 4000,
-    seed: int = 0,
 ) -> pd.DataFrame:
     """Every ACE-vs-baseline comparison per (benchmark, model, k): :data:`POWER_COLUMNS` (fractions).
 
-    ``delta, ci_low, ci_high, p_paired``: the paired t-test on per-seed differences; ``boot_low/high``: the
-    hierarchical bootstrap over seeds and problems; ``sd_diff``: ``sd(d_s)``; ``mde``: its minimal detectable
+    ``delta, ci_low, ci_high, p_paired``: the paired t-test on per-seed differences; ``sp_low/high``: the
+    interval with seeds and problems both random (:func:`acerl.evaluate.power.seeds_problems_ci`); ``sd_diff``: ``sd(d_s)``; ``mde``: its minimal detectable
     effect at ``alpha``/``power`` with this design; ``var_*``: :func:`acerl.evaluate.power.comparison_components`.
     Comparisons where either method is absent are left out.
     """
     rows = []
     for bench, model, method, baseline in _comparisons(problems, comparisons):
-        a, b = _pair(problems, bench, model, method, baseline)
+        a, b = paired_matrices(problems, bench, model, method, baseline)
         for k in ks:
             if k > a.n:
                 continue
             d = a.passk(k) - b.passk(k)
             eff = paired_effect(d.mean(axis=1), alpha=alpha, power=power)
-            boot = hierarchical_bootstrap_ci(d, n_boot=n_boot, level=1.0 - alpha, seed=seed)
+            both = seeds_problems_ci(d, level=1.0 - alpha)
             comp = comparison_components(d, a.sampling(k) + b.sampling(k))
             rows.append(
                 (bench, model, method, baseline, int(k), len(a.seeds), len(a.ids), a.n, eff.delta, eff.ci_low,
-                 eff.ci_high, eff.pvalue, *boot, eff.sd, eff.mde, comp.seed, comp.seed_problem, comp.sampling,
+                 eff.ci_high, eff.pvalue, *both, eff.sd, eff.mde, comp.seed, comp.seed_problem, comp.sampling,
                  comp.problem)
             )  # fmt: skip
     return pd.DataFrame(rows, columns=list(POWER_COLUMNS))
@@ -208,7 +207,7 @@ def design_frame(
     from the variance components the observed runs give (sampling noise re-derived for each ``n``)."""
     rows = []
     for bench, model, method, baseline in _comparisons(problems, comparisons):
-        a, b = _pair(problems, bench, model, method, baseline)
+        a, b = paired_matrices(problems, bench, model, method, baseline)
         if k > a.n:
             continue
         comp = comparison_components(a.passk(k) - b.passk(k), a.sampling(k) + b.sampling(k))
@@ -286,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     print("## Variance decomposition (Pass@k points; SD of one run's score)\n")
     print(_markdown(dec))
     pw = power_frame(problems, comparisons, ks)
-    pw[["delta", "ci_low", "ci_high", "boot_low", "boot_high", "sd_diff", "mde"]] *= pct
+    pw[["delta", "ci_low", "ci_high", "sp_low", "sp_high", "sd_diff", "mde"]] *= pct
     for c in ("var_seed", "var_seed_problem", "var_sampling", "var_problem"):
         pw[c] = np.sqrt(pw[c]) * pct  # shown as SDs in points
     print("## Comparisons (points; var_* columns shown as SDs in points)\n")

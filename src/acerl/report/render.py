@@ -4,11 +4,10 @@
 file-reading wrappers. Output layout::
 
     <out>/tables/passk_<benchmark>.{tex,md}          Tables 1/2
-    <out>/tables/significance_<benchmark>.{tex,md}   ACE vs baseline, Welch p-values
-    <out>/tables/significance_<benchmark>_paired.{tex,md}   paired p-values (only with matched seeds)
+    <out>/tables/significance_<benchmark>.{tex,md}   ACE vs baseline, paired (else Welch) p-values, Holm
     <out>/tables/ablation_modulation.{tex,md}        Table 3
     <out>/tables/alpha_sensitivity.{tex,md}          Table 4
-    <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, bootstrap CI, MDE (per-problem data)
+    <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, seeds-and-problems CI, MDE (per-problem data)
     <out>/tables/hyperparameters.{tex,md}            Table 5
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
@@ -131,7 +130,7 @@ def render_all(
         out_dir: output folder (``tables/``, ``figures/`` and ``report.md`` are written inside).
         spec: layout and display names (:class:`acerl.report.spec.ReportSpec`).
         runs: per-run Pass@k (:data:`acerl.report.frames.RUN_COLUMNS`); aggregated across seeds here and used
-            for the significance tests (Welch, plus paired when seeds match).
+            for the significance tests (paired where seeds match, else Welch; Holm-adjusted per table).
         agg: already aggregated results (:data:`acerl.report.aggregate.AGG_COLUMNS`), used when ``runs`` is
             ``None`` (e.g. the paper's numbers); significance then uses Welch from the summaries.
         paper: the published numbers (:func:`acerl.report.paper.load_paper_results`) for the ours-vs-paper table.
@@ -177,28 +176,22 @@ def render_all(
             w.table(
                 f"significance table ({bench})",
                 lambda b=bench: tables.significance_table(
-                    sig, b, names=names, models=models, comparisons=spec.comparisons, ks=spec.ks
+                    sig, b, names=names, models=models, comparisons=spec.comparisons, ks=spec.ks,
+                    primary=spec.primary,
                 ),
-            )
-            if sig["p_paired"].notna().any():
+            )  # fmt: skip
+            if pw is not None:
                 w.table(
-                    f"paired significance table ({bench})",
-                    lambda b=bench: tables.significance_table(
-                        sig,
+                    f"power table ({bench})",
+                    lambda b=bench: tables.power_table(
+                        pw,
                         b,
                         names=names,
                         models=models,
                         comparisons=spec.comparisons,
                         ks=spec.ks,
-                        pvalue="p_paired",
-                    ),
-                )
-            if pw is not None:
-                w.table(
-                    f"power table ({bench})",
-                    lambda b=bench: tables.power_table(
-                        pw, b, names=names, models=models, comparisons=spec.comparisons, ks=spec.ks
-                    ),
+                        primary=spec.primary,
+                    ),  # fmt: skip
                 )
         if spec.ablation is not None:
             ab = spec.ablation

@@ -109,6 +109,8 @@ class ReportSpec:
         diagnostic_methods: methods compared in the OEF / entropy figures (paper: GRPO vs ACE-GRPO).
         entropy_steps: last training step shown in the early-entropy figure (paper: 20).
         penalty_alpha: alpha of the penalty-multiplier figure (paper default 1.0).
+        primary: the primary endpoint ``(benchmark, k)`` of the significance and power tables' multiplicity
+            correction (``None``: every table is one family of secondary tests).
     """
 
     names: DisplayNames = field(default_factory=DisplayNames)
@@ -123,6 +125,7 @@ class ReportSpec:
     diagnostic_methods: tuple[str, ...] = ("grpo", "ace_grpo")
     entropy_steps: int = 20
     penalty_alpha: float = 1.0
+    primary: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comparisons", _frozen(self.comparisons))

@@ -97,6 +97,7 @@ def report_spec(cfg: Config) -> ReportSpec:
         diagnostic_methods=tuple(diag.methods) if diag else ("grpo", "ace_grpo"),
         entropy_steps=diag.early_steps if diag else 20,
         penalty_alpha=ace_alphas[0] if ace_alphas else 1.0,
+        primary=cfg.primary_endpoint,
     )
 
 

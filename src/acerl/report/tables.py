@@ -13,8 +13,8 @@ a power of ten) and in the table frame. Tables (paper numbering):
 - :func:`hyperparameter_table` — Table 5: one column per model from ``{model: {hyperparameter: value}}``.
 - :func:`significance_table` — ACE vs its baseline per k: difference in points with the p-value.
 - :func:`ours_vs_paper_table` — our numbers next to the paper's, with the difference.
-- :func:`power_table` — ACE vs its baseline per k: paired difference with its t and bootstrap intervals, and
-  the minimal detectable effect of the design (:mod:`acerl.report.power`).
+- :func:`power_table` — ACE vs its baseline per k: paired difference with its t interval, the interval with seeds
+  and problems both random, and the minimal detectable effect of the design (:mod:`acerl.report.power`).
 
 A table that reproduces one of the paper's carries its number (:attr:`Table.number`, from :data:`PAPER_TABLES`)
 and starts its caption with the paper caption's first sentence; ``tests/report/test_table_numbers.py`` checks
@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from acerl.evaluate.stats import holm
 from acerl.report.aggregate import AGG_COLUMNS, CMP_COLUMNS, SIG_COLUMNS, MissingData, require_columns
 from acerl.report.power import POWER_COLUMNS
 from acerl.report.spec import DisplayNames
@@ -703,6 +704,35 @@ def _comparison_rows(
     return _ks(sub, ks), {(r.model, r.method, int(r.k)): r for r in sub.itertuples(index=False)}
 
 
+Primary = tuple[str, int]
+"""The primary endpoint ``(benchmark, k)`` (config ``report.primary``)."""
+
+
+def holm_by_family(
+    pvalues: Mapping[tuple[str, str, int], float], benchmark: str, primary: Primary | None
+) -> tuple[dict[tuple[str, str, int], float], str]:
+    """Holm-adjusted p-values of one table's cells ``{(model, method, k): p}`` and the caption's sentence.
+
+    On the primary endpoint's benchmark its column (``k``) is one family (the confirmatory tests, one per
+    comparison) and every other cell of the table another; elsewhere the whole table is one family."""
+    keys = [key for key, p in pvalues.items() if _finite(p)]
+    k1 = primary[1] if primary is not None and primary[0] == benchmark else None
+    families = [keys] if k1 is None else [[x for x in keys if x[2] == k1], [x for x in keys if x[2] != k1]]
+    adjusted: dict[tuple[str, str, int], float] = {}
+    for fam in families:
+        adjusted |= dict(zip(fam, holm([pvalues[x] for x in fam]).tolist(), strict=True))
+    if k1 is not None:
+        n1, n2 = (len(f) for f in families)
+        note = (
+            f"p-values Holm-adjusted: the primary endpoint (@{k1}) over its {n1} comparison(s), the other {n2} "
+            "cells (secondary) over the rest of the table"
+        )
+    else:
+        end = f" (the primary endpoint is on {primary[0]})" if primary is not None else ""
+        note = f"p-values Holm-adjusted over the table's {len(keys)} tests; all secondary{end}"
+    return adjusted, note
+
+
 def significance_table(
     sig: pd.DataFrame,
     benchmark: str,
@@ -711,18 +741,23 @@ def significance_table(
     models: Sequence[str],
     comparisons: Mapping[str, str],
     ks: Sequence[int] | None = None,
-    pvalue: Literal["p_welch", "p_paired"] = "p_welch",
+    primary: Primary | None = None,
     alpha_level: float = 0.05,
     name: str | None = None,
     scale: float = 100.0,
 ) -> Table:
-    """ACE vs its baseline on one benchmark: ``mean(ACE) - mean(baseline)`` in points per k with the p-value
-    (``pvalue`` column of :data:`acerl.report.aggregate.SIG_COLUMNS`); bold where ``p < alpha_level``.
+    """ACE vs its baseline on one benchmark: ``mean(ACE) - mean(baseline)`` in points per k with the study's
+    test (column ``p`` of :data:`acerl.report.aggregate.SIG_COLUMNS`: paired where the seeds match, else Welch's)
+    Holm-adjusted by :func:`holm_by_family`; bold where the adjusted ``p < alpha_level``.
 
     Raises:
         MissingData: no comparison for this benchmark.
     """
     ks, look = _comparison_rows(sig, SIG_COLUMNS, "significance results", benchmark, ks, "results")
+    shown = {
+        key: r.p for key, r in look.items() if key[2] in ks and key[0] in models and key[1] in comparisons
+    }
+    adjusted, note = holm_by_family(shown, benchmark, primary)
     groups = []
     for model in models:
         rows = []
@@ -735,7 +770,7 @@ def significance_table(
                 if r is None:
                     cells.append(Cell())
                     continue
-                p = getattr(r, pvalue)
+                p = adjusted.get((model, method, k), math.nan)
                 significant = _finite(p) and p < alpha_level
                 cells.append(
                     Cell(value=r.delta * scale, signed=True, pvalue=p, mark="bold" if significant else None)
@@ -746,15 +781,17 @@ def significance_table(
             groups.append(tuple(rows))
     if not groups:
         raise MissingData(f"no comparisons for models {list(models)} on {benchmark!r}")
-    test = "Welch's t-test" if pvalue == "p_welch" else "paired t-test (matched seeds)"
+    tests = {r.test for r in look.values() if _finite(r.p)}
+    test = {
+        frozenset({"paired"}): "the paired t-test (runs paired by seed)",
+        frozenset({"welch"}): "Welch's t-test (runs not paired by seed)",
+    }.get(frozenset(tests), "the paired t-test where runs are paired by seed, else Welch's")
     caption = f"ACE vs its baseline on {names.benchmark(benchmark)}: difference in Pass@$k$ (points)"
-    if any(pd.notna(getattr(r, pvalue)) for r in look.values()):
-        caption += (
-            f" with the two-sided p-value of {test} across seeds; bold = $p < {alpha_level:g}$ (uncorrected)."
-        )
+    if adjusted:
+        caption += f" with the two-sided p-value of {test} across seeds; {note}; bold = adjusted $p < {alpha_level:g}$."
     else:
         caption += "; no p-values (needs per-seed results, or confidence intervals with their seed counts)."
-    name = name or f"significance_{benchmark}" + ("" if pvalue == "p_welch" else "_paired")
+    name = name or f"significance_{benchmark}"
     return Table(
         name=name,
         caption=caption,
@@ -830,13 +867,14 @@ def power_table(
     ks: Sequence[int] | None = None,
     alpha_level: float = 0.05,
     power: float = 0.8,
+    primary: Primary | None = None,
     name: str | None = None,
     scale: float = 100.0,
 ) -> Table:
     """ACE vs its baseline on one benchmark with the power of the design (:func:`acerl.report.power.power_frame`).
 
     Per comparison three rows, columns @k: the paired difference (points) +- its t interval with the paired
-    p-value (bold where ``p < alpha_level``); the hierarchical-bootstrap interval over seeds and problems; the
+    p-value Holm-adjusted by :func:`holm_by_family` (bold where the adjusted ``p < alpha_level``); the interval with seeds and problems both random; the
     minimal detectable effect (two-sided ``alpha_level``, ``power``).
 
     Raises:
@@ -844,17 +882,27 @@ def power_table(
     """
     ks, look = _comparison_rows(pw, POWER_COLUMNS, "power results", benchmark, ks, "per-problem results")
     level = f"{100 * (1 - alpha_level):g}%"
+    shown = {
+        key: r.p_paired
+        for key, r in look.items()
+        if key[2] in ks and key[0] in models and key[1] in comparisons
+    }
+    adjusted, note = holm_by_family(shown, benchmark, primary)
+
+    def p_of(r: Any) -> float:
+        return adjusted.get((r.model, r.method, int(r.k)), math.nan)
+
     stats: tuple[tuple[str, Callable[[Any], Cell]], ...] = (
         (
             f"$\\Delta$ ± {level} CI (paired t)",
             lambda r: Cell(
-                value=r.delta * scale, signed=True, ci=(r.ci_high - r.ci_low) / 2 * scale, pvalue=r.p_paired,
-                mark="bold" if _finite(r.p_paired) and r.p_paired < alpha_level else None,
+                value=r.delta * scale, signed=True, ci=(r.ci_high - r.ci_low) / 2 * scale, pvalue=p_of(r),
+                mark="bold" if _finite(p_of(r)) and p_of(r) < alpha_level else None,
             ),
         ),
         (
-            f"{level} CI (bootstrap seeds × problems)",
-            lambda r: Cell(raw=f"[{_number(r.boot_low * scale, 1, True)}, {_number(r.boot_high * scale, 1, True)}]"),
+            f"{level} CI (seeds and problems random)",
+            lambda r: Cell(raw=f"[{_number(r.sp_low * scale, 1, True)}, {_number(r.sp_high * scale, 1, True)}]"),
         ),
         (f"MDE ($\\alpha$ = {alpha_level:g}, power {power:g})", lambda r: Cell(value=r.mde * scale)),
     )  # fmt: skip
@@ -880,8 +928,9 @@ def power_table(
     design = "; ".join(f"{s} seeds, {p} problems, n = {n}" for s, p, n in sorted(designs))
     caption = (
         f"Power of ACE vs its baseline on {names.benchmark(benchmark)} ({design}): difference in Pass@$k$ "
-        f"(points) paired by seed with its t interval and p-value, the bootstrap interval over seeds and "
-        f"problems, and the minimal detectable effect (MDE) of this design; bold = $p < {alpha_level:g}$."
+        f"(points) paired by seed with its t interval and p-value, the interval with seeds and problems "
+        f"both random, and the minimal detectable effect (MDE) of this design; {note}; bold = adjusted "
+        f"$p < {alpha_level:g}$."
     )
     name = name or f"power_{benchmark}"
     return Table(

@@ -48,7 +48,7 @@ from acerl.train.state import TrainState
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["init_state", "train_run"]
+__all__ = ["init_state", "resume_state", "train_run"]
 
 
 def _warn_short_mini_batch(setup: RunSettings) -> None:
@@ -136,7 +136,7 @@ def train_run(
         dev = torch.device(resolve_device(device))
         state, data = init_state(root, run, setup, dev)
         if ckpt is not None:
-            _resume(state, ckpt, setup, dev)
+            resume_state(state, ckpt, setup, dev)
         elif 0 in setup.diagnostic_steps:
             save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
         _train_loop(state, setup, data, cfg, run, root, spec_text, verifier, progress)
@@ -182,7 +182,9 @@ def init_state(
     return state, data
 
 
-def _resume(state: TrainState, ckpt: Path, setup: RunSettings, dev: torch.device) -> None:
+def resume_state(state: TrainState, ckpt: Path, setup: RunSettings, dev: torch.device) -> None:
+    """Restore ``state`` from checkpoint ``ckpt``: weights (and an EMA reference), AdamW, LR schedule, prompt
+    streams, random state and step."""
     ref = state.ref_model if setup.reference == "ema" else None
     saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
     state.scheduler.load_state_dict(saved["scheduler"])
