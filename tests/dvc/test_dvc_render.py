@@ -34,7 +34,7 @@ from acerl.dvc import (
     write_dvc_yaml,
 )
 from acerl.settings import run_spec
-from acerl.stages import Job, stage_command
+from acerl.stages import Job, stage_command, study_jobs
 from acerl.stages import param_keys as job_param_keys
 
 
@@ -265,3 +265,101 @@ def test_dvc_reads_the_generated_pipeline(tmp_path):
     assert set(status) == set(listed)
     deps = status["train_policy-tiny-ace_grpo-seed0"][0]["changed deps"]
     assert deps["config/config.yaml"] == deps["config/test.yaml"] == "new"  # a missing key would be "deleted"
+
+
+# What the sample stage reads: a quick counterpart of the slow key-by-key sweep (tests/workflow/test_stage_table.py),
+# which only perturbs the keys the table already lists and so cannot see a key missing from it.
+SPEED_KNOBS = ("compute.device", "compute.torch_threads", "grading.workers", "compute.resources")
+VLLM_MEMORY = ("kv_cache_gib", "gpu_memory_utilization")  # vLLM's memory budget: a speed knob (acerl.stages)
+
+
+def _all_perturbations(value: Any) -> list[Any]:
+    """:func:`_perturbed`, plus a value for unset keys and the other valid names of the sampling's enumerations
+    (backend, precision, prompt template)."""
+    from acerl.prompts import template_names
+
+    if value is None:
+        return [1, 32, "x"]
+    if isinstance(value, str):
+        names = ["hf", "vllm", "fp32", "bf16", *template_names()]
+        return [*_perturbed(value), *(v for v in names if v != value)]
+    return _perturbed(value)
+
+
+class _RecordingSampler:
+    """Stands in for the model (not for the stage): records what the stage asks for, answers a fixed text."""
+
+    def __init__(self, calls: list, tokenizer: Any) -> None:
+        self.calls, self.tokenizer = calls, tokenizer
+
+    def generate(self, prompts, params):
+        from acerl.generate.base import Completion
+
+        self.calls.append((list(prompts), params))
+        return [[Completion("1", [5, 2], "stop") for _ in range(params.n)] for _ in prompts]
+
+
+def _what_sampling_reads(cfg, run: Run, root, monkeypatch, tokenizer) -> Any:
+    """Everything the sample stage hands the sampler (its construction settings but the speed knobs, every
+    shard's prompts and sampling parameters) and the generations it writes."""
+    import acerl.generate as generate
+    from acerl.evaluate.pipeline import sample_run
+    from acerl.io import read_jsonl
+
+    built, calls = [], []
+
+    def make_sampler(backend, model_dir, *, device, batch_size, vllm_settings, precision):
+        if backend == "hf":  # what each backend reads (acerl.generate.make_sampler)
+            built.append((backend, batch_size, precision))
+        else:
+            built.append((backend, {k: v for k, v in vllm_settings.items() if k not in VLLM_MEMORY}))
+        return _RecordingSampler(calls, tokenizer)
+
+    monkeypatch.setattr(generate, "make_sampler", make_sampler)
+    shutil.rmtree(paths.generations_file(root, "synth_easy", run).parent, ignore_errors=True)
+    out = sample_run(cfg, run, "synth_easy", root, progress=False)
+    return built, calls, read_jsonl(out, required=())
+
+
+def test_sample_params_cover_everything_the_sampler_is_asked(tmp_path, monkeypatch):
+    """Perturb every value of the validated config (defaults included): when the sample stage asks its sampler
+    for anything different or writes different generations, the key is one of the stage's deciding keys."""
+    from acerl.io import write_jsonl
+    from acerl.models.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = (  # the chat templates need one; any will do
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    run = Run("tiny", "grpo", 0)
+    root = tmp_path / "root"
+    problems = [{"id": f"p{i}", "problem": f"{i} + {i} = ?", "answer": str(2 * i)} for i in range(5)]
+    write_jsonl(paths.data_file(root, "synth_easy"), problems)
+    paths.policy_dir(root, run).mkdir(parents=True)
+    (paths.policy_dir(root, run) / "config.json").write_text("{}")
+    import acerl.evaluate.pipeline as pipeline
+    import acerl.io
+
+    monkeypatch.setattr(pipeline, "gc", type("NoGc", (), {"collect": staticmethod(lambda: 0)}))  # speed only
+    monkeypatch.setattr(acerl.io, "fsync_path", lambda path: None)  # speed only
+    cfg = load_config([REPO / f for f in DEFAULT_CONFIG_FILES], ["evaluation.shard_size=2"])  # 3 shards of 5
+    job = Job("sample", run.model, run, "synth_easy")
+    listed = job_param_keys(cfg, job)
+    baseline = _what_sampling_reads(cfg, run, root, monkeypatch, tokenizer)
+    data = cfg.model_dump(mode="json")
+    checked = 0
+    for key, value in _leaves(data):
+        if any(key == k or key.startswith(k + ".") for k in SPEED_KNOBS):
+            continue
+        for new in _all_perturbations(value):
+            try:
+                other = validate(_set(data, key, new))
+            except Exception:
+                continue
+            if job not in study_jobs(other):
+                continue  # a grid change
+            if _what_sampling_reads(other, run, root, monkeypatch, tokenizer) != baseline:
+                checked += 1
+                assert _covered(key, listed + job_param_keys(other, job)), f"{key} changes sampling"
+    assert checked >= 8

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
-from report_synthetic import ALPHAS, MAIN, MODELS, NAMES
+from report_synthetic import ALPHAS, KS, MAIN, MODELS, NAMES
 
 from acerl.evaluate.stats import holm, mean_ci, paired_test, welch_test
 from acerl.report.aggregate import (
@@ -217,6 +218,43 @@ def test_passk_table_shape_labels_and_marks(synthetic_runs):
     assert not no_ci.resize
     with pytest.raises(MissingData):
         passk_table(agg, "nope", names=NAMES, models=MODELS, methods=MAIN)
+
+
+def test_passk_table_cells_by_hand(synthetic_runs):
+    """Every Table 1 cell from the per-seed runs by hand: ``100 * mean`` and ``100 * t_{0.975, n-1} s / sqrt(n)``
+    (Student t over seeds), rendered as ``mean ± half-width`` (the paper's tables need ../shared/paper; this
+    does not)."""
+    from scipy.stats import t as student_t
+
+    agg = aggregate_seeds(synthetic_runs)
+    table = passk_table(agg, "bench_a", names=NAMES, models=MODELS, methods=MAIN)
+    md = to_markdown(table)
+    checked = 0
+    for model, group in zip(MODELS, table.groups, strict=True):
+        for method, row in zip(MAIN, group, strict=True):
+            for k, cell in zip(KS, row.cells, strict=True):
+                sel = synthetic_runs[
+                    (synthetic_runs.benchmark == "bench_a")
+                    & (synthetic_runs.model == model)
+                    & (synthetic_runs.method == method)
+                    & (synthetic_runs.k == k)
+                ]
+                values = [float(v) for v in sel["pass_at_k"]]
+                n = len(values)
+                mean = sum(values) / n
+                assert cell.value == pytest.approx(100 * mean)
+                if n == 1:
+                    assert cell.ci is None or math.isnan(cell.ci)
+                    continue
+                sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+                half = student_t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+                assert cell.ci == pytest.approx(100 * half)
+                (line,) = [x for x in md.splitlines() if x.startswith(f"| {row.label} |")]
+                cells = [c.strip() for c in line.strip("|").split("|")]
+                shown = re.sub(r"\*\*|</?u>", "", cells[1 + KS.index(k)])  # marks off
+                assert shown == f"{100 * mean:.1f} ± {100 * half:.1f}"
+                checked += 1
+    assert checked == len(MODELS) * (len(MAIN) - 1) * len(KS)
 
 
 def test_alpha_and_ablation_tables(synthetic_runs):

@@ -346,6 +346,7 @@ def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
         assert all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a), a
     if method == "ace_grpo":  # step 1 samples from pi_ref itself: c_i = 0 exactly on the single-pass path too
         assert fused[0]["ace/confidence_mean_neg"] == 0.0
+        assert fused[0]["ace/overconfident_frac_neg"] == 0.0  # c = 0 is not an overconfident error
 
 
 def test_single_pass_update_needs_one_pass(tiny_root: Path):

@@ -132,3 +132,21 @@ def test_preemption_flag_records_signals_and_restores_handlers():
     err = TrainingPreempted(step=3, signum=signal.SIGTERM)
     assert isinstance(err, SystemExit) and err.code == PREEMPTED_EXIT_CODE == 75
     assert "SIGTERM" in str(err) and "step 3" in str(err)
+
+
+def test_ema_reference_update_on_known_tensors():
+    """``ref <- decay * ref + (1 - decay) * policy`` with a decay other than 0.5 (where a swap would not show)."""
+    from acerl.train.algorithm import ema_update
+
+    ref, policy = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        ref.weight.copy_(torch.tensor([[1.0, -2.0]]))
+        ref.bias.fill_(4.0)
+        policy.weight.copy_(torch.tensor([[3.0, 2.0]]))
+        policy.bias.fill_(-6.0)
+    ema_update(ref, policy, decay=0.9)
+    torch.testing.assert_close(ref.weight.detach(), torch.tensor([[1.2, -1.6]]))  # 0.9 * ref + 0.1 * policy
+    torch.testing.assert_close(ref.bias.detach(), torch.tensor([3.0]))
+    assert policy.weight.tolist() == [[3.0, 2.0]] and policy.bias.tolist() == [-6.0]  # untouched
+    ema_update(ref, policy, decay=1.0)  # decay 1: a fixed reference
+    torch.testing.assert_close(ref.bias.detach(), torch.tensor([3.0]))
