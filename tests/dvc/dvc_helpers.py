@@ -116,6 +116,9 @@ def descendants(stages: Mapping[str, Mapping[str, object]], roots: Iterable[str]
 _RULE = re.compile(r"^(?:local)?rule (\w+):$")
 
 
+_FLAG = re.compile(r" \(\w+\)$")
+
+
 def snakemake_jobs(dry_run_output: str) -> set[tuple[str, frozenset[str]]]:
     """``(rule, outputs)`` of every job a ``snakemake -n`` run lists (the target rule ``all`` left out)."""
     jobs: set[tuple[str, frozenset[str]]] = set()
@@ -125,7 +128,8 @@ def snakemake_jobs(dry_run_output: str) -> set[tuple[str, frozenset[str]]]:
         if m:
             rule = m.group(1)
         elif rule and line.strip().startswith("output:"):
-            outs = frozenset(p.strip() for p in line.split(":", 1)[1].split(","))
+            # Snakemake marks flagged outputs ("results/tables (update)"): the path is what counts
+            outs = frozenset(_FLAG.sub("", p.strip()) for p in line.split(":", 1)[1].split(","))
             jobs.add((rule, outs))
             rule = None
     return jobs
