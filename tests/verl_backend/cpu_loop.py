@@ -19,6 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RANKS = 2  # FSDP ranks (fake Ray GPUs)
+ROLLOUT_LOG_ENV = "ACERL_CPU_ROLLOUT_LOG"  # cpu_rollout's record of weight loads and generations
+ADV_DUMP_ENV = "ACERL_CPU_ADV_DUMP"  # cpu_rollout's record of every advantage computation
 
 OVERLAY = f"""\
 # CPU verl overlay (tests/verl_backend/cpu_loop.py): the CI-scale study trained by verl's main_ppo
@@ -30,8 +32,16 @@ models:
   tiny:
     train:
       total_steps: 3
+      prompts_per_step: 4
+      group_size: 8
+      mini_batch_size: 4
       save_every: 1
       keep_checkpoints: 3
+families:
+  dapo:
+    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered: the
+    # cap stays on, with room for the refills a policy this weak needs
+    dynamic_sampling: {{enable: true, max_batches: 8}}
 """
 
 
@@ -57,6 +67,7 @@ def cpu_overrides() -> list[str]:
         f"{r}.name=cpu_hf",
         f"{r}.agent.num_workers=1",
         "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
         "+reward.custom_reward_function.reward_kwargs.grader_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
@@ -73,8 +84,8 @@ def cpu_env(work: Path) -> dict[str, str]:
         "VERL_PLATFORM": "cpu",
         "VERL_ENGINE_DEVICE": "cuda",
         "PYTHONPATH": pythonpath,
-        "ACERL_CPU_ROLLOUT_LOG": str(work / "cpu_rollout.jsonl"),
-        "RAY_TMPDIR": "/tmp/acerl-ray",
+        ROLLOUT_LOG_ENV: str(work / "cpu_rollout.jsonl"),
+        "RAY_TMPDIR": f"/tmp/acerl-ray-{os.getpid()}",  # Ray's socket paths must stay under 107 characters
         "RAY_DEDUP_LOGS": "0",
         "TOKENIZERS_PARALLELISM": "false",
     }

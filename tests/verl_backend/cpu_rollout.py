@@ -25,6 +25,7 @@ Each server appends one JSON line per weight load and per generation batch to ``
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ import threading
 import time
 from typing import Any
 
+import cpu_loop
 import cpu_platform
 import ray
 import torch
@@ -39,7 +41,8 @@ from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
 ROLLOUT_NAME = "cpu_hf"
-LOG_ENV = "ACERL_CPU_ROLLOUT_LOG"
+LOG_ENV = cpu_loop.ROLLOUT_LOG_ENV
+ADV_DUMP_ENV = cpu_loop.ADV_DUMP_ENV
 SERVER_PREFIX = "acerl_cpu_rollout_server"
 
 
@@ -83,7 +86,10 @@ class CPUGenerationServer:
     def _eos_ids(model_config: Any) -> set[int]:
         ids: set[int] = set()
         gen = getattr(model_config, "generation_config", None)
-        for source in (getattr(gen, "eos_token_id", None), getattr(model_config.tokenizer, "eos_token_id", None)):
+        for source in (
+            getattr(gen, "eos_token_id", None),
+            getattr(model_config.tokenizer, "eos_token_id", None),
+        ):
             if isinstance(source, int):
                 ids.add(source)
             elif source:
@@ -93,7 +99,12 @@ class CPUGenerationServer:
     def _log(self, record: dict[str, Any]) -> None:
         if not self.log_path:
             return
-        record = {"replica": self.replica_rank, "global_steps": self.global_steps, "time": time.time(), **record}
+        record = {
+            "replica": self.replica_rank,
+            "global_steps": self.global_steps,
+            "time": time.time(),
+            **record,
+        }
         with open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -105,7 +116,9 @@ class CPUGenerationServer:
                 raise KeyError(f"CPU rollout server: unexpected parameters {unexpected[:5]}")
             self.global_steps = global_steps
             self.fingerprint = weights_fingerprint(self.model.state_dict())
-            self._log({"event": "load", "source": "actor", "fingerprint": self.fingerprint, "missing": missing})
+            self._log(
+                {"event": "load", "source": "actor", "fingerprint": self.fingerprint, "missing": missing}
+            )
             if self.log_path:
                 torch.save(
                     {k: v.detach().clone() for k, v in self.model.state_dict().items()},
@@ -157,7 +170,8 @@ class CPUGenerationServer:
                 return tokens, logps, stop, self.fingerprint, self.global_steps
 
         tokens, logps, stop, fingerprint, steps = await asyncio.to_thread(run)
-        self._log({"event": "generate", "fingerprint": fingerprint, "tokens": len(tokens)})
+        prompt = hashlib.sha256(json.dumps(list(prompt_ids)).encode()).hexdigest()[:16]
+        self._log({"event": "generate", "fingerprint": fingerprint, "prompt": prompt, "tokens": len(tokens)})
         return TokenOutput(
             token_ids=tokens,
             log_probs=logps if params.get("logprobs") else None,
@@ -243,6 +257,50 @@ class CPUServerAdapter(rollout_base.BaseRollout):
             await server.load_weights.remote(state, kwargs.get("global_steps"))
 
 
+def record_advantages() -> None:
+    """With ``$ACERL_CPU_ADV_DUMP`` set, every advantage computation of the trainer (verl's GRPO, which
+    ``compute_advantage`` calls as ``core_algos.compute_grpo_outcome_advantage``, and the plugin's ``ace`` from
+    verl's estimator registry) saves its inputs and output to ``<dump>.<n>.pt``, so a test can recompute them
+    with :mod:`acerl.algos` on the very rollouts of the run."""
+    prefix = os.environ.get(ADV_DUMP_ENV)
+    if not prefix:
+        return
+    from verl.trainer.ppo import core_algos
+
+    counter = {"n": 0}
+
+    def wrap(fn: Any, name: str) -> Any:
+        if getattr(fn, "_acerl_recorded", False):
+            return fn
+
+        @functools.wraps(fn)  # keeps the name the ACE plugin checks its registration by
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            saved: dict[str, Any] = {"estimator": name}
+            for key, value in kwargs.items():
+                if isinstance(value, torch.Tensor):
+                    saved[key] = value.detach().cpu().clone()
+                elif key == "index":
+                    saved[key] = [str(v) for v in value]
+                elif key in ("epsilon", "norm_adv_by_std_in_grpo"):
+                    saved[key] = value
+                elif key == "config" and value is not None:
+                    from omegaconf import OmegaConf
+
+                    saved[key] = OmegaConf.to_container(value, resolve=True)
+            saved["advantages"] = out[0].detach().cpu().clone()
+            counter["n"] += 1
+            torch.save(saved, f"{prefix}.{os.getpid()}.{counter['n']}.pt")
+            return out
+
+        recorded._acerl_recorded = True  # type: ignore[attr-defined]
+        return recorded
+
+    core_algos.compute_grpo_outcome_advantage = wrap(core_algos.compute_grpo_outcome_advantage, "grpo")
+    if "ace" in core_algos.ADV_ESTIMATOR_REGISTRY:
+        core_algos.ADV_ESTIMATOR_REGISTRY["ace"] = wrap(core_algos.ADV_ESTIMATOR_REGISTRY["ace"], "ace")
+
+
 def register() -> None:
     """Add ``cpu_hf`` to verl's two rollout registries (idempotent)."""
     rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.CPUServerAdapter"
@@ -251,3 +309,4 @@ def register() -> None:
 
 register()
 cpu_platform.install_loop_hooks()
+record_advantages()
