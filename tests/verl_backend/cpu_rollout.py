@@ -31,6 +31,7 @@ import json
 import os
 import threading
 import time
+from collections import defaultdict
 from typing import Any
 
 import cpu_loop
@@ -79,6 +80,8 @@ class CPUGenerationServer:
         self.fingerprint = weights_fingerprint(self.model.state_dict())
         self.generator = torch.Generator().manual_seed(int(getattr(config, "seed", 0)) * 1000 + replica_rank)
         self.lock = threading.Lock()
+        self.queue: list[tuple[list[int], dict[str, Any], asyncio.Future]] = []
+        self.serving: asyncio.Future | None = None
         self.log_path = os.environ.get(LOG_ENV)
         self._log({"event": "load", "source": "init", "fingerprint": self.fingerprint})
 
@@ -126,56 +129,108 @@ class CPUGenerationServer:
                 )
             return self.fingerprint
 
-    def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> tuple[list[int], list[float], str]:
+    def _max_tokens(self, prompt_ids: list[int], params: dict[str, Any]) -> int:
         cfg = self.config
         max_tokens = params.get("max_tokens") or params.get("max_new_tokens")
-        if max_tokens is None:
+        if max_tokens is None:  # as verl's vLLM server
             max_tokens = min(cfg.response_length, cfg.prompt_length + cfg.response_length - len(prompt_ids))
-        temperature = float(params.get("temperature", 1.0))
-        top_p = float(params.get("top_p", 1.0))
-        ids = torch.tensor([prompt_ids], dtype=torch.long)
-        out_ids: list[int] = []
-        out_lp: list[float] = []
+        return max(1, int(max_tokens))
+
+    def _sample_batch(
+        self, prompts: list[list[int]], max_tokens: list[int], temperature: float, top_p: float
+    ) -> list[tuple[list[int], list[float]]]:
+        """Sample every prompt at once (left-padded, KV cache): tokens and their log-probs under the policy."""
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        mask = torch.zeros(len(prompts), width, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        limit = torch.tensor(max_tokens)
+        out_ids: list[list[int]] = [[] for _ in prompts]
+        out_lp: list[list[float]] = [[] for _ in prompts]
+        done = torch.zeros(len(prompts), dtype=torch.bool)
+        eos = torch.tensor(sorted(self.eos_ids) or [-1])
         past = None
+        step_ids = ids
         with torch.no_grad():
-            for _ in range(int(max_tokens)):
-                res = self.model(input_ids=ids, past_key_values=past, use_cache=True)
+            for t in range(int(limit.max())):
+                positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.size(1) :]
+                res = self.model(
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=past,
+                    use_cache=True,
+                )
                 past = res.past_key_values
-                logits = res.logits[0, -1].float()
+                logits = res.logits[:, -1].float()
                 logp = torch.log_softmax(logits, dim=-1)
                 if temperature <= 0:
-                    tok = int(torch.argmax(logits))
+                    tok = logits.argmax(-1)
                 else:
                     probs = torch.softmax(logits / temperature, dim=-1)
                     if top_p < 1.0:
-                        sorted_p, order = torch.sort(probs, descending=True)
-                        keep = torch.cumsum(sorted_p, 0) - sorted_p < top_p
-                        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
-                    tok = int(torch.multinomial(probs, 1, generator=self.generator))
-                out_ids.append(tok)
-                out_lp.append(float(logp[tok]))
-                if tok in self.eos_ids:
-                    return out_ids, out_lp, "completed"
-                ids = torch.tensor([[tok]], dtype=torch.long)
-        return out_ids, out_lp, "completed"
+                        sorted_p, order = torch.sort(probs, descending=True, dim=-1)
+                        keep = torch.cumsum(sorted_p, -1) - sorted_p < top_p
+                        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
+                    tok = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+                for i in range(len(prompts)):
+                    if not done[i]:
+                        out_ids[i].append(int(tok[i]))
+                        out_lp[i].append(float(logp[i, tok[i]]))
+                done |= torch.isin(tok, eos) | (t + 1 >= limit)
+                if bool(done.all()):
+                    break
+                step_ids = tok.unsqueeze(-1)
+                mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=torch.long)], dim=-1)
+        return list(zip(out_ids, out_lp, strict=True))
+
+    async def _serve(self) -> None:
+        """Batches the requests that arrive together (the agent loop sends a step's rollouts concurrently)."""
+        while self.queue:
+            await asyncio.sleep(0.02)
+            batch, self.queue = self.queue, []
+            by_params: dict[tuple[float, float], list[tuple[list[int], int, asyncio.Future]]] = defaultdict(
+                list
+            )
+            for prompt_ids, params, future in batch:
+                key = (float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)))
+                by_params[key].append((prompt_ids, self._max_tokens(prompt_ids, params), future))
+            for (temperature, top_p), items in by_params.items():
+
+                def run(items=items, temperature=temperature, top_p=top_p):
+                    with self.lock:
+                        outs = self._sample_batch(
+                            [i[0] for i in items], [i[1] for i in items], temperature, top_p
+                        )
+                        return outs, self.fingerprint, self.global_steps
+
+                try:
+                    outs, fingerprint, steps = await asyncio.to_thread(run)
+                except Exception as err:  # noqa: BLE001  (handed to every waiting request)
+                    for _, _, future in items:
+                        future.set_exception(err)
+                    continue
+                for (_, _, future), out in zip(items, outs, strict=True):
+                    future.set_result((*out, fingerprint, steps))
+        self.serving = None
 
     async def generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **kwargs: Any
     ) -> TokenOutput:
         params = dict(sampling_params)
-
-        def run() -> tuple[list[int], list[float], str, str, int | None]:
-            with self.lock:
-                tokens, logps, stop = self._sample(list(prompt_ids), params)
-                return tokens, logps, stop, self.fingerprint, self.global_steps
-
-        tokens, logps, stop, fingerprint, steps = await asyncio.to_thread(run)
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append((list(prompt_ids), params, future))
+        if self.serving is None:
+            self.serving = asyncio.ensure_future(self._serve())
+        tokens, logps, fingerprint, steps = await future
         prompt = hashlib.sha256(json.dumps(list(prompt_ids)).encode()).hexdigest()[:16]
         self._log({"event": "generate", "fingerprint": fingerprint, "prompt": prompt, "tokens": len(tokens)})
         return TokenOutput(
             token_ids=tokens,
             log_probs=logps if params.get("logprobs") else None,
-            stop_reason=stop,
+            stop_reason="completed",
             extra_fields={"global_steps": steps},
         )
 
