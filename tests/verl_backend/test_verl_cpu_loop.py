@@ -9,9 +9,11 @@ cores). docs/verl.md ("What has executed on CPU") lists what runs and what still
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.verl
+pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -61,8 +63,6 @@ def _train_and_kill_after_checkpoint(args: list[str], env: dict[str, str], log: 
     (``latest_checkpointed_iteration.txt``), SIGKILL the whole job: the launcher, main_ppo, every Ray worker and
     Ray's own daemons (found by this job's ``RAY_TMPDIR`` in their command lines). Returns the step verl had
     checkpointed when the kill landed."""
-    import psutil
-
     cmd = [sys.executable, "-m", "acerl.cli", *args]
     tracker = ckpts / "latest_checkpointed_iteration.txt"
     with log.open("a", encoding="utf-8") as out:
@@ -76,22 +76,24 @@ def _train_and_kill_after_checkpoint(args: list[str], env: dict[str, str], log: 
             time.sleep(0.1)
         assert proc.poll() is None, f"training ended before the step-{KILL_AFTER} checkpoint:\n{_tail(log)}"
         step = int(tracker.read_text().strip())
-        victims = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                if env["RAY_TMPDIR"] in " ".join(p.info["cmdline"] or []):
-                    victims.append(p.info["pid"])
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        for pid in sorted(set(victims)):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher's session: main_ppo, Ray's daemons and workers
+        for pid in _pids_with_in_cmdline(env["RAY_TMPDIR"] + "/"):  # anything of this job's Ray outside it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=60)
         out.write(f"\n### killed with SIGKILL at checkpoint step {step}\n")
     time.sleep(2)
     return step
+
+
+def _pids_with_in_cmdline(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    pids.append(int(entry.name))
+    return pids
 
 
 class Study:
@@ -326,6 +328,12 @@ def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method
     rows = list(read_jsonl(out))
     problems = list(read_jsonl(paths.data_file(study.root, "synth_easy")))
     assert len(rows) == len(problems) and all(len(r["completions"]) == cfg.evaluation.n for r in rows)
+    # ... and the grading and Pass@k stages on those samples
+    from acerl.evaluate.pipeline import grade_run, passk_run
+
+    grade_run(cfg, run, "synth_easy", study.root)
+    record = json.loads(passk_run(cfg, run, "synth_easy", study.root).read_text())
+    assert record["method"] == method and sorted(map(int, record["pass_at_k"])) == list(cfg.evaluation.ks)
 
 
 @pytest.mark.parametrize("method", METHODS)
