@@ -215,9 +215,14 @@ def test_step2_rollouts_come_from_the_step1_update(study: Study, method: str) ->
     assert set(ckpt) <= set(synced)
     for name, value in ckpt.items():
         torch.testing.assert_close(synced[name], value.float(), rtol=0, atol=1e-6, msg=name)
+    # the synced weights change exactly at the steps whose update had a gradient
+    metrics = study.metrics(method)
+    for step in range(1, STEPS + 1):
+        updated = metrics[step]["actor/grad_norm"] > 0
+        assert (loads[step]["fingerprint"] != loads[step - 1]["fingerprint"]) == updated, (method, step)
+    assert any(metrics[s]["actor/grad_norm"] > 0 for s in metrics), f"{method}: no step had a gradient"
     moved = [n for n in ckpt if not torch.equal(ckpt[n].float(), base[n].float())]
-    assert moved, f"{method}: the step-1 update changed no parameter"
-    assert loads[1]["fingerprint"] != loads[0]["fingerprint"]
+    assert bool(moved) == (metrics[1]["actor/grad_norm"] > 0)
 
 
 def _merge(study: Study, method: str, step: int) -> Path:
@@ -250,10 +255,17 @@ def test_baselines_log_no_ace_statistics(study: Study, method: str) -> None:
 
 
 def _prompts_by_version(records: list[dict]) -> dict[int, list[str]]:
+    """Prompt fingerprints of each step's rollouts (key: the weights' version, step - 1). A killed run's
+    versions from ``KILL_AFTER`` on come from the resumed attempt only (the killed one may have started them)."""
+    inits = [i for i, r in enumerate(records) if r["event"] == "load" and r["source"] == "init"]
     out: dict[int, list[str]] = defaultdict(list)
-    for r in records:
-        if r["event"] == "generate":
-            out[r["global_steps"]].append(r["prompt"])
+    for i, r in enumerate(records):
+        if r["event"] != "generate":
+            continue
+        resumed = len(inits) > 1 and i > inits[1]
+        if len(inits) > 1 and resumed != (r["global_steps"] >= KILL_AFTER):
+            continue
+        out[r["global_steps"]].append(r["prompt"])
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -280,7 +292,17 @@ def test_kill_after_step2_checkpoint_resumes_at_step3(study: Study) -> None:
     }
     resumed = [r for r in after if r["event"] == "load" and r["source"] == "actor"]
     assert resumed[0]["global_steps"] == KILL_AFTER
-    assert resumed[0]["fingerprint"] == first_loads[KILL_AFTER]  # the checkpoint restored the synced weights
+    if KILL_AFTER in first_loads:  # the killed attempt had synced its step-2 weights before the kill
+        assert resumed[0]["fingerprint"] == first_loads[KILL_AFTER]
+    # the weights the resumed attempt served are verl's step-2 checkpoint
+    from safetensors.torch import load_file
+
+    served = torch.load(
+        f"{study.root / f'rollout_{KILLED}.jsonl'}.replica0.weights-step{KILL_AFTER}.pt", weights_only=True
+    )
+    ckpt = load_file(_merge(study, KILLED, KILL_AFTER) / "model.safetensors")
+    for name, value in ckpt.items():
+        torch.testing.assert_close(served[name], value.float(), rtol=0, atol=1e-6, msg=name)
     assert {r["global_steps"] for r in after if r["event"] == "generate"} == {KILL_AFTER}
 
 
@@ -375,3 +397,27 @@ def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method:
             eps, norm = call.get("epsilon", 1e-6), call.get("norm_adv_by_std_in_grpo", True)
             expected = grpo_advantages(rewards, groups, eps=eps, norm_by_std=norm)
         torch.testing.assert_close(call["advantages"], expected.unsqueeze(-1) * mask, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["dapo", "ace_dapo"])
+def test_dynamic_sampling_through_verls_replay_buffer(study: Study, method: str) -> None:
+    """DAPO's dynamic sampling ran in verl's own ``ReplayBuffer`` (V1, ``filter_groups.metric=acc``, the
+    plugin's cap on): the replay buffer evicted groups whose rollouts all agreed, refilled, and every trained
+    batch holds ``train_batch_size`` groups, each with correct and incorrect rollouts."""
+    from acerl.algos.advantages import as_group_ids
+
+    metrics = study.metrics(method)
+    evicted = [metrics[s].get("training/filter_groups/evicted_samples", 0) for s in sorted(metrics)]
+    assert sum(evicted) > 0, evicted
+    calls = [torch.load(f, weights_only=True) for f in sorted(study.root.glob(f"adv_{method}.*.pt"))]
+    assert len(calls) == STEPS
+    for call in calls:
+        rewards = call["token_level_rewards"].sum(-1)
+        # the grader's verdict: the plugin's `correct` (ACE), else the sign of DAPO's +1/-1 reward, which the
+        # overlong penalty (at most 1) never flips
+        correct = call["correct"] if "correct" in call else rewards > -0.5
+        groups = as_group_ids(call["index"])
+        assert groups.unique().numel() == 4 and rewards.numel() == 4 * 8
+        for g in groups.unique():
+            verdicts = correct[groups == g]
+            assert verdicts.any() and not verdicts.all(), (method, int(g))
