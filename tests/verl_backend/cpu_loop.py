@@ -76,7 +76,8 @@ def cpu_overrides() -> list[str]:
 def cpu_env(work: Path) -> dict[str, str]:
     """Environment for ``acerl train`` (and so for main_ppo and its Ray workers)."""
     overrides = work / "verl_cpu_overrides.txt"
-    overrides.write_text("".join(line + "\n" for line in cpu_overrides()), encoding="utf-8")
+    lines = [*cpu_overrides(), f"hydra.run.dir={work / 'hydra'}"]  # not outputs/ in the checkout
+    overrides.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     pythonpath = os.pathsep.join([str(HERE), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
     return {
         "ACERL_VERL_EXTRA_MODULES": "cpu_platform,cpu_rollout",
