@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -261,11 +262,23 @@ def _merge(study: Study, method: str, step: int) -> Path:
 
 @pytest.mark.parametrize("method", ["ace_grpo", "ace_dapo"])
 def test_ace_statistics_reach_verls_metrics_log(study: Study, method: str) -> None:
-    for step, rec in study.metrics(method).items():
+    """``ace/*`` in every step of verl's metrics log. The statistics of the negatives are null in a step with no
+    negative-advantage rollout; at step 1 the policy is the reference, so every confidence is 0 and every
+    multiplier ``1 + alpha * softplus(0) = 1 + ln 2`` (alpha 1)."""
+    metrics = study.metrics(method)
+    for step, rec in metrics.items():
         for key in ACE_KEYS:
             assert key in rec, (method, step, key)
         assert 0.0 <= rec["ace/negative_frac"] <= 1.0
-        assert rec["ace/multiplier_max"] >= 1.0
+        if rec["ace/negative_frac"] > 0:
+            assert rec["ace/multiplier_max"] >= rec["ace/multiplier_mean_neg"] >= 1.0
+        else:
+            assert rec["ace/multiplier_max"] is None
+    assert any(rec["ace/negative_frac"] > 0 for rec in metrics.values()), method
+    first = metrics[1]
+    if first["ace/negative_frac"] > 0:
+        assert first["ace/confidence_mean_neg"] == pytest.approx(0.0, abs=1e-6)
+        assert first["ace/multiplier_max"] == pytest.approx(1 + math.log(2), abs=1e-5)
 
 
 @pytest.mark.parametrize("method", ["grpo", "dapo"])
