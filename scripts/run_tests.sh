@@ -3,7 +3,8 @@
 # the CI-scale study end to end (whole DAG, DVC stories, SIGKILL resume) and the SLURM tests against a real
 # one-node cluster on localhost (scripts/slurm_local.sh), which this script starts and stops when it may.
 #
-# Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: -m "not gpu" (every test a CPU machine can run)
+# Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: -m "not gpu and not vllm and not verl_loop"
+#                                                   (every CPU test; verl's whole loop: `make test-verl-loop`)
 # Environment:
 #   ACERL_TEST_SLURM      auto (default): use a running cluster; else start one when running as root with apt-get
 #                         (CI machines), else the SLURM tests skip with the reason. 1: start one or fail.
@@ -57,7 +58,7 @@ fi
 cd "$repo"
 args=("$@")
 vllm_mode="${ACERL_TEST_VLLM:-auto}"
-[[ ${#args[@]} -gt 0 ]] || args=(-m "not gpu and not vllm")
+[[ ${#args[@]} -gt 0 ]] || args=(-m "not gpu and not vllm and not verl_loop")
 rc=0
 timeout -k 30 "${ACERL_TEST_TIMEOUT:-3000}" "$python" -m pytest --durations=30 "${args[@]}" || rc=$?
 log "pytest exit code $rc after $((SECONDS - start)) s"

@@ -126,7 +126,9 @@ class PlatformCPU(PlatformBase):
         return None
 
     def ray_resource_name(self) -> str:
-        return "CPU"
+        # verl's resource pools ask Ray for one accelerator per worker; the trainer-loop test starts Ray with
+        # fake GPUs (``ray_kwargs.ray_init.num_gpus``), which place the workers and nothing else.
+        return "GPU"
 
     def ray_noset_envvars(self) -> list[str]:
         return []
@@ -167,3 +169,63 @@ def ignore_trl() -> None:
     from verl.models.transformers import monkey_patch
 
     monkey_patch.is_trl_available = lambda: False
+
+
+def fix_gloo_backend_string() -> None:
+    """verl's ``initialize_global_process_group_ray`` (``verl/utils/distributed.py``) builds the backend
+    ``cpu:gloo,<device>:<backend>``, i.e. ``cpu:gloo,cpu:gloo`` here, which torch rejects; on this platform it
+    becomes plain ``gloo``. Rebinds the name in the modules that import it (``engine_workers`` imports it later
+    and gets the wrapper)."""
+    import sys
+
+    from verl.utils import distributed
+
+    original = distributed.initialize_global_process_group_ray
+    if getattr(original, "_acerl_cpu", False):
+        return
+
+    def initialize_global_process_group_ray(timeout_second=None, backend=None):
+        if backend is None or backend == "cpu:gloo,cpu:gloo":
+            backend = "gloo"
+        return original(timeout_second=timeout_second, backend=backend)
+
+    initialize_global_process_group_ray._acerl_cpu = True  # type: ignore[attr-defined]
+    distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
+    for name in ("verl.workers.engine_workers", "verl.checkpoint_engine.base"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "initialize_global_process_group_ray"):
+            module.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+
+def unpin_cpu_offload_class() -> None:
+    """:func:`unpin_fsdp2_offload` for every process (Ray workers import verl's FSDP engine at any time):
+    torch's ``CPUOffloadPolicy`` itself never pins (its ``__init__`` is wrapped, so every imported name of the
+    class sees it)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    init = CPUOffloadPolicy.__init__
+    if getattr(init, "_acerl_cpu", False):
+        return
+
+    def unpinned_init(self, pin_memory: bool = True) -> None:
+        init(self, pin_memory=False)
+
+    unpinned_init._acerl_cpu = True  # type: ignore[attr-defined]
+    CPUOffloadPolicy.__init__ = unpinned_init  # type: ignore[method-assign]
+
+
+def install_loop_hooks() -> None:
+    """Everything the trainer loop's processes need on this platform (called at import by :mod:`cpu_rollout`,
+    in every process that imports verl when ``VERL_PLATFORM=cpu``)."""
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() != PLATFORM_NAME:
+        return
+    fix_gloo_backend_string()
+    unpin_cpu_offload_class()
+    import sys
+
+    if "verl.models.transformers.monkey_patch" in sys.modules:
+        ignore_trl()
+    else:  # hide trl before monkey_patch imports the name (see ignore_trl)
+        from verl.utils import import_utils
+
+        import_utils.is_trl_available = lambda: False

@@ -282,6 +282,41 @@ def test_command_and_dry_run(paper_cfg, tmp_path: Path, monkeypatch, caplog) -> 
     assert not any(tmp_path.iterdir())  # a dry run writes nothing
 
 
+def test_site_hooks_extra_modules_and_overrides(paper_cfg, tmp_path: Path, monkeypatch, caplog) -> None:
+    """``ACERL_VERL_EXTRA_MODULES`` joins the ACE plugin in ``VERL_USE_EXTERNAL_MODULES``;
+    ``ACERL_VERL_EXTRA_OVERRIDES`` names a file of overrides that replace the generated ones in place (a
+    ``+key`` given twice would stop Hydra) or are appended."""
+    from acerl.errors import MissingInputError
+    from acerl.verl_backend.launcher import extra_overrides_from_env, merge_overrides, verl_env
+
+    run = Run("qwen25_math_7b", "dapo", 0)
+    monkeypatch.setenv("ACERL_VERL_EXTRA_MODULES", "site_a, site_b")
+    assert (
+        verl_env(paper_cfg, run, tmp_path)["VERL_USE_EXTERNAL_MODULES"]
+        == "acerl.verl_backend.plugin,site_a,site_b"
+    )
+    base = ["a.b=1", "+reward.reward_kwargs.max_resp_len=3000", "c=2"]
+    merged = merge_overrides(base, ["reward.reward_kwargs.max_resp_len=64", "+new.key=3", "a.b=4"])
+    assert merged == ["a.b=4", "+reward.reward_kwargs.max_resp_len=64", "c=2", "+new.key=3"]
+    f = tmp_path / "site.txt"
+    f.write_text(
+        "# CPU site\n\nactor_rollout_ref.rollout.name=cpu_hf\n+reward.reward_kwargs.max_resp_len=64\n"
+    )
+    monkeypatch.setenv("ACERL_VERL_EXTRA_OVERRIDES", str(f))
+    assert extra_overrides_from_env() == [
+        "actor_rollout_ref.rollout.name=cpu_hf",
+        "+reward.reward_kwargs.max_resp_len=64",
+    ]
+    with caplog.at_level("INFO", logger="acerl.verl_backend.launcher"):
+        train_run_verl(paper_cfg, run, tmp_path, dry_run=True)
+    assert caplog.text.count("reward.reward_kwargs.max_resp_len=") == 1
+    assert "+reward.reward_kwargs.max_resp_len=64" in caplog.text
+    assert "actor_rollout_ref.rollout.name=cpu_hf" in caplog.text and "rollout.name=vllm" not in caplog.text
+    monkeypatch.setenv("ACERL_VERL_EXTRA_OVERRIDES", str(tmp_path / "missing.txt"))
+    with pytest.raises(MissingInputError, match="ACERL_VERL_EXTRA_OVERRIDES=.*missing.txt: no such file"):
+        extra_overrides_from_env()
+
+
 # ---------------------------------------------------------------------------------------- checkpoints
 def _fake_actor(folder: Path, world: int = 2) -> Path:
     (folder / "huggingface").mkdir(parents=True)

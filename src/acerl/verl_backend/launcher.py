@@ -59,6 +59,7 @@ __all__ = [
     "collect_metrics",
     "export_run",
     "format_value",
+    "merge_overrides",
     "ray_on_slurm_script",
     "token_budgets",
     "train_run_verl",
@@ -70,6 +71,8 @@ __all__ = [
 ENTRY_MODULE = "verl.trainer.main_ppo"
 PLUGIN_ENV = "VERL_USE_EXTERNAL_MODULES"
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
+EXTRA_MODULES_ENV = "ACERL_VERL_EXTRA_MODULES"  # comma-separated modules verl imports beside the ACE plugin
+EXTRA_OVERRIDES_ENV = "ACERL_VERL_EXTRA_OVERRIDES"  # a file of Hydra overrides, one per line, appended last
 REWARD_FUNCTION = "pkg://acerl.grading.reward"
 ROLLOUT_ENGINE = "vllm"
 FILTER_METRIC = "acc"  # reward_extra_info key written by acerl.grading.reward.compute_score
@@ -320,8 +323,9 @@ def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
 
 def verl_env(cfg: Config, run: Run, root: Path | str) -> dict[str, str]:
     """Environment variables every verl process needs: the ACE plugin and the per-step metrics file."""
+    extra = [m.strip() for m in os.environ.get(EXTRA_MODULES_ENV, "").split(",") if m.strip()]
     return {
-        PLUGIN_ENV: PLUGIN_MODULE,
+        PLUGIN_ENV: ",".join([PLUGIN_MODULE, *extra]),
         FILE_LOGGER_ENV: str(paths.verl_logs_dir(Path(root).resolve(), run) / "metrics.jsonl"),
     }
 
@@ -351,6 +355,36 @@ def verl_overrides(cfg: Config, run: Run, root: Path | str) -> list[str]:
         *_trainer_overrides(cfg, run, root),
         *_ray_overrides(cfg, run, root),
     ]
+
+
+def merge_overrides(base: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``base`` with ``extra`` applied: an override of a key already in ``base`` replaces it in place (keeping
+    a ``+`` prefix, which Hydra rejects twice for one key), new keys are appended in order."""
+    out = list(base)
+    where = {ov.split("=", 1)[0].lstrip("+"): i for i, ov in enumerate(out)}
+    for ov in extra:
+        key = ov.split("=", 1)[0].lstrip("+")
+        if key in where:
+            i = where[key]
+            plus = "+" if out[i].startswith("+") and not ov.startswith("+") else ""
+            out[i] = plus + ov
+        else:
+            where[key] = len(out)
+            out.append(ov)
+    return out
+
+
+def extra_overrides_from_env() -> list[str]:
+    """Overrides from the file ``$ACERL_VERL_EXTRA_OVERRIDES`` names (one per line; blank and ``#`` lines
+    skipped): site-specific knobs for runs started through ``acerl train`` / Snakemake."""
+    name = os.environ.get(EXTRA_OVERRIDES_ENV)
+    if not name:
+        return []
+    f = Path(name)
+    if not f.is_file():
+        raise MissingInputError(f"{EXTRA_OVERRIDES_ENV}={name}: no such file (one Hydra override per line)")
+    lines = [line.strip() for line in f.read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def build_verl_command(cfg: Config, run: Run, root: Path | str) -> list[str]:
@@ -543,7 +577,8 @@ def train_run_verl(
         if not paths.data_file(root, "train").is_file():
             raise MissingInputError(f"{paths.data_file(root, 'train')} is missing: run prepare_data first")
         prepare_verl_data(cfg, root, [run.model])
-    cmd = [*build_verl_command(cfg, run, root), *extra_overrides]
+    base = build_verl_command(cfg, run, root)
+    cmd = [*base[:3], *merge_overrides(base[3:], [*extra_overrides, *extra_overrides_from_env()])]
     env = verl_env(cfg, run, root)
     res = cfg.resources("train_policy", run.model)
     if res.nodes > 1:

@@ -1,0 +1,98 @@
+"""Test infrastructure: the CI-scale study trained through verl 0.9.1's own trainer loop on CPU.
+
+The product path is unchanged: ``acerl train`` -> :func:`acerl.verl_backend.launcher.train_run_verl` ->
+``python -m verl.trainer.main_ppo`` (V1 trainer, Ray, TransferQueue, the ACE plugin). What a CPU needs comes
+in through the launcher's two site hooks, exactly as a cluster's site knobs would:
+
+- ``ACERL_VERL_EXTRA_MODULES=cpu_platform,cpu_rollout``: a CPU "accelerator" platform
+  (:mod:`cpu_platform`) and a transformers rollout server behind verl's server interface
+  (:mod:`cpu_rollout`), imported by verl in every process beside the ACE plugin;
+- ``ACERL_VERL_EXTRA_OVERRIDES``: the file :func:`cpu_overrides` writes (fake Ray GPUs, FSDP2 in fp32, the
+  ``cpu_hf`` rollout, one TransferQueue storage unit, one agent-loop / reward worker).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+RANKS = 2  # FSDP ranks (fake Ray GPUs)
+ROLLOUT_LOG_ENV = "ACERL_CPU_ROLLOUT_LOG"  # cpu_rollout's record of weight loads and generations
+ADV_DUMP_ENV = "ACERL_CPU_ADV_DUMP"  # cpu_rollout's record of every advantage computation
+
+OVERLAY = f"""\
+# CPU verl overlay (tests/verl_backend/cpu_loop.py): the CI-scale study trained by verl's main_ppo
+compute:
+  backend: verl
+  resources:
+    train_policy: {{threads: 2, gpus: {RANKS}, nodes: 1, mem_mb: 8000, runtime: 60}}
+models:
+  tiny:
+    train:
+      total_steps: 3
+      prompts_per_step: 4
+      group_size: 8
+      mini_batch_size: 4
+      save_every: 1
+      keep_checkpoints: 3
+families:
+  dapo:
+    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered: the
+    # cap stays on, with room for the refills a policy this weak needs
+    dynamic_sampling: {{enable: true, max_batches: 8}}
+"""
+
+
+def cpu_overrides() -> list[str]:
+    """What a CPU needs beyond the launcher's overrides (later overrides win; see docs/verl.md)."""
+    a, r, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+    fp32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+    env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    return [
+        f"+ray_kwargs.ray_init.num_gpus={RANKS}",
+        # logical CPUs: verl's placement bundles ask for 3 CPUs per worker (max_colocate_count), so Ray must
+        # advertise more than the machine's cores; the processes still share the real ones
+        f"ray_kwargs.ray_init.num_cpus={4 * RANKS + 4}",
+        f"{env}.VERL_PLATFORM=cpu",
+        f"{env}.VERL_ENGINE_DEVICE=cuda",
+        f"{env}.PYTHONPATH={HERE}{os.pathsep}{REPO / 'src'}",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        f"{a}.strategy=fsdp2",
+        f"{ref}.strategy=fsdp2",
+        f"+{a}.fsdp_config.mixed_precision={fp32}",
+        f"+{ref}.fsdp_config.mixed_precision={fp32}",
+        f"{r}.name=cpu_hf",
+        f"{r}.agent.num_workers=1",
+        "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
+        "+reward.custom_reward_function.reward_kwargs.grader_workers=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
+
+
+def cpu_env(work: Path) -> dict[str, str]:
+    """Environment for ``acerl train`` (and so for main_ppo and its Ray workers)."""
+    overrides = work / "verl_cpu_overrides.txt"
+    lines = [*cpu_overrides(), f"hydra.run.dir={work / 'hydra'}"]  # not outputs/ in the checkout
+    overrides.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    pythonpath = os.pathsep.join([str(HERE), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    return {
+        "ACERL_VERL_EXTRA_MODULES": "cpu_platform,cpu_rollout",
+        "ACERL_VERL_EXTRA_OVERRIDES": str(overrides),
+        "VERL_PLATFORM": "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",
+        "PYTHONPATH": pythonpath,
+        ROLLOUT_LOG_ENV: str(work / "cpu_rollout.jsonl"),
+        "RAY_TMPDIR": f"/tmp/acerl-ray-{os.getpid()}",  # Ray's socket paths must stay under 107 characters
+        "RAY_DEDUP_LOGS": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def write_overlay(work: Path) -> Path:
+    f = work / "verl_cpu.yaml"
+    f.write_text(OVERLAY, encoding="utf-8")
+    return f

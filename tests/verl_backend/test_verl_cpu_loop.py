@@ -1,0 +1,460 @@
+"""verl 0.9.1's own trainer loop on CPU: the CI-scale study's four methods trained through ``acerl train`` ->
+the launcher -> ``python -m verl.trainer.main_ppo`` (V1 ``PPOTrainerSync.fit``, Ray, TransferQueue, the replay
+buffer, the reward loop, FSDP2 over two ranks, checkpoints, the file logger, the ACE plugin), with the CPU
+stand-ins of :mod:`cpu_loop` (a transformers rollout server behind verl's server interface, fake Ray GPUs).
+
+One ``acerl train`` per method (3 steps each), so each run starts its own Ray (about 2-3 minutes each on two
+cores). docs/verl.md ("What has executed on CPU") lists what runs and what still needs a GPU cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.verl_loop]
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")
+STEPS = 3
+ACE_KEYS = ("ace/negative_frac", "ace/confidence_mean_neg", "ace/multiplier_mean_neg", "ace/multiplier_max")
+
+if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfer_queue") is None:
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("verl 0.9.1 and TransferQueue must be installed in CI (pip install -e .[verl])")
+    pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
+
+sys.path.insert(0, str(HERE))
+import cpu_loop  # noqa: E402
+
+
+def _acerl(
+    args: list[str], env: dict[str, str], log: Path, timeout: int = 1500
+) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "acerl.cli", *args]
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        return subprocess.run(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+
+
+def _tail(log: Path, n: int = 6000) -> str:
+    return log.read_text(encoding="utf-8", errors="replace")[-n:]
+
+
+KILLED = "grpo"  # the run killed with SIGKILL after its step-2 checkpoint and resumed
+KILL_AFTER = 2
+
+
+def _train_and_kill_after_checkpoint(args: list[str], env: dict[str, str], log: Path, ckpts: Path) -> int:
+    """Start ``acerl train``; once verl has recorded its step-``KILL_AFTER`` checkpoint
+    (``latest_checkpointed_iteration.txt``) and logged the step, SIGKILL the whole job: the launcher, main_ppo, every Ray worker and
+    Ray's own daemons (found by this job's ``RAY_TMPDIR`` in their command lines). Returns the step verl had
+    checkpointed when the kill landed."""
+    cmd = [sys.executable, "-m", "acerl.cli", *args]
+    tracker = ckpts / "latest_checkpointed_iteration.txt"
+    metrics = ckpts.parent / "verl_logs" / "metrics.jsonl"
+    with log.open("a", encoding="utf-8") as out:
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + 1500
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (
+                tracker.is_file()
+                and tracker.read_text().strip() == str(KILL_AFTER)
+                and _logged(metrics, KILL_AFTER)
+            ):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, f"training ended before the step-{KILL_AFTER} checkpoint:\n{_tail(log)}"
+        step = int(tracker.read_text().strip())
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher's session: main_ppo, Ray's daemons and workers
+        for pid in _pids_with_in_cmdline(env["RAY_TMPDIR"] + "/"):  # anything of this job's Ray outside it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        out.write(f"\n### killed with SIGKILL at checkpoint step {step}\n")
+    time.sleep(2)
+    return step
+
+
+def _logged(metrics: Path, step: int) -> bool:
+    """verl's file logger has written ``step`` (it writes after the step's checkpoint; a kill in between
+    loses that step's record, see docs/verl.md)."""
+    if not metrics.is_file():
+        return False
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            if json.loads(line).get("step") == step:
+                return True
+    return False
+
+
+def _pids_with_in_cmdline(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    pids.append(int(entry.name))
+    return pids
+
+
+class Study:
+    """The work directory of the CPU verl study and the records each run left."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config_args = [
+            "--config",
+            str(REPO / "config" / "test.yaml"),
+            "--config",
+            str(root / "verl_cpu.yaml"),
+        ]
+        self.wall: dict[str, float] = {}
+        self.killed_at = -1
+
+    def run_dir(self, method: str) -> Path:
+        return self.root / "runs" / "tiny" / method / "seed0"
+
+    def metrics(self, method: str) -> dict[int, dict]:
+        lines = (self.run_dir(method) / "metrics.jsonl").read_text().splitlines()
+        return {rec["step"]: rec for rec in map(json.loads, lines)}
+
+    def rollout_log(self, method: str) -> list[dict]:
+        return [json.loads(line) for line in (self.root / f"rollout_{method}.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Study:
+    root = tmp_path_factory.mktemp("verl_cpu_loop")
+    cpu_loop.write_overlay(root)
+    s = Study(root)
+    env = {**os.environ, **cpu_loop.cpu_env(root), "HF_HUB_OFFLINE": "1"}
+    log = root / "acerl.log"
+    t0 = time.monotonic()
+    for args in (["prepare-data"], ["prepare-base", "--model", "tiny"]):
+        proc = _acerl([*args, *s.config_args, "--root", str(root)], env, log)
+        assert proc.returncode == 0, _tail(log)
+    s.wall["prepare"] = time.monotonic() - t0
+    for method in METHODS:
+        t0 = time.monotonic()
+        menv = {
+            **env,
+            cpu_loop.ROLLOUT_LOG_ENV: str(root / f"rollout_{method}.jsonl"),
+            cpu_loop.ADV_DUMP_ENV: str(root / f"adv_{method}"),
+        }
+        args = [
+            "train",
+            *s.config_args,
+            "--root",
+            str(root),
+            "--model",
+            "tiny",
+            "--method",
+            method,
+            "--seed",
+            "0",
+        ]
+        log = root / f"train_{method}.log"
+        if method == KILLED:
+            s.killed_at = _train_and_kill_after_checkpoint(args, menv, log, s.run_dir(method) / "checkpoints")
+        proc = _acerl(args, menv, log)
+        assert proc.returncode == 0, _tail(log)
+        s.wall[method] = time.monotonic() - t0
+    print("verl CPU loop wall time (s):", {k: round(v) for k, v in s.wall.items()})
+    return s
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_method_trains_three_steps_through_main_ppo(study: Study, method: str) -> None:
+    metrics = study.metrics(method)
+    assert sorted(metrics) == list(range(1, STEPS + 1))
+    for step, rec in metrics.items():
+        assert rec["training/global_step"] == step
+        for key in (
+            "actor/pg_loss",
+            "actor/entropy",
+            "actor/grad_norm",
+            "critic/score/mean",
+            "response_length/mean",
+        ):
+            assert key in rec, (method, step, key)
+    run = study.run_dir(method)
+    assert (run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+    assert (run / "final" / "config.json").is_file()
+    # two FSDP ranks: each checkpoint holds two model shards
+    shards = sorted(
+        p.name for p in (run / "checkpoints" / f"global_step_{STEPS}" / "actor").glob("model_world_size_*")
+    )
+    assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+
+
+def _by_version(records: list[dict]) -> tuple[dict[int, dict], dict[int, set[str]]]:
+    loads = {r["global_steps"]: r for r in records if r["event"] == "load" and r["source"] == "actor"}
+    gens: dict[int, set[str]] = defaultdict(set)
+    for r in records:
+        if r["event"] == "generate":
+            gens[r["global_steps"]].add(r["fingerprint"])
+    return loads, gens
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_step2_rollouts_come_from_the_step1_update(study: Study, method: str) -> None:
+    """verl's ``naive`` checkpoint engine syncs the actor into the rollout server after every update: the
+    rollouts of step ``k + 1`` carry the fingerprint of the weights loaded after step ``k``, and those weights
+    are the actor's step-``k`` checkpoint (merged by verl's model merger), not the base model."""
+    from safetensors.torch import load_file
+
+    records = study.rollout_log(method)
+    loads, gens = _by_version(records)
+    assert sorted(loads) == list(range(0, STEPS + 1))  # the initial sync + one per step
+    for version in range(STEPS):  # rollouts of step version+1 were generated with weights version
+        assert gens[version] == {loads[version]["fingerprint"]}, (method, version)
+    log = Path(os.fspath(study.root / f"rollout_{method}.jsonl"))
+    synced = torch.load(f"{log}.replica0.weights-step1.pt", weights_only=True)
+    merged = _merge(study, method, 1)
+    ckpt = load_file(merged / "model.safetensors")
+    base = load_file(study.root / "models" / "base" / "tiny" / "model.safetensors")
+    assert set(ckpt) <= set(synced)
+    for (
+        name,
+        value,
+    ) in ckpt.items():  # verl's merger writes bf16: the exact rounding of the synced fp32 weights
+        assert torch.equal(synced[name].to(value.dtype), value), name
+    # the synced weights change exactly at the steps whose update had a gradient
+    metrics = study.metrics(method)
+    for step in range(1, STEPS + 1):
+        updated = metrics[step]["actor/grad_norm"] > 0
+        assert (loads[step]["fingerprint"] != loads[step - 1]["fingerprint"]) == updated, (method, step)
+    assert any(metrics[s]["actor/grad_norm"] > 0 for s in metrics), f"{method}: no step had a gradient"
+    moved = [n for n in ckpt if not torch.equal(ckpt[n].float(), base[n].float())]
+    assert bool(moved) == (metrics[1]["actor/grad_norm"] > 0)
+
+
+def _merge(study: Study, method: str, step: int) -> Path:
+    """verl's model merger on ``global_step_<step>`` (the diagnostic runs have it exported already)."""
+    diag = study.run_dir(method) / "diag" / f"step_{step:06d}"
+    if (diag / "config.json").is_file():
+        return diag
+    from acerl.verl_backend.checkpoints import export_checkpoint
+
+    target = study.root / "merged" / method / f"step_{step}"
+    if not (target / "config.json").is_file():
+        actor = study.run_dir(method) / "checkpoints" / f"global_step_{step}" / "actor"
+        export_checkpoint(actor, target)
+    return target
+
+
+@pytest.mark.parametrize("method", ["ace_grpo", "ace_dapo"])
+def test_ace_statistics_reach_verls_metrics_log(study: Study, method: str) -> None:
+    """``ace/*`` in every step of verl's metrics log. The statistics of the negatives are null in a step with no
+    negative-advantage rollout; at step 1 the policy is the reference, so every confidence is 0 and every
+    multiplier ``1 + alpha * softplus(0) = 1 + ln 2`` (alpha 1)."""
+    metrics = study.metrics(method)
+    for step, rec in metrics.items():
+        for key in ACE_KEYS:
+            assert key in rec, (method, step, key)
+        assert 0.0 <= rec["ace/negative_frac"] <= 1.0
+        if rec["ace/negative_frac"] > 0:
+            assert rec["ace/multiplier_max"] >= rec["ace/multiplier_mean_neg"] >= 1.0
+        else:
+            assert rec["ace/multiplier_max"] is None
+    assert any(rec["ace/negative_frac"] > 0 for rec in metrics.values()), method
+    first = metrics[1]
+    if first["ace/negative_frac"] > 0:
+        assert first["ace/confidence_mean_neg"] == pytest.approx(0.0, abs=1e-6)
+        assert first["ace/multiplier_max"] == pytest.approx(1 + math.log(2), abs=1e-5)
+
+
+@pytest.mark.parametrize("method", ["grpo", "dapo"])
+def test_baselines_log_no_ace_statistics(study: Study, method: str) -> None:
+    for rec in study.metrics(method).values():
+        assert not [k for k in rec if k.startswith("ace/")]
+
+
+def _prompts_by_version(records: list[dict]) -> dict[int, list[str]]:
+    """Prompt fingerprints of each step's rollouts (key: the weights' version, step - 1). A killed run's
+    versions from ``KILL_AFTER`` on come from the resumed attempt only (the killed one may have started them)."""
+    inits = [i for i, r in enumerate(records) if r["event"] == "load" and r["source"] == "init"]
+    out: dict[int, list[str]] = defaultdict(list)
+    for i, r in enumerate(records):
+        if r["event"] != "generate":
+            continue
+        resumed = len(inits) > 1 and i > inits[1]
+        if len(inits) > 1 and resumed != (r["global_steps"] >= KILL_AFTER):
+            continue
+        out[r["global_steps"]].append(r["prompt"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_kill_after_step2_checkpoint_resumes_at_step3(study: Study) -> None:
+    """SIGKILL after verl recorded the step-2 checkpoint; the rerun of ``acerl train`` resumes
+    (``resume_mode=auto``): verl loads ``global_step_2`` (weights into the rollout server unchanged), logs only
+    step 3, and the merged metrics hold each step once."""
+    assert study.killed_at == KILL_AFTER
+    run = study.run_dir(KILLED)
+    logs = run / "verl_logs"
+    attempts = sorted(logs.glob("metrics.attempt-*.jsonl"))
+    assert len(attempts) == 1
+    first = {json.loads(line)["step"] for line in attempts[0].read_text().splitlines() if line.strip()}
+    assert first == {1, 2}
+    second = [json.loads(line)["step"] for line in (logs / "metrics.jsonl").read_text().splitlines()]
+    assert second == [3]
+    assert sorted(study.metrics(KILLED)) == [1, 2, 3]
+    records = study.rollout_log(KILLED)
+    inits = [i for i, r in enumerate(records) if r["event"] == "load" and r["source"] == "init"]
+    assert len(inits) == 2  # one rollout server per attempt
+    before, after = records[: inits[1]], records[inits[1] :]
+    first_loads = {
+        r["global_steps"]: r["fingerprint"] for r in before if r["event"] == "load" and r["source"] == "actor"
+    }
+    resumed = [r for r in after if r["event"] == "load" and r["source"] == "actor"]
+    assert resumed[0]["global_steps"] == KILL_AFTER
+    if KILL_AFTER in first_loads:  # the killed attempt had synced its step-2 weights before the kill
+        assert resumed[0]["fingerprint"] == first_loads[KILL_AFTER]
+    # the weights the resumed attempt served are verl's step-2 checkpoint
+    from safetensors.torch import load_file
+
+    served = torch.load(
+        f"{study.root / f'rollout_{KILLED}.jsonl'}.replica0.weights-step{KILL_AFTER}.pt", weights_only=True
+    )
+    ckpt = load_file(_merge(study, KILLED, KILL_AFTER) / "model.safetensors")
+    for name, value in ckpt.items():
+        assert torch.equal(served[name].to(value.dtype), value), name
+    assert {r["global_steps"] for r in after if r["event"] == "generate"} == {KILL_AFTER}
+
+
+def test_resumed_run_keeps_the_data_order(study: Study) -> None:
+    """verl restores its dataloader from ``data.pt``: the killed-and-resumed GRPO run generated for the same
+    prompts at every step as the uninterrupted ACE-GRPO run (same seed, same batch size, no dynamic sampling)."""
+    killed = _prompts_by_version(study.rollout_log(KILLED))
+    straight = _prompts_by_version(study.rollout_log("ace_grpo"))
+    assert sorted(killed) == sorted(straight) == list(range(STEPS))
+    for version in range(STEPS):
+        assert killed[version] == straight[version], version
+    assert killed[0] != killed[1] != killed[2]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method: str) -> None:
+    """``final/`` (verl's model merger on ``global_step_3``) loads in transformers with the tokenizer, equals
+    the weights the rollout server got after step 3, and the pipeline's sampler generates from it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from acerl.config import load_config
+
+    final = study.run_dir(method) / "final"
+    from safetensors.torch import load_file
+
+    model = AutoModelForCausalLM.from_pretrained(final)
+    AutoTokenizer.from_pretrained(final)
+    log = study.root / f"rollout_{method}.jsonl"
+    synced = torch.load(f"{log}.replica0.weights-step{STEPS}.pt", weights_only=True)
+    exported = load_file(final / "model.safetensors")
+    for name, value in exported.items():  # bf16: the exact rounding of the weights synced after step 3
+        assert torch.equal(synced[name].to(value.dtype), value), name
+    state = model.state_dict()
+    assert all(torch.equal(state[name], value) for name, value in exported.items())
+    if method != KILLED:
+        return
+    # the pipeline's sampling stage (HF sampler, the model's template) on the resumed run's export
+    from acerl import paths
+    from acerl.config import Run
+    from acerl.evaluate.pipeline import sample_run
+    from acerl.io import read_jsonl
+
+    cfg = load_config(
+        [REPO / "config" / "config.yaml", REPO / "config" / "test.yaml", study.root / "verl_cpu.yaml"]
+    )
+    run = Run("tiny", method, 0)
+    out = sample_run(cfg, run, "synth_easy", study.root, progress=False)
+    assert out == paths.generations_file(study.root, "synth_easy", run)
+    rows = read_jsonl(out, required=("id", "completions"))
+    problems = list(read_jsonl(paths.data_file(study.root, "synth_easy")))
+    assert len(rows) == len(problems) and all(len(r["completions"]) == cfg.evaluation.n for r in rows)
+    # ... and the grading and Pass@k stages on those samples
+    from acerl.evaluate.pipeline import grade_run, passk_run
+
+    grade_run(cfg, run, "synth_easy", study.root)
+    record = json.loads(passk_run(cfg, run, "synth_easy", study.root).read_text())
+    assert record["method"] == method and sorted(map(int, record["pass_at_k"])) == list(cfg.evaluation.ks)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method: str) -> None:
+    """Every advantage computation of the run (verl's GRPO for the baselines; the plugin's ``ace`` estimator,
+    with the verdicts it read from TransferQueue, for ACE) equals :mod:`acerl.algos` on the same rollouts."""
+    from acerl.algos.advantages import ace_advantages, as_group_ids, grpo_advantages
+
+    calls = [torch.load(f, weights_only=True) for f in sorted(study.root.glob(f"adv_{method}.*.pt"))]
+    assert len(calls) >= STEPS, method
+    ace = method.startswith("ace")
+    for call in calls:
+        assert call["estimator"] == ("ace" if ace else "grpo")
+        rewards = call["token_level_rewards"].sum(-1)
+        mask = call["response_mask"]
+        groups = as_group_ids(call["index"])
+        if ace:
+            params = call["config"]["ace"]
+            correct = call["correct"]
+            assert correct is not None and correct.dtype == torch.bool
+            expected = ace_advantages(
+                rewards,
+                groups,
+                call["old_log_probs"],
+                call["ref_log_prob"],
+                mask,
+                alpha=params["alpha"],
+                modulation=params["modulation"],
+                length_normalize=params["length_normalize"],
+                eps=params["eps"],
+                amplify=params["amplify"],
+                correct=correct,
+            )
+            if method == "ace_dapo":  # DAPO's overlong penalty never makes a correct rollout amplified
+                grpo = grpo_advantages(rewards, groups, eps=params["eps"])
+                amplified = (expected - grpo).abs() > 1e-6
+                assert not (amplified & correct).any()
+        else:
+            eps, norm = call.get("epsilon", 1e-6), call.get("norm_adv_by_std_in_grpo", True)
+            expected = grpo_advantages(rewards, groups, eps=eps, norm_by_std=norm)
+        torch.testing.assert_close(call["advantages"], expected.unsqueeze(-1) * mask, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["dapo", "ace_dapo"])
+def test_dynamic_sampling_through_verls_replay_buffer(study: Study, method: str) -> None:
+    """DAPO's dynamic sampling ran in verl's own ``ReplayBuffer`` (V1, ``filter_groups.metric=acc``, the
+    plugin's cap on): the replay buffer evicted groups whose rollouts all agreed, refilled, and every trained
+    batch holds ``train_batch_size`` groups, each with correct and incorrect rollouts."""
+    from acerl.algos.advantages import as_group_ids
+
+    metrics = study.metrics(method)
+    evicted = [metrics[s].get("training/filter_groups/evicted_samples", 0) for s in sorted(metrics)]
+    assert sum(evicted) > 0, evicted
+    calls = [torch.load(f, weights_only=True) for f in sorted(study.root.glob(f"adv_{method}.*.pt"))]
+    assert len(calls) == STEPS
+    for call in calls:
+        rewards = call["token_level_rewards"].sum(-1)
+        # the grader's verdict: the plugin's `correct` (ACE), else the sign of DAPO's +1/-1 reward, which the
+        # overlong penalty (at most 1) never flips
+        correct = call["correct"] if "correct" in call else rewards > -0.5
+        groups = as_group_ids(call["index"])
+        assert groups.unique().numel() == 4 and rewards.numel() == 4 * 8
+        for g in groups.unique():
+            verdicts = correct[groups == g]
+            assert verdicts.any() and not verdicts.all(), (method, int(g))
