@@ -30,8 +30,9 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from acerl.io import read_json, write_text
+from acerl.io import write_text
 from acerl.provenance import software_section, stamps_in
+from acerl.records import read_json
 from acerl.report import figures, tables
 from acerl.report.aggregate import (
     MissingData,
