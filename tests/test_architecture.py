@@ -23,8 +23,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # files, the Pass@k estimator, prompt templates, the typed settings of the parts above the config that it nests
     # (the tiny architecture, its SFT, the synthetic task)
     ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.sections"),
-    # the result records (pydantic), written by the steps and read by the report
-    ("acerl.records",),
+    # the result records (pydantic), written by the steps and read by the report; what made them (software stamps)
+    ("acerl.records", "acerl.provenance"),
     ("acerl.config",),
     # the one resolved run (acerl.settings.resolve)
     ("acerl.settings",),

@@ -73,6 +73,11 @@ def run_spec_file(root: Path | str, run: Run) -> Path:
     return run_dir(root, run) / "run_spec.json"
 
 
+def software_file(root: Path | str, run: Run) -> Path:
+    """The package versions and commit of each launch of a run (:func:`acerl.provenance.record_launch`)."""
+    return run_dir(root, run) / "software.json"
+
+
 def policy_dir(root: Path | str, run: Run) -> Path:
     """The HF folder evaluated for a run: the final policy, or the base model for ``method == 'base'``."""
     if run.is_base:

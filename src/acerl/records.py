@@ -10,7 +10,8 @@ Pass@k metrics (one JSON file per run x benchmark, ``metrics/<benchmark>/<model>
      "n_samples": 32, "ks": [1, 2, 4, 8, 16, 32],
      "pass_at_k": {"1": 0.63, "2": 0.71, ...},          # fractions in [0, 1], mean over problems
      "num_problems": 500,
-     "problems": [{"id": "test/algebra/1.json", "n": 32, "c": 20}, ...]}
+     "problems": [{"id": "test/algebra/1.json", "n": 32, "c": 20}, ...],
+     "software": [{"packages": {"torch": ...}, "acerl": {"commit": ...}, ...}]}   # optional: what made it
 
 ``seed`` is an int, or null for an untrained base model. ``n_samples`` is the smallest per-problem ``n``.
 ``pass_at_k`` must equal Pass@k recomputed from ``problems`` (checked on load).
@@ -175,6 +176,8 @@ class PassKRecord(_Record):
     pass_at_k: dict[str, Fraction]
     num_problems: Annotated[int, _integer(1)]
     problems: list[PassKProblem]
+    # what made the samples, verdicts and this record (acerl.provenance.software_stamp; absent in older files)
+    software: list[dict[str, Any]] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> PassKRecord:

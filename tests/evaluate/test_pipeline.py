@@ -26,6 +26,7 @@ from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.passk import pass_at_k
+from acerl.provenance import software_stamp
 from acerl.records import read_json, validate_diagnostics_record, validate_passk_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,6 +142,10 @@ def test_sample_grade_passk_end_to_end(cfg, root):
     record = read_json(passk_run(cfg, BASE, BENCH, root))
     validate_passk_record(record)
     assert record["seed"] is None and record["method"] == "base" and record["ks"] == [1, 2, 4]
+    # what made them: every generation row, the scored file and the Pass@k record carry the software stamp
+    assert all(r["software"] == software_stamp() for r in rows)
+    assert pd.read_parquet(scored_path).attrs["software"] == [software_stamp()]
+    assert record["software"] == [software_stamp()]
     counts = scored.groupby("id", sort=False)["correct"].sum()
     assert [(p["id"], p["n"], p["c"]) for p in record["problems"]] == [
         (i, 4, int(counts[i])) for i in counts.index

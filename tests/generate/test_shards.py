@@ -9,6 +9,7 @@ import pytest
 
 from acerl.generate.shards import (
     MANIFEST_NAME,
+    SOFTWARE_KEY,
     derive_seed,
     remove_shards,
     run_sharded,
@@ -16,6 +17,7 @@ from acerl.generate.shards import (
     shard_ranges,
 )
 from acerl.io import write_jsonl
+from acerl.provenance import software_stamp
 
 
 class Interrupted(Exception):
@@ -103,6 +105,22 @@ def test_changed_manifest_discards_old_shards(tmp_path, caplog):
     work = Work()
     run_sharded(list(range(4)), 3, tmp_path / "s", {"temperature": 1.0}, work, progress=False)
     assert work.calls == [0, 1]
+
+
+def test_shards_of_other_software_are_reused_with_a_warning(tmp_path, caplog):
+    """The software stamp records what made the shards but does not decide reuse; a change of a deciding
+    package is said in one warning line."""
+    old = software_stamp()
+    old["packages"]["torch"] = "0.0.1"
+    run_sharded(list(range(4)), 2, tmp_path / "s", {"t": 1, SOFTWARE_KEY: old}, Work(), progress=False)
+    work = Work()
+    with caplog.at_level("WARNING"):
+        run_sharded(
+            list(range(4)), 2, tmp_path / "s", {"t": 1, SOFTWARE_KEY: software_stamp()}, work, progress=False
+        )
+    assert work.calls == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"torch 0.0.1 -> {software_stamp()['packages']['torch']}" in warnings[0]
 
 
 def test_truncated_shard_is_recomputed(tmp_path, caplog):

@@ -199,6 +199,7 @@ def test_report_study_from_the_pipeline_files(tmp_path):
     assert (paths.tables_dir(tmp_path) / f"passk_{cfg.evaluation.benchmarks[0]}.tex").is_file()
     assert (paths.figures_dir(tmp_path) / "oef_dynamics.png").is_file()
     assert (out / "report.md") in written
+    assert "## Software\n\n- this report: torch " in (out / "report.md").read_text()  # what made it
     benches = cfg.evaluation.benchmarks
     tables = [f"passk_{b}" for b in benches] + [f"significance_{b}" for b in benches]
     tables += [f"power_{b}" for b in benches]  # per-problem counts: the power tables

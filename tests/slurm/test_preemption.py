@@ -109,7 +109,7 @@ def test_preempted_training_resumes_from_its_checkpoint(
         )
     if mode == "cancel" and local_cluster.status_command == "sacct":
         pytest.skip(
-            "snakemake-executor-plugin-slurm 2.8 reads sacct's 'CANCELLED by <uid>' as a running job, so "
+            "snakemake-executor-plugin-slurm (2.6.1 locked, 2.8 alike) reads sacct's 'CANCELLED by <uid>' as a running job, so "
             "Snakemake would wait forever for a cancelled job (docs/cluster.md, 'Known problems'); run with "
             "the squeue status command (ACERL_SLURM_ACCOUNTING=0 scripts/slurm_local.sh start)"
         )

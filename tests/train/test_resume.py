@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import shutil
@@ -254,3 +255,30 @@ def test_cli_sigterm_exit_code(tiny_root: Path):
     assert proc.returncode == PREEMPTED_EXIT_CODE, err[-3000:]
     n = len(read_jsonl_records(metrics))
     assert find_latest(paths.checkpoints_dir(tiny_root, Run("tiny", "grpo", 0))).name == f"step_{n:06d}"
+
+
+def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, caplog):
+    """A checkpoint made by other versions of a deciding package (acerl.provenance) resumes with one warning line;
+    software.json then lists both launches, and the run spec (what decides the result) is unchanged."""
+    from acerl.provenance import software_stamp
+    from acerl.train.checkpoint import STATE_FILE, read_trainer_state
+
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=2")
+    final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+    spec = paths.run_spec_file(tiny_root, run).read_text()
+    ckpt = find_latest(paths.checkpoints_dir(tiny_root, run))
+    state = read_trainer_state(ckpt)
+    assert state["software"] == software_stamp()
+    old = software_stamp()
+    old["packages"]["transformers"] = "0.0.1"
+    torch.save({**state, "software": old}, ckpt / STATE_FILE)
+    software_file = paths.software_file(tiny_root, run)
+    software_file.write_text(json.dumps({"launches": [old]}))
+    shutil.rmtree(final)
+    with caplog.at_level("WARNING"):
+        train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+    lines = [r.getMessage() for r in caplog.records if "other package versions" in r.getMessage()]
+    assert len(lines) == 1 and "transformers 0.0.1 ->" in lines[0]
+    assert json.loads(software_file.read_text())["launches"] == [old, software_stamp()]
+    assert paths.run_spec_file(tiny_root, run).read_text() == spec

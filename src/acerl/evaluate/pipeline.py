@@ -34,9 +34,17 @@ from acerl import paths
 from acerl.config import Config, Run
 from acerl.errors import MissingInputError, reading
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
-from acerl.generate.shards import derive_seed, folder_stamp, name_part, remove_shards, run_sharded
+from acerl.generate.shards import (
+    SOFTWARE_KEY,
+    derive_seed,
+    folder_stamp,
+    name_part,
+    remove_shards,
+    run_sharded,
+)
 from acerl.io import atomic_path, read_jsonl, write_jsonl, write_text
 from acerl.prompts import build_prompt
+from acerl.provenance import software_stamp, stamps_in
 from acerl.records import passk_record, write_passk_record
 
 __all__ = [
@@ -152,8 +160,9 @@ def generation_rows(
     """One generations-file row per problem.
 
     Row: ``{"id", "prompt", "answer" (gold), "completions": [{"text", "finish_reason", "num_tokens"}],
-    "sampling": {n, temperature, top_p, max_new_tokens, seed, backend}, "model_dir"}``; ``num_tokens`` counts the
-    generated tokens including a final EOS.
+    "sampling": {n, temperature, top_p, max_new_tokens, seed, backend}, "model_dir", "software"}``;
+    ``num_tokens`` counts the generated tokens including a final EOS; ``software`` is the sampling process's
+    :func:`acerl.provenance.software_stamp` (a resumed job keeps each finished shard's own).
     """
     if not len(problems) == len(prompts) == len(completions):
         raise ValueError(
@@ -170,6 +179,7 @@ def generation_rows(
             ],
             "sampling": dict(sampling),
             "model_dir": model_dir,
+            "software": software_stamp(),
         }
         for p, prompt, group in zip(problems, prompts, completions, strict=True)
     ]
@@ -236,6 +246,7 @@ def sample_run(
             "seed": ev.seed,
             **settings,
             "items": [[str(p["id"]), q] for p, q in items],
+            SOFTWARE_KEY: software_stamp(),
         }
         rows = run_sharded(
             items,
@@ -315,6 +326,8 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
             f"grader returned {len(verdicts)} verdicts for {len(items)} completions of {gen_file}"
         )
     df = scored_frame(rows, verdicts)
+    # What made the samples and the verdicts (parquet keeps DataFrame.attrs); passk_run carries it on.
+    df.attrs["software"] = stamps_in([*(row.get("software") for row in rows), software_stamp()])
     out = paths.scored_file(root, benchmark, run)
     with atomic_path(out) as tmp:
         df.to_parquet(tmp, index=False)
@@ -365,6 +378,7 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     record = passk_record(
         benchmark, run.model, run.method, None if run.is_base else run.seed, ids, n, c, cfg.evaluation.ks
     )
+    record["software"] = stamps_in([*scored.attrs.get("software", []), software_stamp()])
     out = write_passk_record(record, paths.passk_file(root, benchmark, run))
     ks = record["ks"]
     curve = "".join(f"{k}\t{record['pass_at_k'][str(k)]!r}\n" for k in ks)

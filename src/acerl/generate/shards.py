@@ -25,9 +25,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from acerl.io import DataFormatError, read_jsonl, write_json, write_jsonl
+from acerl.provenance import warn_if_other_software
 
 __all__ = [
     "MANIFEST_NAME",
+    "SOFTWARE_KEY",
     "derive_seed",
     "name_part",
     "folder_stamp",
@@ -41,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MANIFEST_NAME = "manifest.json"
+# A manifest key that records what made the shards (acerl.provenance) without deciding whether they are reused.
+SOFTWARE_KEY = "software"
 
 
 def derive_seed(*parts: int) -> int:
@@ -92,6 +96,11 @@ def _canonical(obj: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(obj, sort_keys=True))
 
 
+def _settings(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A manifest less its software stamp: what the rows depend on (the stamp only says what made them)."""
+    return {k: v for k, v in manifest.items() if k != SOFTWARE_KEY}
+
+
 def _prepare_shard_dir(shard_dir: Path, manifest: Mapping[str, Any]) -> None:
     """Create ``shard_dir`` with ``manifest``; delete shards left by a job with a different manifest."""
     manifest_file = shard_dir / MANIFEST_NAME
@@ -100,7 +109,8 @@ def _prepare_shard_dir(shard_dir: Path, manifest: Mapping[str, Any]) -> None:
             old = json.loads(manifest_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             old = None
-        if old == manifest:
+        if isinstance(old, dict) and _settings(old) == _settings(manifest):
+            warn_if_other_software(f"{shard_dir}: finished shards", old.get(SOFTWARE_KEY), "reusing them")
             return
         logger.warning(
             "%s: shards were made with other settings (manifest differs); deleting them and starting over",

@@ -30,6 +30,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from acerl.io import write_text
+from acerl.provenance import software_section, stamps_in
+from acerl.records import read_json
 from acerl.report import figures, tables
 from acerl.report.aggregate import (
     MissingData,
@@ -123,6 +125,7 @@ def render_all(
     formats: Sequence[str] = ("pdf", "png"),
     ci: str = "t",
     problems: pd.DataFrame | None = None,
+    software: Sequence[Mapping[str, Any]] = (),
 ) -> list[Path]:
     """Write every table and figure the data allows into ``out_dir``.
 
@@ -142,6 +145,8 @@ def render_all(
             ``agg`` given as such (the paper's numbers) is shown unchanged.
         problems: per-problem counts (:func:`acerl.report.frames.load_passk_problems`) for the power tables
             (:func:`acerl.report.power.power_frame`); ``None``: no power tables.
+        software: the stamps recorded in the inputs (the Pass@k files' ``software``); the report's
+            "Software" section lists them with its own (:func:`acerl.provenance.software_section`).
 
     Returns:
         Every file written (tables, figures, ``report.md``).
@@ -269,6 +274,7 @@ def render_all(
         )
     else:
         log.info("skipping OEF and entropy figures: no diagnostics")
+    w.sections.append(software_section(software))
     index = out / "report.md"
     w.written.append(write_text(index, f"# {title}\n\n" + "\n".join(s + "\n" for s in w.sections)))
     log.info("report: wrote %d files under %s", len(w.written), out)
@@ -290,6 +296,7 @@ def render_from_files(
     """Read Pass@k and diagnostics files (:mod:`acerl.report.frames`) and call :func:`render_all`."""
     passk_paths, diagnostics_paths = list(passk_paths), list(diagnostics_paths)
     runs = load_passk_records(passk_paths) if passk_paths else None
+    software = stamps_in(stamp for p in passk_paths for stamp in read_json(p).get("software", []))
     problems = load_passk_problems(passk_paths) if passk_paths else None
     diag = load_diagnostics(diagnostics_paths) if diagnostics_paths else None
     paper = None
@@ -309,6 +316,7 @@ def render_from_files(
         formats=formats,
         ci=ci,
         problems=problems,
+        software=software,
     )
 
 

@@ -25,6 +25,7 @@ from acerl.config import Config, Run, spec_json
 from acerl.errors import MissingInputError
 from acerl.generate.shards import derive_seed
 from acerl.io import read_jsonl, save_hf_folder, write_text
+from acerl.provenance import record_launch, software_stamp
 from acerl.runtime import configure_torch, resolve_device
 from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
 from acerl.stage_versions import STAGE_VERSIONS
@@ -77,6 +78,7 @@ def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
         "fill_data": state.fill_stream.state_dict(),
         "rng": get_rng_states(state.generator),
         "spec": spec,
+        "software": software_stamp(),
     }
 
 
@@ -126,9 +128,16 @@ def train_run(
     write_text(paths.run_spec_file(root, run), json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
     ckpt = latest_usable(ckpt_dir)
-    if ckpt is not None and read_trainer_state(ckpt).get("spec") != spec_text:
+    saved_state = read_trainer_state(ckpt) if ckpt is not None else {}
+    if ckpt is not None and saved_state.get("spec") != spec_text:
         supersede_stale_state(root, run, ckpt)
         ckpt = None
+    record_launch(
+        paths.software_file(root, run),
+        resuming=ckpt is not None,
+        what=f"{run.id}: checkpoint {ckpt}",
+        previous=saved_state.get("software", {}),
+    )
 
     previous_threads = torch.get_num_threads()
     configure_torch(threads)

@@ -37,6 +37,7 @@ from acerl.config import AceEstimator, Config, Run
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
 from acerl.io import write_text
+from acerl.provenance import record_launch
 from acerl.settings import resolve, run_spec
 from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE
 from acerl.verl_backend.checkpoints import (
@@ -612,6 +613,11 @@ def train_run_verl(
     logs.mkdir(parents=True, exist_ok=True)
     write_text(
         paths.run_spec_file(root, run), json.dumps(run_spec(cfg, run), indent=2, sort_keys=True) + "\n"
+    )
+    record_launch(
+        paths.software_file(root, run),
+        resuming=latest_step(paths.checkpoints_dir(root, run)) is not None,
+        what=f"{run.id}: verl checkpoints in {paths.checkpoints_dir(root, run)}",
     )
     write_text(paths.verl_command_file(root, run), json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
