@@ -21,6 +21,11 @@
 #                        when RAY_NUM_GPUS > 0; e.g. `--gpus-per-node=8`; empty: request none). Since Slurm 20.11
 #                        a step gets only the GRES it asks for: without it, CUDA_VISIBLE_DEVICES is empty inside
 #                        the step and Ray's --num-gpus advertises GPUs its workers cannot see.
+#   RAY_AUTH_MODE        Ray token authentication (Ray 2.60 in our lock). Unset: this script turns it on with a fresh random
+#                        token for this job (RAY_AUTH_TOKEN, 256 bits, exported to every step and to COMMAND).
+#                        Set it (token with your own RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH, or disabled) to
+#                        choose yourself. Without one token shared by head, workers and COMMAND, Ray 2.60's
+#                        head enables token auth on its own and nothing else can join it.
 #   ACERL_DRY_RUN=1      print every command (prefixed "+ ") instead of running it; no waiting
 # Environment variables of this shell reach COMMAND on the head; the verl launcher also forwards
 # VERL_USE_EXTERNAL_MODULES to every Ray worker through +ray_kwargs.ray_init.runtime_env.env_vars.
@@ -80,6 +85,17 @@ fi
 address="$head_ip:$PORT"
 echo "ray_on_slurm: ${#nodes_array[@]} node(s): ${nodes_array[*]}; head $head_node ($address)" >&2
 
+# One token for the whole job: `ray start --head` in recent Ray (2.60 in our lock) enables token authentication by default and
+# rejects workers and drivers that do not carry the head's token. srun exports this shell's environment to
+# every step, so head, workers and COMMAND share it; the token never appears on a command line.
+if [[ -z "${RAY_AUTH_MODE:-}" ]]; then
+  export RAY_AUTH_MODE=token
+  if [[ -z "${RAY_AUTH_TOKEN:-}" && -z "${RAY_AUTH_TOKEN_PATH:-}" ]]; then
+    RAY_AUTH_TOKEN="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
+    export RAY_AUTH_TOKEN
+  fi
+fi
+
 resources=()
 [[ -n "$NUM_CPUS" ]] && resources+=("--num-cpus=$NUM_CPUS")
 [[ -n "$NUM_GPUS" ]] && resources+=("--num-gpus=$NUM_GPUS")
@@ -92,12 +108,14 @@ elif [[ -n "$NUM_GPUS" && "$NUM_GPUS" != "0" ]]; then
 fi
 
 pids=()
+tmp_files=()
 # shellcheck disable=SC2317  # invoked through the EXIT trap
 cleanup() {
   for pid in "${pids[@]}"; do
     kill "$pid" 2>/dev/null || true
   done
   wait 2>/dev/null || true
+  rm -f "${tmp_files[@]}"
 }
 trap cleanup EXIT
 
@@ -123,12 +141,17 @@ done
 export RAY_ADDRESS="$address"
 if [[ "$DRY_RUN" != "1" ]]; then
   deadline=$((SECONDS + WAIT_S))
+  probe_err="$(mktemp)"
+  tmp_files+=("$probe_err")
   while :; do
-    # a probe can block when the head is not up yet: bound it so the deadline is checked
-    alive="$(timeout -k 5 60 python -c 'import ray; ray.init(address="auto", logging_level="ERROR"); print(sum(n["Alive"] for n in ray.nodes()))' 2>/dev/null || echo 0)"
+    # a probe can block when the head is not up yet: bound it so the deadline is checked; its stderr is kept
+    # so that a timeout says why (an authentication error reads differently from a head still starting)
+    alive="$(timeout -k 5 60 python -c 'import ray; ray.init(address="auto", logging_level="ERROR"); print(sum(n["Alive"] for n in ray.nodes()))' 2>"$probe_err" || echo 0)"
+    alive="${alive##*$'\n'}"
     (( alive >= EXPECT )) && break
     if (( SECONDS >= deadline )); then
-      echo "ray_on_slurm: only $alive of $EXPECT nodes joined within ${WAIT_S}s" >&2
+      echo "ray_on_slurm: only $alive of $EXPECT nodes joined within ${WAIT_S}s; the last probe said:" >&2
+      grep -E 'Error|error' "$probe_err" | tail -n 3 >&2 || tail -n 3 "$probe_err" >&2
       exit 1
     fi
     sleep 5

@@ -32,10 +32,17 @@ def test_ray_cluster_over_slurm_runs_the_command(local_cluster, tmp_path: Path) 
 def _run_probe(ray_dir: Path, tmp_path: Path) -> None:
     probe = (
         "import ray; ray.init(address='auto', logging_level='ERROR'); "
-        "r = ray.cluster_resources(); print('RAY', int(r.get('CPU', 0)), int(r.get('GPU', 0)), len(ray.nodes()))"
+        "r = ray.cluster_resources(); print('RAY', int(r.get('CPU', 0)), int(r.get('GPU', 0)), len(ray.nodes())); "
+        "import os; print('AUTH', os.environ.get('RAY_AUTH_MODE'), len(os.environ.get('RAY_AUTH_TOKEN', '')))"
     )
+    # A ~/.ray/auth_token left by an earlier local ray.init() (Ray 2.60 writes one): the head then turns token
+    # authentication on by itself while a driver connecting with address='auto' does not, and nothing joins.
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0" * 64)
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
+        "HOME": str(home),
         "RAY_NUM_CPUS": "1",
         "RAY_NUM_GPUS": "0",
         "RAY_PORT": "6391",
@@ -53,5 +60,7 @@ def _run_probe(ray_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, out[-4000:]
     assert "ray_on_slurm: 1 node(s) alive" in out
     assert re.search(r"^RAY 1 0 1$", out, re.M), out[-4000:]  # the command ran against the cluster
+    # the script gives head, probe and command one fresh token of the job's own
+    assert re.search(r"^AUTH token 64$", out, re.M), out[-4000:]
     leftover = subprocess.run(["pgrep", "-f", str(ray_dir)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "ray processes survived the allocation"
