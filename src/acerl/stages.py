@@ -19,8 +19,7 @@ what changes a job's result and nothing else (docs/sharing.md, "What reruns a jo
 The code's share of a result is :data:`acerl.stage_versions.STAGE_VERSIONS`: one number per stage, a param in both
 tools, bumped with a change to ``src/acerl`` that changes what the stage writes.
 
-Kept as one module: it is the graph written once; splitting a stage's files from its deciding keys or its
-command would write the graph in two places again.
+Kept as one module: the stage table is the pipeline graph, written once.
 """
 
 from __future__ import annotations
