@@ -286,8 +286,9 @@ def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, 
     assert paths.run_spec_file(tiny_root, run).read_text() == spec
 
 
-def _fresh_process_rng() -> None:
-    """The global random states of a fresh process that seeds nothing (what two separate runs start from)."""
+def _same_global_rng() -> None:
+    """The same python, numpy and torch global random states (a checkpoint records them; a fresh process draws
+    them from the OS, so two processes' checkpoints differ there unless these are seeded)."""
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
@@ -295,14 +296,15 @@ def _fresh_process_rng() -> None:
 
 def test_two_identical_runs_write_identical_checkpoints(tiny_root_template: Path, tmp_path: Path):
     """A checkpoint holds the run's state and nothing of its history (the sampling generator, reseeded from
-    (seed, step, attempt) by every batch, is not saved): two identical runs write byte-identical files."""
+    (seed, step, attempt) by every batch, is not saved): two identical runs from the same global random states
+    write byte-identical files."""
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
     run = Run("tiny", "ace_dapo", 0)
     written = []
     for name in ("first", "second"):
         root = tmp_path / name
         shutil.copytree(tiny_root_template, root)
-        _fresh_process_rng()
+        _same_global_rng()
         train_run(cfg, run, root, verifier=DigitVerifier(), progress=False)
         ckpt_dir = paths.checkpoints_dir(root, run)
         written.append(
