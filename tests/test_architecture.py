@@ -18,8 +18,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "acerl"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # ground floor: no project imports but errors (acerl itself holds only __version__)
-    ("acerl", "acerl.errors", "acerl.stage_versions"),
+    # ground floor: no project imports but errors (acerl itself holds only __version__; seeds: the random streams)
+    ("acerl", "acerl.errors", "acerl.seeds", "acerl.stage_versions"),
     # files, the Pass@k estimator, prompt templates, the typed settings of the parts above the config that it nests
     # (the tiny architecture, its SFT, the synthetic task)
     ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.sections"),

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
 from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError
+from acerl.stages import StageSpec, subcommand_stage
 
 log = logging.getLogger("acerl")
 
@@ -302,14 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
             )
         if name == "resample":
             _add_resample_args(p)
-        if name in {"train", "sample", "grade", "passk", "diagnose"}:
-            _add_run_args(p)
-        if name in {"sample", "grade", "passk"}:
-            p.add_argument("--benchmark", required=True, help="benchmark name (evaluation.benchmarks)")
-        if name in {"prepare-base", "prepare-verl-data"}:
-            p.add_argument("--model", required=True, help="model key (models.<key>)")
-        if name in {"train", "sample", "diagnose"}:
-            p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        stage = subcommand_stage(name)
+        if stage is not None:
+            _add_job_args(p, stage)
         if name == "train":
             _add_local_train_args(p)
     return parser
@@ -320,6 +316,18 @@ CONFIG_ACTIONS = """actions:
   show       print the composed, validated config as JSON, defaults filled in
   runs       print the id of every run the study trains or evaluates, one a line (base models first)
   reference  print the reference of every config key (docs/config.md is this output)"""
+
+
+def _add_job_args(p: argparse.ArgumentParser, stage: StageSpec) -> None:
+    """The arguments that name one job of ``stage`` (acerl.stages), and ``--no-progress`` for a quiet stage."""
+    if stage.shape in ("run", "evaluation"):
+        _add_run_args(p)
+    if stage.shape == "evaluation":
+        p.add_argument("--benchmark", required=True, help="benchmark name (evaluation.benchmarks)")
+    if stage.shape == "model":
+        p.add_argument("--model", required=True, help="model key (models.<key>)")
+    if stage.quiet:
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _add_resample_args(p: argparse.ArgumentParser) -> None:

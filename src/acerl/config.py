@@ -14,9 +14,8 @@ Vocabulary:
   parameters), so a new variant is a config entry, not code;
 - a *run* is (model, method, seed); the *study* section lists which runs the paper's tables need.
 
-Kept as one module: it is the schema, one pydantic tree whose sections validate against each other (methods
-name families and estimators, the study names models and methods); read top to bottom it is the reference of
-every key (``acerl config --reference`` prints it), and split files would scatter the cross-field checks.
+Kept as one module: one pydantic tree whose sections validate against each other; read top to bottom
+it is the reference of every key (``acerl config reference`` prints it).
 """
 
 from __future__ import annotations
@@ -277,7 +276,7 @@ class _Estimator(_Model):
     """What every advantage estimator takes: GRPO's group normalisation ``(r_i - mean) / (std + eps)``.
 
     A variant's dump (less ``name``) is its registry keyword arguments (:meth:`kwargs`); run specs and Snakemake
-    params record it in the layout from before the union (:data:`RUN_SPEC_LAYOUT`)."""
+    params record it in the flat layout (:data:`RUN_SPEC_LAYOUT`)."""
 
     name: str
     eps: float = Field(1e-6, gt=0, description="added to the group std (verl's epsilon)")
@@ -295,9 +294,8 @@ class _Estimator(_Model):
     def _run_spec_layout(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         data = handler(self)
         if isinstance(info.context, Mapping) and info.context.get(_LAYOUT_KEY) == "flat":
-            # The layout run specs and Snakemake params have recorded since before the union: one flat table of
-            # every estimator field, another variant's fields at their defaults (a GRPO run records ACE's
-            # defaults). They are the rerun triggers of finished trainings, so they must not change.
+            # one flat table of every estimator field, another variant's at its defaults (a GRPO run records
+            # ACE's defaults): recorded params are rerun triggers (docs/sharing.md, "Code changes")
             return {**_ACE_DEFAULTS_DUMP[info.mode], **data}
         return data
 
@@ -339,7 +337,7 @@ _ACE_DEFAULTS_DUMP = {mode: AceEstimator().model_dump(mode=mode) for mode in ("p
 
 
 def _estimator_tag(value: Any) -> str | None:
-    """The variant of an estimator: its ``name`` (``grpo`` when a mapping leaves it out, as before the union)."""
+    """The variant of an estimator: its ``name`` (``grpo`` when a mapping leaves it out)."""
     if isinstance(value, Mapping):
         return str(value.get("name", "grpo"))
     return getattr(value, "name", None)

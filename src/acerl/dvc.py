@@ -7,8 +7,7 @@ config keys (``params``, read from the config files themselves, so ``dvc exp run
 'config/config.yaml:methods.ace_dapo.estimator.alpha=0.5'`` changes what the command reads), plus the stage's
 code version from ``src/acerl/stage_versions.py`` (:mod:`acerl.stage_versions`).
 
-Kept as one module: rendering, the Snakemake sync and the cache checks all speak DVC's file format, and a
-split would put one format's rules in several places.
+Kept as one module: rendering, the Snakemake sync and the cache checks all speak DVC's file format.
 
 One stage per job, named ``<snakemake rule>-<wildcards>`` (DVC allows only letters, digits, ``_`` and ``-``):
 

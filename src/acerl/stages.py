@@ -2,7 +2,7 @@
 
 For every job kind (a Snakemake rule, a family of DVC stages) :data:`TABLE` holds its jobs for a config, and for
 each job its inputs, its outputs (with DVC's metrics and plots), the config keys that decide its result and its
-command. ``workflow/rules/*.smk`` (``input:``, ``output:``, ``params:``) and :mod:`acerl.dvc` (``deps``,
+command: one :class:`StageSpec` per job kind, built by keyword. ``workflow/rules/*.smk`` (``input:``, ``output:``, ``params:``) and :mod:`acerl.dvc` (``deps``,
 ``outs``, ``metrics``, ``params``, ``plots``) both read it, so the two tools run the same jobs on the same files
 and rerun them for the same reasons. Paths come from :mod:`acerl.paths`, the grid from :class:`acerl.config.Config`.
 
@@ -19,8 +19,7 @@ what changes a job's result and nothing else (docs/sharing.md, "What reruns a jo
 The code's share of a result is :data:`acerl.stage_versions.STAGE_VERSIONS`: one number per stage, a param in both
 tools, bumped with a change to ``src/acerl`` that changes what the stage writes.
 
-Kept as one module: it is the graph written once; splitting a stage's files from its deciding keys or its
-command would write the graph in two places again.
+Kept as one module: the stage table is the pipeline graph, written once.
 """
 
 from __future__ import annotations
@@ -41,31 +40,6 @@ ROOT = (
 )
 VERSIONS_FILE = "src/acerl/stage_versions.py"  # DVC reads the stage versions from it as a params file
 VERSIONS_KEY = "STAGE_VERSIONS"
-
-STAGES = (
-    "prepare_data",
-    "prepare_base",
-    "prepare_verl_data",
-    "train_policy",
-    "sample",
-    "grade",
-    "passk",
-    "diagnose",
-    "report",
-)
-_SUBCOMMAND = {
-    "prepare_data": "prepare-data",
-    "prepare_base": "prepare-base",
-    "prepare_verl_data": "prepare-verl-data",
-    "train_policy": "train",
-    "sample": "sample",
-    "grade": "grade",
-    "passk": "passk",
-    "diagnose": "diagnose",
-    "report": "report",
-}
-_QUIET = {"train_policy", "sample", "diagnose"}  # stages with a progress bar, silenced in batch jobs
-_STUDY_JOB_NAME = {"prepare_data": "data", "report": "report"}  # the log / benchmark file of a study-wide job
 
 Shape = Literal["study", "model", "run", "evaluation"]
 Inputs = dict[str, str | list[str]]
@@ -103,15 +77,20 @@ class Output:
     metric: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageSpec:
+    """Everything about one stage: its jobs for a config, and for a job its files, deciding keys and command."""
+
     name: str
-    shape: Shape
+    shape: Shape  # what one job covers: the study, a model, a run, or a run on a benchmark
     doc: str
+    subcommand: str  # ``acerl <subcommand>``
     jobs: Callable[[Config], list[Job]]
     inputs: Callable[[Config, Job], Inputs]
     outputs: Callable[[Config, Job], list[Output]]
-    keys: Callable[[Config, Job], list[str]]
+    keys: Callable[[Config, Job], list[str]]  # the deciding keys (:func:`param_keys`)
+    quiet: bool = False  # has a progress bar, silenced in batch jobs (``--no-progress``)
+    log_name: str | None = None  # the log / benchmark file name of a study-wide job
 
 
 def _p(path: Path) -> str:
@@ -326,15 +305,27 @@ def _outputs_report(cfg: Config, job: Job) -> list[Output]:
     ]
 
 
-def _eval_file(name: str, fn: Callable[[str, str, Run], Path], metric: bool = False) -> Callable[..., Any]:
-    def outputs(cfg: Config, job: Job) -> list[Output]:
-        benchmark, run = _eval_parts(job)
-        return [Output(name, _p(fn(ROOT, benchmark, run)), metric=metric)]
-
-    return outputs
+def _outputs_sample(cfg: Config, job: Job) -> list[Output]:
+    benchmark, run = _eval_parts(job)
+    return [Output("generations", _p(paths.generations_file(ROOT, benchmark, run)))]
 
 
-def _passk_outputs(cfg: Config, job: Job) -> list[Output]:
+def _inputs_grade(cfg: Config, job: Job) -> Inputs:
+    benchmark, run = _eval_parts(job)
+    return {"generations": _p(paths.generations_file(ROOT, benchmark, run))}
+
+
+def _outputs_grade(cfg: Config, job: Job) -> list[Output]:
+    benchmark, run = _eval_parts(job)
+    return [Output("scored", _p(paths.scored_file(ROOT, benchmark, run)))]
+
+
+def _inputs_passk(cfg: Config, job: Job) -> Inputs:
+    benchmark, run = _eval_parts(job)
+    return {"scored": _p(paths.scored_file(ROOT, benchmark, run))}
+
+
+def _outputs_passk(cfg: Config, job: Job) -> list[Output]:
     benchmark, run = _eval_parts(job)
     return [
         Output("metrics", _p(paths.passk_file(ROOT, benchmark, run)), metric=True),
@@ -342,113 +333,173 @@ def _passk_outputs(cfg: Config, job: Job) -> list[Output]:
     ]
 
 
-def _evaluation_jobs(stage: str) -> Callable[[Config], list[Job]]:
-    return lambda cfg: [Job(stage, r.model, r, b) for b, r in cfg.evaluations()]
+def _outputs_diagnose(cfg: Config, job: Job) -> list[Output]:
+    return [Output("diagnostics", _p(paths.diagnostics_file(ROOT, _req(job.run, "run"))))]
 
 
-def _one_input(name: str, fn: Callable[[str, str, Run], Path]) -> Callable[[Config, Job], Inputs]:
-    def inputs(cfg: Config, job: Job) -> Inputs:
-        benchmark, run = _eval_parts(job)
-        return {name: _p(fn(ROOT, benchmark, run))}
-
-    return inputs
+def _keys_prepare_data(cfg: Config, job: Job) -> list[str]:
+    return ["data"]
 
 
-def _const(keys: Sequence[str]) -> Callable[[Config, Job], list[str]]:
-    return lambda cfg, job: list(keys)
+def _keys_grade(cfg: Config, job: Job) -> list[str]:
+    return ["grading.timeout_s"]
 
 
+def _keys_passk(cfg: Config, job: Job) -> list[str]:
+    return ["evaluation.ks"]
+
+
+def _keys_report(cfg: Config, job: Job) -> list[str]:
+    return list(REPORT_KEYS)
+
+
+# ------------------------------------------------------------------------------------------ the jobs
+def _jobs_prepare_data(cfg: Config) -> list[Job]:
+    return [Job("prepare_data")]
+
+
+def _jobs_prepare_base(cfg: Config) -> list[Job]:
+    return [Job("prepare_base", m) for m in models_used(cfg)]
+
+
+def _jobs_prepare_verl_data(cfg: Config) -> list[Job]:
+    """One per trained model, with the verl backend only."""
+    if cfg.compute.backend != "verl":
+        return []
+    return [Job("prepare_verl_data", m) for m in trained_models(cfg)]
+
+
+def _jobs_train(cfg: Config) -> list[Job]:
+    return [Job("train_policy", r.model, r) for r in cfg.runs()]
+
+
+def _evaluation_jobs(stage: str, cfg: Config) -> list[Job]:
+    return [Job(stage, r.model, r, b) for b, r in cfg.evaluations()]
+
+
+def _jobs_sample(cfg: Config) -> list[Job]:
+    return _evaluation_jobs("sample", cfg)
+
+
+def _jobs_grade(cfg: Config) -> list[Job]:
+    return _evaluation_jobs("grade", cfg)
+
+
+def _jobs_passk(cfg: Config) -> list[Job]:
+    return _evaluation_jobs("passk", cfg)
+
+
+def _jobs_diagnose(cfg: Config) -> list[Job]:
+    return [Job("diagnose", r.model, r) for r in cfg.diagnostic_runs()]
+
+
+def _jobs_report(cfg: Config) -> list[Job]:
+    return [Job("report")]
+
+
+# ------------------------------------------------------------------------------------------ the table
 TABLE: dict[str, StageSpec] = {
     s.name: s
     for s in (
         StageSpec(
-            "prepare_data",
-            "study",
-            "training prompts, evaluation benchmarks and the held-out diagnostic set",
-            lambda cfg: [Job("prepare_data")],
-            _inputs_prepare_data,
-            _outputs_prepare_data,
-            _const(["data"]),
+            name="prepare_data",
+            shape="study",
+            doc="training prompts, evaluation benchmarks and the held-out diagnostic set",
+            subcommand="prepare-data",
+            log_name="data",
+            jobs=_jobs_prepare_data,
+            inputs=_inputs_prepare_data,
+            outputs=_outputs_prepare_data,
+            keys=_keys_prepare_data,
         ),
         StageSpec(
-            "prepare_base",
-            "model",
-            "a base model folder (the tiny model built and SFT'd; a hub model linked)",
-            lambda cfg: [Job("prepare_base", m) for m in models_used(cfg)],
-            _inputs_prepare_base,
-            _outputs_prepare_base,
-            _keys_prepare_base,
+            name="prepare_base",
+            shape="model",
+            doc="a base model folder (the tiny model built and SFT'd; a hub model linked)",
+            subcommand="prepare-base",
+            jobs=_jobs_prepare_base,
+            inputs=_inputs_prepare_base,
+            outputs=_outputs_prepare_base,
+            keys=_keys_prepare_base,
         ),
         StageSpec(
-            "prepare_verl_data",
-            "model",
-            "verl's parquet files of a trained model (compute.backend: verl)",
-            lambda cfg: (
-                [Job("prepare_verl_data", m) for m in trained_models(cfg)]
-                if cfg.compute.backend == "verl"
-                else []
-            ),
-            _inputs_prepare_verl_data,
-            _outputs_prepare_verl_data,
-            _keys_prepare_verl_data,
+            name="prepare_verl_data",
+            shape="model",
+            doc="verl's parquet files of a trained model (compute.backend: verl)",
+            subcommand="prepare-verl-data",
+            jobs=_jobs_prepare_verl_data,
+            inputs=_inputs_prepare_verl_data,
+            outputs=_outputs_prepare_verl_data,
+            keys=_keys_prepare_verl_data,
         ),
         StageSpec(
-            "train_policy",
-            "run",
-            "one (model, method, seed) training run",
-            lambda cfg: [Job("train_policy", r.model, r) for r in cfg.runs()],
-            _inputs_train,
-            _outputs_train,
-            _keys_train,
+            name="train_policy",
+            shape="run",
+            doc="one (model, method, seed) training run",
+            subcommand="train",
+            quiet=True,
+            jobs=_jobs_train,
+            inputs=_inputs_train,
+            outputs=_outputs_train,
+            keys=_keys_train,
         ),
         StageSpec(
-            "sample",
-            "evaluation",
-            "n completions per benchmark problem",
-            _evaluation_jobs("sample"),
-            _inputs_sample,
-            _eval_file("generations", paths.generations_file),
-            _keys_sample,
+            name="sample",
+            shape="evaluation",
+            doc="n completions per benchmark problem",
+            subcommand="sample",
+            quiet=True,
+            jobs=_jobs_sample,
+            inputs=_inputs_sample,
+            outputs=_outputs_sample,
+            keys=_keys_sample,
         ),
         StageSpec(
-            "grade",
-            "evaluation",
-            "a math-verify verdict per completion",
-            _evaluation_jobs("grade"),
-            _one_input("generations", paths.generations_file),
-            _eval_file("scored", paths.scored_file),
-            _const(["grading.timeout_s"]),
+            name="grade",
+            shape="evaluation",
+            doc="a math-verify verdict per completion",
+            subcommand="grade",
+            jobs=_jobs_grade,
+            inputs=_inputs_grade,
+            outputs=_outputs_grade,
+            keys=_keys_grade,
         ),
         StageSpec(
-            "passk",
-            "evaluation",
-            "Pass@k from the verdicts",
-            _evaluation_jobs("passk"),
-            _one_input("scored", paths.scored_file),
-            _passk_outputs,
-            _const(["evaluation.ks"]),
+            name="passk",
+            shape="evaluation",
+            doc="Pass@k from the verdicts",
+            subcommand="passk",
+            jobs=_jobs_passk,
+            inputs=_inputs_passk,
+            outputs=_outputs_passk,
+            keys=_keys_passk,
         ),
         StageSpec(
-            "diagnose",
-            "run",
-            "OEF, overconfidence magnitude and entropy at the run's diagnostic checkpoints",
-            lambda cfg: [Job("diagnose", r.model, r) for r in cfg.diagnostic_runs()],
-            _inputs_diagnose,
-            lambda cfg, job: [Output("diagnostics", _p(paths.diagnostics_file(ROOT, _req(job.run, "run"))))],
-            _keys_diagnose,
+            name="diagnose",
+            shape="run",
+            doc="OEF, overconfidence magnitude and entropy at the run's diagnostic checkpoints",
+            subcommand="diagnose",
+            quiet=True,
+            jobs=_jobs_diagnose,
+            inputs=_inputs_diagnose,
+            outputs=_outputs_diagnose,
+            keys=_keys_diagnose,
         ),
         StageSpec(
-            "report",
-            "study",
-            "the paper's tables and figures from every run's results",
-            lambda cfg: [Job("report")],
-            _inputs_report,
-            _outputs_report,
-            _const(REPORT_KEYS),
+            name="report",
+            shape="study",
+            doc="the paper's tables and figures from every run's results",
+            subcommand="report",
+            log_name="report",
+            jobs=_jobs_report,
+            inputs=_inputs_report,
+            outputs=_outputs_report,
+            keys=_keys_report,
         ),
     )
 }
-assert tuple(TABLE) == STAGES and set(STAGE_VERSIONS) == set(STAGES)
+STAGES = tuple(TABLE)
+assert set(STAGE_VERSIONS) == set(STAGES)
 
 
 # ------------------------------------------------------------------------------------------ accessors
@@ -463,21 +514,39 @@ def study_jobs(cfg: Config) -> list[Job]:
     return [job for s in TABLE.values() for job in s.jobs(cfg)]
 
 
-def pattern_job(stage: str) -> Job:
-    """The job of ``stage`` with Snakemake wildcards for its values (``{model}``, ``{method}``, ...)."""
+def subcommand_stage(subcommand: str) -> StageSpec | None:
+    """The stage ``acerl <subcommand>`` runs; None for a subcommand that is no stage (``config``, ...)."""
+    return next((s for s in TABLE.values() if s.subcommand == subcommand), None)
+
+
+def job_of(stage: str, wildcards: Any, seed: Callable[[str], Any] = int) -> Job:
+    """The job of ``stage`` whose wildcard values are ``wildcards``' attributes (``model``, ``method``, ``seed``,
+    ``benchmark``: a Snakemake rule's ``wildcards``); ``seed`` converts the seed's text."""
     shape = spec(stage).shape
-    run = Run("{model}", "{method}", "{seed}")  # type: ignore[arg-type]
     if shape == "study":
         return Job(stage)
     if shape == "model":
-        return Job(stage, "{model}")
-    return Job(stage, "{model}", run, "{benchmark}" if shape == "evaluation" else None)
+        return Job(stage, wildcards.model)
+    run = Run(wildcards.model, wildcards.method, seed(wildcards.seed))
+    return Job(stage, run.model, run, wildcards.benchmark if shape == "evaluation" else None)
+
+
+class _Patterns:
+    """Every wildcard as its Snakemake pattern (``{model}``, ...)."""
+
+    def __getattr__(self, name: str) -> str:
+        return "{" + name + "}"
+
+
+def pattern_job(stage: str) -> Job:
+    """The job of ``stage`` with Snakemake wildcards for its values (``{model}``, ``{method}``, ...)."""
+    return job_of(stage, _Patterns(), seed=str)
 
 
 def log_parts(job: Job) -> tuple[str, ...]:
     """The job's name under ``logs/<stage>/`` and ``benchmarks/logs/<stage>/``: its wildcard values, or for a
     study-wide job a fixed name (``data``, ``report``)."""
-    return job.parts or (_STUDY_JOB_NAME[job.stage],)
+    return job.parts or (_req(spec(job.stage).log_name, "study-wide job's log name"),)
 
 
 def job_log_file(root: str | Path, job: Job) -> Path:
@@ -501,6 +570,15 @@ def job_outputs(cfg: Config, job: Job) -> list[Output]:
 def param_keys(cfg: Config, job: Job) -> list[str]:
     """The config keys (merged-config key paths) whose values decide ``job``'s result."""
     return list(dict.fromkeys(spec(job.stage).keys(cfg, job)))
+
+
+def rule_header(cfg: Config, stage: str) -> str:
+    """The comment line that opens ``stage``'s ``.smk`` file: what its rule reads (the names of its jobs' inputs)
+    and writes (the output patterns)."""
+    jobs = spec(stage).jobs(cfg) or [pattern_job(stage)]
+    reads = ", ".join(dict.fromkeys(name for job in jobs for name in job_inputs(cfg, job)))
+    writes = ", ".join(o.path for o in job_outputs(cfg, pattern_job(stage)))
+    return f"# {stage}: reads {reads or 'nothing'}; writes {writes}"
 
 
 def _lookup(data: Any, key: str) -> Any:
@@ -551,16 +629,15 @@ def stage_argv(
     progress: bool = False,
 ) -> list[str]:
     """``acerl <subcommand> --config ... --root ... [--model --method --seed] [--benchmark]`` for one stage."""
-    if stage not in _SUBCOMMAND:
-        raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
-    argv = ["acerl", _SUBCOMMAND[stage], *config_args(config_files), "--root", str(root)]
+    stage_spec = spec(stage)
+    argv = ["acerl", stage_spec.subcommand, *config_args(config_files), "--root", str(root)]
     if run is not None:
         argv += ["--model", str(run.model), "--method", str(run.method), "--seed", str(run.seed)]
     elif model is not None:
         argv += ["--model", model]
     if benchmark is not None:
         argv += ["--benchmark", benchmark]
-    if stage in _QUIET and not progress:
+    if stage_spec.quiet and not progress:
         argv.append("--no-progress")
     return argv
 

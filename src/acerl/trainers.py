@@ -57,19 +57,17 @@ TRAINERS: Registry[Trainer] = Registry("trainer backend")
 
 @TRAINERS.register("local")
 def train_local(cfg: Config, run: Run, root: Path, options: TrainOptions) -> Path:
-    """The in-repo trainer (:func:`acerl.train.train_run`) on ``options.device`` (default ``compute.device``)
-    with ``options.threads`` torch threads (default ``compute.torch_threads``)."""
-    from acerl.runtime import configure_torch, resolve_device
+    """The in-repo trainer (:func:`acerl.train.train_run`, which resolves the device and configures torch) on
+    ``options.device`` (default ``compute.device``) with ``options.threads`` torch threads (default
+    ``compute.torch_threads``)."""
     from acerl.train import train_run
 
-    threads = options.threads if options.threads is not None else cfg.compute.threads()
-    configure_torch(threads)
     return train_run(
         cfg,
         run,
         root,
-        device=resolve_device(options.device or cfg.compute.device),
-        threads=threads,
+        device=options.device or cfg.compute.device,
+        threads=options.threads if options.threads is not None else cfg.compute.threads(),
         progress=options.progress,
         reference=options.reference,
         ref_ema_decay=options.ref_ema_decay,

@@ -109,17 +109,15 @@ def test_metrics_log_truncates_on_resume_and_mirrors_to_dvclive(tmp_path: Path):
 
 
 def test_rng_states_round_trip_through_weights_only_load(tmp_path: Path):
-    g = torch.Generator().manual_seed(7)
-    torch.randn(3, generator=g)
     random.random(), np.random.rand(), torch.rand(1)
-    states = get_rng_states(g)
+    states = get_rng_states()
+    assert "sampling" not in states  # every batch reseeds the sampling generator: nothing to save
     torch.save(states, tmp_path / "rng.pt")
-    expected = (random.random(), np.random.rand(), torch.rand(1), torch.rand(2, generator=g))
-    random.random(), np.random.rand(), torch.rand(5), torch.rand(5, generator=g)  # move every stream on
-    set_rng_states(torch.load(tmp_path / "rng.pt", weights_only=True), g)
-    got = (random.random(), np.random.rand(), torch.rand(1), torch.rand(2, generator=g))
-    assert got[0] == expected[0] and got[1] == expected[1]
-    assert torch.equal(got[2], expected[2]) and torch.equal(got[3], expected[3])
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.random(), np.random.rand(), torch.rand(5)  # move every stream on
+    set_rng_states(torch.load(tmp_path / "rng.pt", weights_only=True))
+    got = (random.random(), np.random.rand(), torch.rand(1))
+    assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
 
 
 def test_preemption_flag_records_signals_and_restores_handlers():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -282,3 +284,57 @@ def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, 
     assert len(lines) == 1 and "transformers 0.0.1 ->" in lines[0]
     assert json.loads(software_file.read_text())["launches"] == [old, software_stamp()]
     assert paths.run_spec_file(tiny_root, run).read_text() == spec
+
+
+def _same_global_rng() -> None:
+    """The same python, numpy and torch global random states (a checkpoint records them; a fresh process draws
+    them from the OS, so two processes' checkpoints differ there unless these are seeded)."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+def test_two_identical_runs_write_identical_checkpoints(tiny_root_template: Path, tmp_path: Path):
+    """A checkpoint holds the run's state and nothing of its history (the sampling generator, reseeded from
+    (seed, step, attempt) by every batch, is not saved): two identical runs from the same global random states
+    write byte-identical files."""
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
+    run = Run("tiny", "ace_dapo", 0)
+    written = []
+    for name in ("first", "second"):
+        root = tmp_path / name
+        shutil.copytree(tiny_root_template, root)
+        _same_global_rng()
+        train_run(cfg, run, root, verifier=DigitVerifier(), progress=False)
+        ckpt_dir = paths.checkpoints_dir(root, run)
+        written.append(
+            {p.relative_to(ckpt_dir): p.read_bytes() for p in sorted(ckpt_dir.rglob("*")) if p.is_file()}
+        )
+    assert Path("step_000002", "trainer_state.pt") in written[0]
+    assert written[0].keys() == written[1].keys()
+    assert [f for f in written[0] if written[0][f] != written[1][f]] == []
+
+
+def test_a_checkpoint_with_the_sampling_generator_state_still_resumes(
+    tiny_root: Path, verifier: DigitVerifier
+):
+    """Checkpoints written before the generator's state was dropped hold it under ``rng.sampling``: ignored."""
+    from acerl.train.checkpoint import STATE_FILE, read_trainer_state
+
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
+    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    weights = load_file(str(final / "model.safetensors"))
+    ckpt_dir = paths.checkpoints_dir(tiny_root, run)
+    shutil.rmtree(final)
+    shutil.rmtree(ckpt_dir / "step_000002")
+    (ckpt_dir / LATEST_FILE).write_text("step_000001\n")
+    state = read_trainer_state(ckpt_dir / "step_000001")
+    state["rng"]["sampling"] = torch.Generator().manual_seed(5).get_state()
+    torch.save(state, ckpt_dir / "step_000001" / STATE_FILE)
+    calls = verifier.calls
+    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    assert 0 < verifier.calls - calls < calls  # resumed: only step 2 was trained again
+    resumed = load_file(str(final / "model.safetensors"))
+    assert all(torch.equal(weights[k], resumed[k]) for k in weights)
+    assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +19,14 @@ from study import REPO, copy_project, copy_workflow, snakemake_env
 
 from acerl import stage_versions
 from acerl.config import deep_merge, load_config, merged_dict, validate
-from acerl.dvc import render_dvc_yaml, stage_name
+from acerl.dvc import DEFAULT_CONFIG_FILES, render_dvc_yaml, stage_name
 from acerl.stages import (
     STAGES,
     VERSIONS_FILE,
     Job,
     job_outputs,
     param_keys,
+    rule_header,
     study_jobs,
 )
 
@@ -94,6 +96,22 @@ def test_snakemake_and_dvc_see_the_same_jobs_files_and_params(tmp_path: Path, gr
                 if _sets(d, key):
                     assert _covered(key, listed.get(f, [])), (name, f, key)
     assert {j["rule"] for j in smk} <= set(STAGES)
+
+
+def test_committed_smk_headers_are_current() -> None:
+    """Each ``workflow/rules/*.smk`` opens with one line per rule it holds, what the rule reads and writes, written
+    from the stage table as dvc.yaml is (for the default config)."""
+    cfg = load_config([REPO / f for f in DEFAULT_CONFIG_FILES])
+    rules_seen = []
+    for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        text = smk.read_text()
+        rules = re.findall(r"^rule (\w+):", text, flags=re.MULTILINE)
+        want = [rule_header(cfg, rule) for rule in rules]
+        got = text.splitlines()[: len(want)]
+        expected = "\n".join(want)
+        assert got == want, f"{smk.name}: its first lines should be (acerl.stages.rule_header)\n{expected}"
+        rules_seen += rules
+    assert sorted(rules_seen) == sorted(STAGES)
 
 
 def _sets(data: dict[str, Any], key: str) -> bool:

@@ -1,17 +1,16 @@
 # Config loading and validation, and the input functions of all the rules. No pipeline logic lives here;
 # the config schema, the run grid and every path live in the acerl package.
-from acerl.config import Run, load_config, spec_json, validate
+from acerl.config import load_config, spec_json, validate
 from acerl.stages import (
-    Job,
     job_benchmark_file,
     job_command,
     job_inputs,
     job_log_file,
+    job_of,
     job_outputs,
     param_values,
     pattern_job,
     portable_path,
-    spec,
 )
 from acerl.report.catalog import captions as report_captions, describe
 
@@ -36,10 +35,6 @@ CFG = validate(config, source=" + ".join(map(str, CONFIG_FILES)))
 if load_config(CONFIG_FILES).model_dump() != CFG.model_dump():
     raise WorkflowError(CONFIG_REFUSED)
 ROOT = "."
-
-
-def run_of(wildcards):
-    return Run(wildcards.model, wildcards.method, int(wildcards.seed))
 
 
 def res(rule_name, attr):
@@ -73,17 +68,6 @@ def bench_path(stage):
 
 
 # ---- the stage table (acerl.stages): every rule's input, output and params; the same table writes dvc.yaml
-def job_of(stage, wildcards):
-    """The stage table's job of a rule's wildcards."""
-    shape = spec(stage).shape
-    if shape == "study":
-        return Job(stage)
-    if shape == "model":
-        return Job(stage, wildcards.model)
-    benchmark = wildcards.benchmark if shape == "evaluation" else None
-    return Job(stage, wildcards.model, run_of(wildcards), benchmark)
-
-
 def stage_input(stage):
     """The job's named inputs (use with ``unpack``)."""
     return lambda wildcards: job_inputs(CFG, job_of(stage, wildcards))

@@ -1,5 +1,6 @@
-# prepare_data: training prompts, evaluation benchmarks and the held-out diagnostic set; prepare_verl_data: verl's
-# parquet files of a trained model (compute.backend: verl). Inputs, outputs, params: the stage table (acerl.stages).
+# prepare_data: reads sources; writes data/train.jsonl, data/sft.jsonl, data/synth_easy.jsonl, data/synth_hard.jsonl, data/heldout.jsonl
+# prepare_verl_data: reads train, benchmarks; writes data/verl/{model}/train.parquet, data/verl/{model}/val.parquet
+# Inputs, outputs, params: the stage table (acerl.stages).
 
 
 rule prepare_data:

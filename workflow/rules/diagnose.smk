@@ -1,4 +1,5 @@
-# diagnose: OEF, overconfidence magnitude and entropy at the diagnostic checkpoints a run saved while training.
+# diagnose: reads final, reference, heldout; writes diagnostics/{model}/{method}/seed{seed}.json
+# OEF, overconfidence magnitude and entropy at the diagnostic checkpoints a run saved while training.
 
 
 rule diagnose:

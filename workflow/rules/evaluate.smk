@@ -1,3 +1,6 @@
+# sample: reads policy, problems; writes generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz
+# grade: reads generations; writes scored/{benchmark}/{model}/{method}/seed{seed}.parquet
+# passk: reads scored; writes metrics/{benchmark}/{model}/{method}/seed{seed}.json, metrics/{benchmark}/{model}/{method}/seed{seed}.curve.tsv
 # sample -> grade -> passk for every (benchmark, run), the base models included (method "base").
 
 

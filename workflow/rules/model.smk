@@ -1,4 +1,5 @@
-# prepare_base: a base model folder per model (the tiny model is built and SFT'd here; hub models linked).
+# prepare_base: reads sft, benchmarks; writes models/base/{model}
+# A base model folder per model (the tiny model is built and SFT'd here; hub models linked).
 
 
 rule prepare_base:

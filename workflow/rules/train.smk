@@ -1,4 +1,5 @@
-# train_policy: one (model, method, seed) run. Resumable state lives in runs/.../checkpoints/, which is not a
+# train_policy: reads base, train; writes runs/{model}/{method}/seed{seed}/final, runs/{model}/{method}/seed{seed}/metrics.jsonl, runs/{model}/{method}/seed{seed}/dvclive
+# One (model, method, seed) run. Resumable state lives in runs/.../checkpoints/, which is not a
 # rule output, so Snakemake never deletes it when a job fails or is preempted: a retry resumes from it. The
 # per-step metrics.jsonl is a DVC output (persist) but not a Snakemake one, for the same reason.
 

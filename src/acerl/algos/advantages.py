@@ -16,9 +16,8 @@ Trainers select an estimator by name through :data:`ADVANTAGE_ESTIMATORS` (one s
     out = compute_advantages("ace", rewards, group_ids, old_log_probs, ref_log_probs, response_mask, alpha=1.0)
     token_adv = out.token_level(response_mask)  # (B, T), what a token-level policy loss consumes
 
-Kept as one module: GRPO's group statistics, ACE's confidence score and modulations and the estimator
-registry are one algorithm read top to bottom against the paper's Sec. 3-4; each estimator is a few lines on
-shared group helpers, and the tests compare the whole file against verl's reference functions.
+Kept as one module: GRPO's group statistics, ACE's confidence score and the estimator registry are one
+algorithm, read against the paper's Sec. 3-4.
 """
 
 from __future__ import annotations

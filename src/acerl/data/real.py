@@ -39,9 +39,7 @@ the string :func:`acerl.prompts.build_prompt` renders with the real tokenizer. A
 chat template (``plain``) is stored as one user message holding the finished prompt text, and the verl launcher
 sets an identity chat template (:data:`IDENTITY_CHAT_TEMPLATE`) for it.
 
-Kept as one module: it is the one prepare-data step at paper scale; the layouts, the de-duplication, the
-held-out draw and the verl rows all depend on the same normalised rows and the same report, and the verl
-conversion is about 100 lines that only this step calls.
+Kept as one module: the one prepare-data step at paper scale, all of it on the same normalised rows.
 """
 
 from __future__ import annotations

@@ -20,9 +20,7 @@ Everything is deterministic from ``seed``: each split draws from its own ``rando
 generated in a fixed order with every problem text used at most once over all splits, so the evaluation
 splits do not change when the training sizes do.
 
-Kept as one module: the two problem families, the mistake model and the split generator share one random
-stream per split and one set of formatting rules; they are the task's definition, read as one document next
-to docs/tiny_task.md, and a change to any of them changes every generated file.
+Kept as one module: it is the task's definition, read as one document next to docs/tiny_task.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ For every diagnostic checkpoint ``paths.diag_step_dir(root, run, step)``, ``step
 
 1. samples ``K = study.diagnostics.rollouts_per_prompt`` rollouts for each of the first
    ``study.diagnostics.num_prompts`` held-out prompts (``paths.data_file(root, "heldout")``) at the diagnostics
-   temperature, top-p 1, seed :func:`~acerl.generate.shards.derive_seed` ``(1, evaluation.seed, run.seed)``, the
+   temperature, top-p 1, seed :func:`~acerl.seeds.derive_seed` ``(1, evaluation.seed, run.seed)``, the
    same at every checkpoint (common random numbers: checkpoints with equal weights get equal rollouts, so the
    curves over steps carry less sampling noise);
 2. grades them with the pipeline's grader (one :class:`acerl.grading.Grader` for the whole run);
@@ -44,13 +44,13 @@ from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, to
 from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
 from acerl.generate import Sampler, SamplingParams, make_sampler, sampler_from_config
-from acerl.generate.shards import derive_seed, folder_stamp
+from acerl.generate.shards import folder_stamp
 from acerl.io import read_jsonl, write_json
 from acerl.records import diagnostics_record, write_diagnostics_record
 from acerl.runtime import resolve_device
+from acerl.seeds import DIAG_SEED_STREAM, derive_seed
 
 __all__ = [
-    "DIAG_SEED_STREAM",
     "CheckpointDiagnostics",
     "DiagnosticSettings",
     "EntropySampler",
@@ -61,8 +61,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-DIAG_SEED_STREAM = 1  # first part of every diagnostics seed (evaluation uses stream 0)
 
 SamplerFactory = Callable[[Path], Sampler]
 

@@ -112,20 +112,20 @@ def measure(
 
     cfg = load_config(config_files)
     run = Run(cfg.study.main.models[0], baseline, seed)
-    setup = resolve(cfg, run)
+    settings = resolve(cfg, run)
     ckpt = paths.checkpoints_dir(root, run) / f"step_{step:06d}"
     if not ckpt.is_dir():
         raise FileNotFoundError(
             f"{ckpt}: no checkpoint at step {step} (runs keep the last {cfg.models[run.model].train.keep_checkpoints})"
         )
     dev = torch.device("cpu")
-    state, data = init_state(root, run, setup, dev)
-    resume_state(state, ckpt, setup, dev)
+    state, data = init_state(root, run, settings, dev)
+    resume_state(state, ckpt, settings, dev)
     with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:
-        ro = collect_rollouts(state, setup, data, grader, Timer())
+        ro = collect_rollouts(state, settings, data, grader, Timer())
     assert ro.batch is not None
     batch, mask = ro.batch, ro.batch.response_mask
-    old, ref = teacher_forced_logprobs(state, setup, batch, policy=True)
+    old, ref = teacher_forced_logprobs(state, settings, batch, policy=True)
     assert old is not None and ref is not None
     estimators = {baseline: ("grpo", {}), ace: ("ace", cfg.method(ace).estimator.kwargs())}
     outs = {
@@ -140,13 +140,13 @@ def measure(
     new_logp, adv_means = {}, []
     for name, out in outs.items():
         copy_state = dataclasses.replace(state, model=copy.deepcopy(state.model))
-        opt, sched = build_optimizer(copy_state.model.parameters(), setup.hyper)
+        opt, sched = build_optimizer(copy_state.model.parameters(), settings.hyper)
         opt.load_state_dict(state.optimizer.state_dict())
         sched.load_state_dict(state.scheduler.state_dict())
         copy_state = dataclasses.replace(copy_state, optimizer=opt, scheduler=sched)
-        update_policy(copy_state, setup, batch, old, ref, out.token_level(mask))
+        update_policy(copy_state, settings, batch, old, ref, out.token_level(mask))
         lp, _ = batch_logprobs(
-            copy_state.model, batch, setup.hyper.temperature, setup.hyper.micro_batch_size_per_gpu
+            copy_state.model, batch, settings.hyper.temperature, settings.hyper.micro_batch_size_per_gpu
         )
         new_logp[name] = (lp * mask).sum(dim=1).cpu().numpy()
         adv = out.advantages.cpu().numpy()

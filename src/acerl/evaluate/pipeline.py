@@ -12,7 +12,7 @@ Each step reads the previous step's file and writes its own atomically (paths fr
    ``k, pass_at_k`` (``paths.passk_curve_file``, what ``dvc plots`` draws).
 
 Seeds: shard ``s`` of run seed ``r`` on benchmark ``b`` samples with :func:`eval_shard_seed`
-(:func:`~acerl.generate.shards.derive_seed` of ``evaluation.seed``, the benchmark's name, ``r`` and ``s``), so
+(:func:`~acerl.seeds.derive_seed` of ``evaluation.seed``, the benchmark's name, ``r`` and ``s``), so
 results depend only on the config, never on interruptions. Two benchmarks never share uniforms (their
 Pass@k estimates are independent given the policies); a method and its baseline of the same seed do (common
 random numbers, docs/reports.md).
@@ -36,9 +36,7 @@ from acerl.errors import MissingInputError, reading
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import (
     SOFTWARE_KEY,
-    derive_seed,
     folder_stamp,
-    name_part,
     remove_shards,
     run_sharded,
 )
@@ -46,10 +44,10 @@ from acerl.io import atomic_path, read_jsonl, write_jsonl, write_text
 from acerl.prompts import build_prompt
 from acerl.provenance import software_stamp, stamps_in
 from acerl.records import passk_record, write_passk_record
+from acerl.seeds import EVAL_SEED_STREAM, derive_seed, name_part
 
 __all__ = [
     "SCORED_COLUMNS",
-    "EVAL_SEED_STREAM",
     "eval_shard_seed",
     "evaluation_sampling",
     "generation_rows",
@@ -75,7 +73,6 @@ SCORED_COLUMNS: tuple[str, ...] = (
     "num_tokens",
     "finish_reason",
 )
-EVAL_SEED_STREAM = 0  # first part of every evaluation seed (diagnostics use another stream)
 
 
 # ---------------------------------------------------------------------------------------------- helpers

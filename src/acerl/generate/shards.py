@@ -7,13 +7,12 @@ shards back and computes only the missing ones. Everything a shard's result depe
 the item list, the shard size) is recorded in ``<shard_dir>/manifest.json``; shards left by a job with another
 manifest are deleted with a warning, never mixed in.
 
-Determinism: each shard gets its own seed :func:`derive_seed` ``(base, run_seed, shard_index)``, which depends
+Determinism: each shard gets its own seed :func:`acerl.seeds.derive_seed` ``(base, run_seed, shard_index)``, which depends
 only on the shard's index, so an interrupted-and-resumed job gives exactly the rows of an uninterrupted one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -21,7 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from acerl.io import DataFormatError, read_jsonl, write_json, write_jsonl
@@ -30,8 +28,6 @@ from acerl.provenance import warn_if_other_software
 __all__ = [
     "MANIFEST_NAME",
     "SOFTWARE_KEY",
-    "derive_seed",
-    "name_part",
     "folder_stamp",
     "remove_shards",
     "run_sharded",
@@ -45,25 +41,6 @@ T = TypeVar("T")
 MANIFEST_NAME = "manifest.json"
 # A manifest key that records what made the shards (acerl.provenance) without deciding whether they are reused.
 SOFTWARE_KEY = "software"
-
-
-def derive_seed(*parts: int) -> int:
-    """A 32-bit seed that mixes integer ``parts`` (e.g. ``(evaluation.seed, run.seed, shard_index)``).
-
-    Uses numpy's ``SeedSequence`` hash: the same parts always give the same seed (across processes and
-    machines), and nearby parts (shard 3 vs 4, run seed 0 vs 1) give unrelated seeds. Negative parts are
-    allowed (mapped to their 64-bit two's complement).
-    """
-    if not parts:
-        raise ValueError("derive_seed needs at least one integer part")
-    entropy = [int(p) & 0xFFFFFFFFFFFFFFFF for p in parts]
-    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint32)[0])
-
-
-def name_part(name: str) -> int:
-    """A 64-bit integer that stands for ``name`` as a :func:`derive_seed` part (e.g. a benchmark's name): the
-    first 8 bytes of its SHA-256, the same on every machine and process (unlike ``hash``)."""
-    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
 
 
 def shard_ranges(num_items: int, shard_size: int) -> list[range]:

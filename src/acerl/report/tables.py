@@ -20,9 +20,7 @@ A table that reproduces one of the paper's carries its number (:attr:`Table.numb
 and starts its caption with the paper caption's first sentence; ``tests/report/test_table_numbers.py`` checks
 both against the LaTeX source, in the order the compiled paper numbers its tables.
 
-Kept as one module: the builders decide marks, captions and units in the terms of the table model and its
-two syntaxes (a builder's choice of cell kind is how the renderers format it), so the seven builders are read
-and checked next to the cell model; each section (structure, syntax, formatting, marking, builders) is short.
+Kept as one module: the seven table builders are read and checked next to the cell model they fill.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Layout under ``paths.checkpoints_dir(root, run)``::
         model.safetensors      policy weights (safetensors; tied weights stored once)
         ref.safetensors        reference weights (only with an EMA reference)
         optimizer.pt           AdamW state_dict
-        trainer_state.pt       step, scheduler state, data position, RNG states (python, numpy, torch,
-                               the sampling generator) and the run spec
+        trainer_state.pt       step, scheduler state, data position, RNG states (python, numpy, torch)
+                               and the run spec
     step_000020/ ...
     latest                     text: the name of the newest complete checkpoint folder
 
@@ -87,8 +87,9 @@ def remove_stale_temps(folder: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ RNG
-def get_rng_states(generator: torch.Generator) -> dict[str, Any]:
-    """Every random state the trainer could touch, as tensors and plain values (``weights_only``-safe)."""
+def get_rng_states() -> dict[str, Any]:
+    """The global random states, as tensors and plain values (``weights_only``-safe). The sampling generator's
+    is not one of them: every batch reseeds it from (run seed, step, attempt), so it holds nothing to resume."""
     version, mt, gauss = random.getstate()
     np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
     states: dict[str, Any] = {
@@ -101,15 +102,15 @@ def get_rng_states(generator: torch.Generator) -> dict[str, Any]:
             "cached_gaussian": float(np_gauss),
         },
         "torch": torch.get_rng_state(),
-        "sampling": generator.get_state(),
     }
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
 
 
-def set_rng_states(states: dict[str, Any], generator: torch.Generator) -> None:
-    """Restore what :func:`get_rng_states` returned."""
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`get_rng_states` returned (a ``sampling`` entry, which older checkpoints hold, is
+    ignored)."""
     version, mt, gauss = states["python"]
     random.setstate((version, tuple(mt), gauss))
     n = states["numpy"]
@@ -117,7 +118,6 @@ def set_rng_states(states: dict[str, Any], generator: torch.Generator) -> None:
         (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
     )
     torch.set_rng_state(states["torch"])
-    generator.set_state(states["sampling"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
 

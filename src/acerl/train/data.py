@@ -16,11 +16,7 @@ import numpy as np
 from acerl.generate.base import encode_prompt
 from acerl.prompts import build_prompt
 
-__all__ = ["FILL_SEED_STREAM", "TRAIN_SEED_STREAM", "PromptStream", "TrainingSet"]
-
-# first part of the training seeds (acerl.generate.shards.derive_seed; evaluation uses stream 0, diagnostics 1):
-TRAIN_SEED_STREAM = 2  # the rollout generator of (run seed, step, batch attempt)
-FILL_SEED_STREAM = 3  # the order of the prompts dynamic sampling draws after a step's first batch
+__all__ = ["PromptStream", "TrainingSet"]
 
 
 @dataclass

@@ -10,10 +10,10 @@ from torch import Tensor
 from acerl.algos.dapo import filter_groups
 from acerl.generate.base import eos_pad_ids, response_text
 from acerl.generate.rollout import RolloutBatch, sample_batch
-from acerl.generate.shards import derive_seed
 from acerl.runtime import autocast
+from acerl.seeds import TRAIN_SEED_STREAM, derive_seed
 from acerl.settings import RunSettings
-from acerl.train.data import TRAIN_SEED_STREAM, TrainingSet
+from acerl.train.data import TrainingSet
 from acerl.train.metrics import Timer
 from acerl.train.rewards import Rewards, Verifier, compute_rewards
 from acerl.train.state import TrainState
@@ -42,11 +42,11 @@ class Rollouts:
 
 
 def collect_rollouts(
-    state: TrainState, setup: RunSettings, data: TrainingSet, verifier: Verifier, timer: Timer
+    state: TrainState, settings: RunSettings, data: TrainingSet, verifier: Verifier, timer: Timer
 ) -> Rollouts:
     """Sample and grade prompt batches; with dynamic sampling keep only groups with mixed verdicts and draw
     new batches (at most ``dynamic_sampling.draws``) until ``prompts_per_step`` groups are kept."""
-    h, fam = setup.hyper, setup.family
+    h, fam = settings.hyper, settings.family
     g, want = h.group_size, h.prompts_per_step
     eos_id, pad_id = eos_pad_ids(state.tokenizer)
     dynamic = fam.dynamic_sampling.enable
@@ -61,9 +61,9 @@ def collect_rollouts(
         # of the main stream and every batch draws from a generator seeded by (run seed, step, attempt), so runs
         # of two methods with the same seed see the same prompts and uniforms at every step, whatever earlier
         # steps consumed; dynamic sampling's extra batches come from their own stream
-        state.generator.manual_seed(derive_seed(TRAIN_SEED_STREAM, setup.run.seed, state.step, attempt))
+        state.generator.manual_seed(derive_seed(TRAIN_SEED_STREAM, settings.run.seed, state.step, attempt))
         idx = (state.stream if attempt == 0 else state.fill_stream).next(want)
-        with timer("rollout"), autocast(state.device, setup.precision):
+        with timer("rollout"), autocast(state.device, settings.precision):
             batch = sample_batch(
                 state.model,
                 [data.prompt_ids(i) for i in idx],

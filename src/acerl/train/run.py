@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from acerl import paths
 from acerl.config import Config, Run, spec_json
 from acerl.errors import MissingInputError
-from acerl.generate.shards import derive_seed
 from acerl.io import read_jsonl, save_hf_folder, write_text
 from acerl.provenance import record_launch, software_stamp
 from acerl.runtime import configure_torch, resolve_device
+from acerl.seeds import FILL_SEED_STREAM, derive_seed
 from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
 from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
@@ -40,7 +40,7 @@ from acerl.train.checkpoint import (
     set_rng_states,
     supersede_stale_state,
 )
-from acerl.train.data import FILL_SEED_STREAM, PromptStream, TrainingSet
+from acerl.train.data import PromptStream, TrainingSet
 from acerl.train.metrics import MetricsLog
 from acerl.train.optim import build_optimizer
 from acerl.train.rewards import Verifier
@@ -52,13 +52,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["init_state", "resume_state", "train_run"]
 
 
-def _warn_short_mini_batch(setup: RunSettings) -> None:
-    h = setup.hyper
+def _warn_short_mini_batch(settings: RunSettings) -> None:
+    h = settings.hyper
     if h.prompts_per_step % h.mini_batch_size != 0:
         logger.warning(
             "models.%s.train.prompts_per_step (%d) is not a multiple of mini_batch_size (%d): "
             "the last mini-batch of each step is smaller",
-            setup.run.model,
+            settings.run.model,
             h.prompts_per_step,
             h.mini_batch_size,
         )
@@ -76,7 +76,7 @@ def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
         "scheduler": state.scheduler.state_dict(),
         "data": state.stream.state_dict(),
         "fill_data": state.fill_stream.state_dict(),
-        "rng": get_rng_states(state.generator),
+        "rng": get_rng_states(),
         "spec": spec,
         "software": software_stamp(),
     }
@@ -112,14 +112,15 @@ def train_run(
         ref_ema_decay: EMA decay per step for ``reference="ema"``; overrides the config.
         old_logprobs: ``recompute`` (default, verl) or ``rollout``; see :class:`RunSettings`.
     """
+    dev = torch.device(resolve_device(device))  # a CUDA device without a GPU fails before anything is written
     root = Path(root)
     final = paths.policy_dir(root, run)
     if final.is_dir() and (final / "config.json").is_file():
         logger.info("%s: final policy %s exists; nothing to do", run.id, final)
         return final
-    setup = resolve(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
-    _warn_short_mini_batch(setup)
-    spec = local_run_spec(setup)
+    settings = resolve(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
+    _warn_short_mini_batch(settings)
+    spec = local_run_spec(settings)
     spec_text = _comparable_spec(spec)
     run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
     for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
@@ -142,13 +143,13 @@ def train_run(
     previous_threads = torch.get_num_threads()
     configure_torch(threads)
     try:
-        dev = torch.device(resolve_device(device))
-        state, data = init_state(root, run, setup, dev)
+        state, data = init_state(root, run, settings, dev)
         if ckpt is not None:
-            resume_state(state, ckpt, setup, dev)
-        elif 0 in setup.diagnostic_steps:
+            resume_state(state, ckpt, settings, dev)
+        elif 0 in settings.diagnostic_steps:
             save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
-        _train_loop(state, setup, data, cfg, run, root, spec_text, verifier, progress)
+        with _grader(cfg, verifier) as grader:
+            _train_loop(state, settings, data, run, root, spec_text, grader, progress)
         save_hf_folder(final, state.model, state.tokenizer)
         logger.info("%s: final policy written to %s", run.id, final)
         return final
@@ -157,7 +158,7 @@ def train_run(
 
 
 def init_state(
-    root: Path, run: Run, setup: RunSettings, device: torch.device
+    root: Path, run: Run, settings: RunSettings, device: torch.device
 ) -> tuple[TrainState, TrainingSet]:
     """The step-0 state of ``run``: policy and reference loaded from the base model folder, a fresh AdamW,
     the sampling generator seeded with the run seed, and the training set."""
@@ -171,13 +172,13 @@ def init_state(
     # The reference keeps requires_grad=True although it is only ever run under no_grad: ATen folds 3-D matmuls
     # differently when a weight requires grad, so this keeps its numerics identical to the policy's (at step 1
     # log pi_ref == log pi_old bit for bit and every c_i is exactly 0). No gradient is ever computed for it.
-    ref_model = copy.deepcopy(model).eval() if setup.needs_reference else None
-    if setup.gradient_checkpointing:  # the policy only: the reference never runs a backward pass
+    ref_model = copy.deepcopy(model).eval() if settings.needs_reference else None
+    if settings.gradient_checkpointing:  # the policy only: the reference never runs a backward pass
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     train_file = paths.data_file(root, "train")
     rows = read_jsonl(train_file, required=("problem", "answer"))
-    data = TrainingSet(rows, tokenizer, setup.template, setup.hyper.max_prompt_length, train_file)
-    optimizer, scheduler = build_optimizer(model.parameters(), setup.hyper)
+    data = TrainingSet(rows, tokenizer, settings.template, settings.hyper.max_prompt_length, train_file)
+    optimizer, scheduler = build_optimizer(model.parameters(), settings.hyper)
     state = TrainState(
         model=model,
         ref_model=ref_model,
@@ -191,42 +192,44 @@ def init_state(
     return state, data
 
 
-def resume_state(state: TrainState, ckpt: Path, setup: RunSettings, dev: torch.device) -> None:
+def resume_state(state: TrainState, ckpt: Path, settings: RunSettings, dev: torch.device) -> None:
     """Restore ``state`` from checkpoint ``ckpt``: weights (and an EMA reference), AdamW, LR schedule, prompt
     streams, random state and step."""
-    ref = state.ref_model if setup.reference == "ema" else None
+    ref = state.ref_model if settings.reference == "ema" else None
     saved = load_checkpoint(ckpt, state.model, state.optimizer, ref_model=ref, device=dev)
     state.scheduler.load_state_dict(saved["scheduler"])
     state.stream.load_state_dict(saved["data"])
     state.fill_stream.load_state_dict(saved["fill_data"])
-    set_rng_states(saved["rng"], state.generator)
+    set_rng_states(saved["rng"])
     state.step = int(saved["step"])
     logger.info("resuming from %s (step %d)", ckpt, state.step)
 
 
+def _grader(cfg: Config, verifier: Verifier | None) -> AbstractContextManager[Verifier]:
+    """The run's grader: ``verifier`` when given, else a :class:`acerl.grading.Grader` from ``cfg.grading``."""
+    if verifier is not None:
+        return nullcontext(verifier)
+    from acerl.grading import Grader
+
+    return Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers)
+
+
 def _train_loop(
     state: TrainState,
-    setup: RunSettings,
+    settings: RunSettings,
     data: TrainingSet,
-    cfg: Config,
     run: Run,
     root: Path,
     spec_text: str,
-    verifier: Verifier | None,
+    grader: Verifier,
     progress: bool,
 ) -> None:
-    h = setup.hyper
+    h = settings.hyper
     ckpt_dir = paths.checkpoints_dir(root, run)
     live_dir = paths.live_dir(root, run)
-    if verifier is None:
-        from acerl.grading import Grader
-
-        grader_ctx: Any = Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers)
-    else:
-        grader_ctx = nullcontext(verifier)
 
     def checkpoint() -> None:
-        ref = state.ref_model if setup.reference == "ema" else None
+        ref = state.ref_model if settings.reference == "ema" else None
         save_checkpoint(
             ckpt_dir,
             state.step,
@@ -240,14 +243,13 @@ def _train_loop(
     with (
         PreemptionFlag() as flag,
         MetricsLog(paths.train_metrics_file(root, run), state.step, live_dir) as log,
-        grader_ctx as grader,
     ):
         bar = tqdm(total=h.total_steps, initial=state.step, desc=run.id, unit="step", disable=not progress)
         try:
             while state.step < h.total_steps:
-                metrics = train_step(state, setup, data, grader)
+                metrics = train_step(state, settings, data, grader)
                 log.log(state.step, metrics)
-                if state.step in setup.diagnostic_steps:
+                if state.step in settings.diagnostic_steps:
                     save_hf_folder(paths.diag_step_dir(root, run, state.step), state.model, state.tokenizer)
                 if state.step % h.save_every == 0 or state.step == h.total_steps or flag.requested:
                     checkpoint()

@@ -1,61 +1,20 @@
 """ACE inside verl 0.9.1 without a fork: load with ``VERL_USE_EXTERNAL_MODULES=acerl.verl_backend.plugin``.
 
-verl imports every module named in ``VERL_USE_EXTERNAL_MODULES`` at the end of ``import verl``, in every
-process that imports verl (driver, Ray task runner, workers). Importing this module calls :func:`install`,
-which does two things:
+verl imports this module in every process that imports verl; importing it calls :func:`install`, which
 
-1. **Registers the estimator** ``"ace"`` in verl's registry (``core_algos.register_adv_est``):
-   :func:`compute_ace_outcome_advantage`, which computes the paper's sequence-level ACE advantage
-   (Eq. ``eq:ace_advantage``, Alg. 1) with :func:`acerl.algos.advantages.ace_advantages_with_stats` and
-   broadcasts it to ``(bs, resp_len) * response_mask`` exactly like verl's GRPO.
-2. **Installs a shim for** ``verl.trainer.ppo.ray_trainer.compute_advantage``. verl calls a registered
-   estimator with ``token_level_rewards, response_mask, index, config`` only; it never passes the rollout
-   policy's ``old_log_probs`` or the reference ``ref_log_prob``, which ACE's confidence score
-   ``c_i = (1/T_i) sum_t (log pi_old - log pi_ref)`` needs. Both are in ``data.batch`` when advantages are
-   computed (step order: rollout -> reward -> old_log_prob -> ref_log_prob -> advantage), so the shim
-   (:func:`make_compute_advantage_shim`) passes them for the estimators in :data:`LOGPROB_ESTIMATORS` and
-   delegates every other estimator (GAE, GRPO, ...) to verl's original function unchanged. The shim replaces
-   the module attribute of ``ray_trainer`` (the legacy ``RayPPOTrainer.fit`` looks it up there) and is
-   rebound in every module that imported the name (the V1 trainer's ``verl/trainer/ppo/v1/utils.py``,
-   ``verl/experimental/separation/ray_trainer.py``): already-imported modules are patched at once; if
-   ``ray_trainer`` is not imported yet, an import hook patches it the moment it has executed, so modules that
-   import it later get the shim. Processes that never import ``ray_trainer`` (FSDP / vLLM workers) pay
-   nothing.
+1. registers the estimator ``"ace"`` (:func:`compute_ace_outcome_advantage`: the paper's Eq.
+   ``eq:ace_advantage``, Alg. 1, broadcast over the response tokens like verl's GRPO);
+2. shims verl's ``compute_advantage`` (:func:`make_compute_advantage_shim`) so that the estimators of
+   :data:`LOGPROB_ESTIMATORS` get ``old_log_probs`` and ``ref_log_prob``, which ACE's confidence score
+   ``c_i = (1/T_i) sum_t (log pi_old - log pi_ref)`` needs and verl does not pass; other estimators are verl's;
+3. wraps the V1 trainer's ``_compute_advantage`` to hand the grader's verdicts (``acc``) and the step's metrics
+   dict to the shim (:func:`ace_step_context`), where ACE's summaries are added;
+4. caps dynamic sampling (:func:`refill_cap`) by the DAPO recipe's ``max_num_gen_batches``.
 
-3. **Feeds the grader's verdict and collects ACE's statistics.** With ``amplify="incorrect"`` (the paper's
-   Def. 2) ACE amplifies a rollout only when the grader marked it wrong; the verdict is the reward manager's
-   ``acc`` (``acerl.grading.reward.compute_score`` returns it, measured before DAPO's overlong penalty). The
-   legacy trainer merges ``acc`` into ``data.non_tensor_batch``; the V1 trainer's ``_compute_advantage`` does
-   not fetch it from TransferQueue, so the plugin wraps ``PPOTrainer._compute_advantage``
-   (``verl/trainer/ppo/v1/trainer_base.py``): for ACE it reads every row's ``extra_fields.reward_extra_info.acc``
-   (as the V1 replay buffer reads the ``filter_groups`` metric) and hands it, and the trainer's step-metrics
-   dict, to the shim through :func:`ace_step_context`. ACE's summaries (``ace/negative_frac``,
-   ``ace/confidence_mean_neg``, ``ace/multiplier_mean_neg``, ...) are added to that dict, so they reach verl's
-   loggers (``metrics.jsonl``).
-4. **Caps dynamic sampling** (:func:`refill_cap`): the V1 replay buffer ignores
-   ``algorithm.filter_groups.max_num_gen_batches``; the plugin bounds a step's prompts by the DAPO recipe's
-   ``max_num_gen_batches`` generation batches and stops a step they cannot fill.
+ACE's keys are ``algorithm.ace.*`` (:class:`AceConfig`, typed through :class:`AceAlgoConfig`). How each part
+works and why: docs/verl.md, "The ACE plugin and why it is needed".
 
-Kept as one module: it is the single entry verl imports in every process, and its four parts patch each other's
-hooks (the shim reads the step context the V1 wrapper sets; the import hook installs both); split, a process
-could load one part without the others.
-
-ACE's parameters are verl config keys under ``algorithm.ace`` (:class:`AceConfig`)::
-
-    algorithm.adv_estimator=ace
-    algorithm._target_=acerl.verl_backend.plugin.AceAlgoConfig
-    +algorithm.ace.alpha=1.0 +algorithm.ace.modulation=softplus +algorithm.ace.length_normalize=True
-    +algorithm.ace.granularity=sequence +algorithm.ace.eps=1e-6 +algorithm.ace.amplify=incorrect
-
-``algorithm.norm_adv_by_std_in_grpo`` (verl's own key) selects std normalisation as for GRPO. verl's typed
-``AlgoConfig`` rejects unknown keys when ``algorithm`` is converted with ``omega_conf_to_dataclass`` (0.9.1's
-trainers never do, but tools may): pointing ``algorithm._target_`` at :class:`AceAlgoConfig`, a subclass with
-one extra typed field ``ace``, makes the conversion succeed and type-check ACE's keys, so a misspelt
-``algorithm.ace.alpah`` fails loudly instead of being ignored.
-
-The reference log-probs exist only when verl runs a reference policy (``actor_rollout_ref.actor.use_kl_loss``
-or ``algorithm.use_kl_in_reward``): ACE-DAPO keeps ``use_kl_loss=True`` with ``kl_loss_coef=0``. Without them
-the shim raises a clear error instead of computing a wrong advantage.
+Kept as one module: verl imports it as one entry in every process, and its parts patch each other's hooks.
 """
 
 from __future__ import annotations
