@@ -19,26 +19,26 @@ install_lock = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(install_lock)
 
 PIP_CONFIG = """\
-:env:.find-links='/srv/wheels'
+:env:.find-links='wheels-from-env'
 global.cert='/etc/ssl/certs/ca-certificates.crt'
 global.constraint='/etc/xdg/pip/constraints.txt'
-global.extra-index-url='file:///srv/a/simple file:///srv/b/simple'
-global.find-links='/opt/other'
+global.extra-index-url='https://a.example/simple https://b.example/simple'
+global.find-links='wheels-from-file'
 """
 
 
 def test_pip_settings_keep_the_package_sources_and_let_the_environment_win() -> None:
     assert install_lock.pip_settings(PIP_CONFIG) == {
-        "find-links": "/srv/wheels",  # PIP_FIND_LINKS over the file's value, as pip does
-        "extra-index-url": "file:///srv/a/simple file:///srv/b/simple",
+        "find-links": "wheels-from-env",  # PIP_FIND_LINKS over the file's value, as pip does
+        "extra-index-url": "https://a.example/simple https://b.example/simple",
     }
 
 
 def test_uv_environment_maps_pip_sources_and_keeps_what_the_user_set() -> None:
     settings = install_lock.pip_settings(PIP_CONFIG)
-    env = install_lock.uv_environment(settings, {"UV_FIND_LINKS": "/mine"})
-    assert env["UV_FIND_LINKS"] == "/mine"
-    assert env["UV_EXTRA_INDEX_URL"] == "file:///srv/a/simple file:///srv/b/simple"
+    env = install_lock.uv_environment(settings, {"UV_FIND_LINKS": "my-wheels"})
+    assert env["UV_FIND_LINKS"] == "my-wheels"
+    assert env["UV_EXTRA_INDEX_URL"] == "https://a.example/simple https://b.example/simple"
     assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match"  # every index considered, as pip does
     assert "UV_CONSTRAINT" not in env  # a lock pins everything; uv --require-hashes rejects unpinned lines
     assert "UV_INDEX_STRATEGY" not in install_lock.uv_environment({}, {})
