@@ -1,0 +1,121 @@
+"""Loading a config: read YAML files, merge them and ``key=value`` overrides, validate the result into a
+:class:`acerl.config.Config` with errors that name the file (or the override) and every bad key path.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from acerl.config.root import Config
+from acerl.config.schema import ESTIMATORS, ConfigError
+
+
+def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``override`` into a copy of ``base`` (mappings merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(
+            f"{path} is a folder, not a config file: give a YAML file, e.g. config/test.yaml"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path} cannot be read: {e}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> dict[str, Any]:
+    """``'a.b.c=value'`` -> ``{'a': {'b': {'c': value}}}`` (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.path=value")
+    key, raw = item.split("=", 1)
+    value: Any = yaml.safe_load(raw) if raw != "" else ""
+    for part in reversed(key.strip().split(".")):
+        if not part:
+            raise ConfigError(f"override {item!r} has an empty key part")
+        value = {part: value}
+    return value
+
+
+def merged_dict(paths: Iterable[str | Path], overrides: Iterable[str] = ()) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for p in paths:
+        data = deep_merge(data, read_yaml(p))
+    for item in overrides:
+        data = deep_merge(data, parse_override(item))
+    return data
+
+
+def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
+    """Validate a config mapping; errors name ``source`` and every bad key path."""
+    try:
+        return Config.model_validate(dict(data))
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            parts, variant = _untagged(err["loc"])
+            loc = ".".join(parts) or "<root>"
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden" and variant is not None:
+                valid = ", ".join(ESTIMATORS[variant].model_fields)
+                msg = f"not a key of the {variant!r} estimator (misspelt?); valid: {valid}"
+            elif err["type"] == "extra_forbidden":
+                msg = "unknown key (misspelt? see docs/config.md)"
+            lines.append(f"{loc}: {msg}" if err["loc"] else msg)
+        if len(lines) == 1:
+            raise ConfigError(f"{source}: invalid config: {lines[0]}") from None
+        raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
+
+
+def _untagged(loc: tuple[int | str, ...]) -> tuple[list[str], str | None]:
+    """An error location as key path parts, without the variant pydantic inserts after a tagged union's key
+    (``methods.grpo.estimator.grpo.alpha`` -> ``methods.grpo.estimator.alpha``), and that variant."""
+    parts, variant = [str(x) for x in loc], None
+    for i in range(len(parts) - 1):
+        if parts[i] == "estimator" and parts[i + 1] in ESTIMATORS:
+            variant = parts.pop(i + 1)
+            break
+    return parts, variant
+
+
+def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[str] = ()) -> Config:
+    """Read, merge (later files and ``key=value`` overrides win) and validate config files."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ConfigError("no config file given")
+    source = " + ".join(str(p) for p in paths)
+    overrides = list(overrides)
+    try:
+        return validate(merged_dict(paths, overrides), source=source)
+    except ConfigError:
+        if not overrides:
+            raise
+        validate(merged_dict(paths), source=source)  # the files alone are invalid: the error names them
+        # the files are valid, so an override broke them: name the overrides, not the files
+        return validate(merged_dict(paths, overrides), source=" ".join(f"--set {o}" for o in overrides))

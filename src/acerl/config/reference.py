@@ -1,0 +1,88 @@
+"""The key reference (docs/config.md): every key of the schema with its type, default and description, one
+table per section in the order of the tree."""
+
+from __future__ import annotations
+
+import re
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from acerl.config.root import Config
+
+
+def reference_markdown() -> str:
+    """docs/config.md: every key with its type, default and description, generated from the schema."""
+    lines = [
+        "# Config reference",
+        "",
+        "Generated from `acerl.config` by `acerl config reference > docs/config.md` (a test checks it is current).",
+        "Config files merge in order (later files and `--set key=value` win; mappings merge, lists replace).",
+        "Unknown keys are errors. Shipped configs: `config/config.yaml` (embedded default), `config/test.yaml`",
+        "(CI scale, merged over the default), `config/paper.yaml` (the paper's grid, merged over the default),",
+        "`config/power.yaml` (the power study: main grid, primary endpoint, sequential; docs/reports.md).",
+        "",
+    ]
+    seen: set[type] = set()
+
+    def table(model: type[BaseModel], prefix: str) -> None:
+        if model in seen:
+            return
+        seen.add(model)
+        lines.append(f"## `{prefix}` ({model.__name__})")
+        lines.append("")
+        if model.__doc__:
+            lines.append(" ".join(model.__doc__.split()))
+            lines.append("")
+        lines.append("| key | type | default | description |")
+        lines.append("|---|---|---|---|")
+        nested: list[tuple[type[BaseModel], str]] = []
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            tname = _type_name(ann)
+            if field.is_required():
+                default = "required"
+            elif field.default_factory is not None:
+                default = "(see below)" if _submodels(ann) else repr(field.default_factory())
+            else:
+                default = repr(field.default)
+            desc = (field.description or "").replace("|", "\\|")
+            lines.append(f"| `{name}` | `{tname}` | `{default}` | {desc} |".replace("``", "` `"))
+            key = f"{prefix}.{name}" + (".<name>" if _is_mapping(ann) else "")
+            nested += [(sub, key) for sub in _submodels(ann)]
+        lines.append("")
+        for sub, key in nested:
+            table(sub, key)
+
+    table(Config, "<root>")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+_MODULE_PATH = re.compile(r"\bacerl\.config\.(?:\w+\.)*")
+"""The module path of a config class in a type's text (``acerl.config.schema.ModelConfig`` -> ``ModelConfig``)."""
+
+
+def _type_name(ann: Any) -> str:
+    if getattr(ann, "__origin__", None) is Literal:
+        return " \\| ".join(str(a) for a in ann.__args__)
+    variants = _submodels(ann)
+    if getattr(ann, "__origin__", None) is typing.Union and len(variants) == len(ann.__args__):
+        return " \\| ".join(v.__name__ for v in variants)  # a tagged union of config models
+    name = getattr(ann, "__name__", None) if not getattr(ann, "__args__", None) else None
+    text = name or str(ann)
+    return _MODULE_PATH.sub("", text.replace("typing.", "")).replace("|", "\\|")
+
+
+def _is_mapping(ann: Any) -> bool:
+    return getattr(ann, "__origin__", None) is dict
+
+
+def _submodels(ann: Any) -> list[type[BaseModel]]:
+    """The config model types inside an annotation (``X``, ``X | None``, ``dict[str, X]``, a union of variants)."""
+    out: list[type[BaseModel]] = []
+    for c in [ann, *getattr(ann, "__args__", ())]:
+        for inner in (c, *getattr(c, "__args__", ())):
+            if isinstance(inner, type) and issubclass(inner, BaseModel) and inner not in out:
+                out.append(inner)
+    return out
