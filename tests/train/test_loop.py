@@ -350,8 +350,11 @@ def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
 
 
 def test_single_pass_update_needs_one_pass(tiny_root: Path):
+    """The guard counts rows (sequences), not response tokens: responses of at most 4 tokens fit the 4 rows
+    a single pass may hold, the batch's 16 rows do not."""
     run = Run("tiny", "grpo", 0)
-    setup = resolve(make_config(), run)  # 2 mini-batches of 2 prompts: not a single pass
+    cfg = make_config("models.tiny.train.max_response_length=4")
+    setup = resolve(cfg, run)  # 2 mini-batches of 2 prompts: not a single pass
     assert not single_pass_update(setup, 16) and single_pass_update(setup, 4)
     state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
