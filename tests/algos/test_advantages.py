@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from functools import partial
@@ -374,6 +375,25 @@ def test_ace_advantages_defaults_to_alpha_one_and_passes_eps_through(make_batch)
     assert not torch.equal(wide_eps, default)
 
 
+def test_ace_passes_eps_and_norm_by_std_to_grpo_and_keeps_the_rewards_dtype():
+    """By hand, rewards 1, 0, 0, 0 (mean 1/4, unbiased std 1/2) with all c_i = 0, softplus(0) = ln 2:
+    eps = 1/4 gives A = (3/4) / (3/4) = 1 and -(1/4) / (3/4) = -1/3; Dr. GRPO (no std) gives 3/4 and -1/4;
+    the negatives are multiplied by 1 + ln 2. float32 rewards give float32 advantages, even from float64
+    log-probs."""
+    rewards, group_ids = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.long)
+    lp = torch.full((4, 2), -0.5, dtype=torch.float64)
+    args = (rewards, group_ids, lp, lp, torch.ones(4, 2))
+    amplified = 1.0 + math.log(2.0)
+    out = ace_advantages_with_stats(*args, eps=0.25)
+    assert out.advantages.dtype == torch.float32
+    expected = torch.tensor([1.0, -amplified / 3, -amplified / 3, -amplified / 3])
+    torch.testing.assert_close(out.advantages, expected)
+    dr_grpo = ace_advantages_with_stats(*args, norm_by_std=False).advantages
+    torch.testing.assert_close(
+        dr_grpo, torch.tensor([0.75, -0.25 * amplified, -0.25 * amplified, -0.25 * amplified])
+    )
+
+
 def test_ace_matches_appendix_c_sketch_on_binary_rewards(make_batch):
     """App. C's code sketch ((n_prompts, G) layout, std + 1e-8, c / T) agrees on 0/1 rewards."""
     n_prompts, G = 12, 8
@@ -479,9 +499,12 @@ def test_incorrect_rule_equals_sign_rule_for_unshaped_rewards(make_batch, reward
 def test_incorrect_rule_needs_the_verdicts(make_batch):
     b = make_batch(seed=43, group_sizes=[4, 4])
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
-    with pytest.raises(
-        ValueError, match="amplify='incorrect' needs correct=.*verl: the reward manager's 'acc'"
-    ):
+    message = (
+        "ACE with amplify='incorrect' needs correct=: a (B,) bool tensor of the grader's verdicts before any "
+        "overlong penalty (verl: the reward manager's 'acc'); or pass amplify='negative_advantage' to "
+        "amplify every rollout with a negative advantage"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         ace_advantages_incorrect(*args)
     with pytest.raises(ValueError, match="amplify='incorrect' needs correct="):
         compute_advantages("ace", *args)
