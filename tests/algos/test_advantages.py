@@ -382,12 +382,15 @@ def test_ace_passes_eps_and_norm_by_std_to_grpo_and_keeps_the_rewards_dtype():
     log-probs."""
     rewards, group_ids = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.long)
     lp = torch.full((4, 2), -0.5, dtype=torch.float64)
-    args = (rewards, group_ids, lp, lp, torch.ones(4, 2))
+    args = (rewards, group_ids, lp, lp, torch.ones(4, 2, dtype=torch.float64))
     amplified = 1.0 + math.log(2.0)
     out = ace_advantages_with_stats(*args, eps=0.25)
     assert out.advantages.dtype == torch.float32
     expected = torch.tensor([1.0, -amplified / 3, -amplified / 3, -amplified / 3])
     torch.testing.assert_close(out.advantages, expected)
+    token = ace_advantages_with_stats(*args, eps=0.25, granularity="token").advantages
+    assert token.dtype == torch.float32
+    torch.testing.assert_close(token, expected[:, None].expand(4, 2))
     dr_grpo = ace_advantages_with_stats(*args, norm_by_std=False).advantages
     torch.testing.assert_close(
         dr_grpo, torch.tensor([0.75, -0.25 * amplified, -0.25 * amplified, -0.25 * amplified])

@@ -356,6 +356,7 @@ def test_single_pass_update_needs_one_pass(tiny_root: Path):
     cfg = make_config("models.tiny.train.max_response_length=4")
     setup = resolve(cfg, run)  # 2 mini-batches of 2 prompts: not a single pass
     assert not single_pass_update(setup, 16) and single_pass_update(setup, 4)
+    assert not single_pass_update(setup, 8)  # one mini-batch (2 prompts x 4), two micro-batches of 4
     state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     with pytest.raises(ValueError, match="single forward pass"):
