@@ -625,6 +625,19 @@ def test_registry_selects_by_config(make_batch):
     assert torch.equal(token.token_level(b.response_mask), token.advantages)
 
 
+def test_ace_estimator_defaults_to_alpha_one_and_needs_every_log_prob_input(make_batch):
+    b = make_batch(seed=37, group_sizes=[8, 8])
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    correct = b.rewards == 1
+    default = compute_advantages("ace", *args, correct=correct).advantages
+    assert torch.equal(default, compute_advantages("ace", *args, alpha=1.0, correct=correct).advantages)
+    assert not torch.equal(default, compute_advantages("ace", *args, alpha=2.0, correct=correct).advantages)
+    for missing in range(2, 5):  # logprobs, ref_logprobs or response_mask alone missing
+        partial_args = tuple(None if i == missing else a for i, a in enumerate(args))
+        with pytest.raises(ValueError, match="needs logprobs, ref_logprobs and response_mask"):
+            compute_advantages("ace", *partial_args, correct=correct)
+
+
 def test_registry_errors(make_batch):
     b = make_batch(seed=31, group_sizes=[4])
     with pytest.raises(ValueError, match="unknown advantage estimator 'gae'; valid names: ace, grpo"):
