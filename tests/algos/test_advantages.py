@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from functools import partial
@@ -195,6 +196,17 @@ def test_group_mean_std_and_as_group_ids():
         as_group_ids(torch.tensor([0.0, 1.0]))
 
 
+def test_as_group_ids_accepts_only_integer_tensors_and_one_dimensional_keys():
+    """Bool, float and complex tensors are not group ids (a bool mask passed by mistake must not become ids
+    0/1); integer tensors of any width come back as ``long``; keys must be 1-D."""
+    for bad in (torch.tensor([True, False]), torch.tensor([0.0, 1.0]), torch.tensor([1 + 0j, 2 + 0j])):
+        with pytest.raises(TypeError, match=f"group ids must be an integer tensor, got dtype {bad.dtype}"):
+            as_group_ids(bad)
+    assert torch.equal(as_group_ids(torch.tensor([7, 3, 7], dtype=torch.int16)), torch.tensor([7, 3, 7]))
+    with pytest.raises(ValueError, match=r"group index must be 1-D, got shape \(2, 2\)"):
+        as_group_ids(np.array([["a", "b"], ["c", "d"]], dtype=object))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Confidence scores
 # ---------------------------------------------------------------------------------------------------------------
@@ -241,6 +253,18 @@ def test_confidence_scores_is_differentiable():
     c = confidence_scores(lp, torch.zeros(3, 4), torch.ones(3, 4))
     c.sum().backward()
     torch.testing.assert_close(lp.grad, torch.full((3, 4), 0.25))
+
+
+def test_token_confidence_subtracts_half_precision_log_probs_in_float32():
+    """bfloat16 log-probs are upcast before the subtraction (the result is "at least float32"): -2^-9 - (-1)
+    is 1 - 2^-9 exactly in float32, but rounds to 1.0 in bfloat16 (8 significant bits)."""
+    lp = torch.tensor([[-(2.0**-9), 0.0]], dtype=torch.bfloat16)
+    ref = torch.tensor([[-1.0, 0.0]], dtype=torch.bfloat16)
+    out = token_confidence(lp, ref, torch.tensor([[1, 0]]))
+    assert out.dtype == torch.float32
+    assert out.tolist() == [[1.0 - 2.0**-9, 0.0]]
+    wide = token_confidence(lp.double(), ref.float(), torch.ones(1, 2))
+    assert wide.dtype == torch.float64
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -335,6 +359,42 @@ def test_ace_paper_worked_numbers():
     grpo = grpo_advantages(rewards, group_ids)
     torch.testing.assert_close(out.advantages, grpo * out.multiplier)
     assert out.multiplier[0].item() == 1.0 and out.advantages[0].item() == grpo[0].item() > 0
+
+
+def test_ace_advantages_defaults_to_alpha_one_and_passes_eps_through(make_batch):
+    """``ace_advantages`` (sequence level) uses the paper's default alpha = 1 and forwards ``eps``; checked
+    against :func:`ace_advantages_with_stats` with the values spelled out (eps = 0.1 moves every A_i)."""
+    b = make_batch(seed=5, group_sizes=[4, 4, 4])
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    correct = b.rewards == 1
+    default = ace_advantages_incorrect(*args, correct=correct)
+    assert torch.equal(default, ace_with_stats_incorrect(*args, alpha=1.0, correct=correct).advantages)
+    assert not torch.equal(default, ace_with_stats_incorrect(*args, alpha=2.0, correct=correct).advantages)
+    wide_eps = ace_advantages_incorrect(*args, eps=0.1, correct=correct)
+    assert torch.equal(wide_eps, ace_with_stats_incorrect(*args, eps=0.1, correct=correct).advantages)
+    assert not torch.equal(wide_eps, default)
+
+
+def test_ace_passes_eps_and_norm_by_std_to_grpo_and_keeps_the_rewards_dtype():
+    """By hand, rewards 1, 0, 0, 0 (mean 1/4, unbiased std 1/2) with all c_i = 0, softplus(0) = ln 2:
+    eps = 1/4 gives A = (3/4) / (3/4) = 1 and -(1/4) / (3/4) = -1/3; Dr. GRPO (no std) gives 3/4 and -1/4;
+    the negatives are multiplied by 1 + ln 2. float32 rewards give float32 advantages, even from float64
+    log-probs."""
+    rewards, group_ids = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.long)
+    lp = torch.full((4, 2), -0.5, dtype=torch.float64)
+    args = (rewards, group_ids, lp, lp, torch.ones(4, 2, dtype=torch.float64))
+    amplified = 1.0 + math.log(2.0)
+    out = ace_advantages_with_stats(*args, eps=0.25)
+    assert out.advantages.dtype == torch.float32
+    expected = torch.tensor([1.0, -amplified / 3, -amplified / 3, -amplified / 3])
+    torch.testing.assert_close(out.advantages, expected)
+    token = ace_advantages_with_stats(*args, eps=0.25, granularity="token").advantages
+    assert token.dtype == torch.float32
+    torch.testing.assert_close(token, expected[:, None].expand(4, 2))
+    dr_grpo = ace_advantages_with_stats(*args, norm_by_std=False).advantages
+    torch.testing.assert_close(
+        dr_grpo, torch.tensor([0.75, -0.25 * amplified, -0.25 * amplified, -0.25 * amplified])
+    )
 
 
 def test_ace_matches_appendix_c_sketch_on_binary_rewards(make_batch):
@@ -442,9 +502,12 @@ def test_incorrect_rule_equals_sign_rule_for_unshaped_rewards(make_batch, reward
 def test_incorrect_rule_needs_the_verdicts(make_batch):
     b = make_batch(seed=43, group_sizes=[4, 4])
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
-    with pytest.raises(
-        ValueError, match="amplify='incorrect' needs correct=.*verl: the reward manager's 'acc'"
-    ):
+    message = (
+        "ACE with amplify='incorrect' needs correct=: a (B,) bool tensor of the grader's verdicts before any "
+        "overlong penalty (verl: the reward manager's 'acc'); or pass amplify='negative_advantage' to "
+        "amplify every rollout with a negative advantage"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         ace_advantages_incorrect(*args)
     with pytest.raises(ValueError, match="amplify='incorrect' needs correct="):
         compute_advantages("ace", *args)
@@ -560,6 +623,19 @@ def test_registry_selects_by_config(make_batch):
         amplify="negative_advantage",
     )  # fmt: skip
     assert torch.equal(token.token_level(b.response_mask), token.advantages)
+
+
+def test_ace_estimator_defaults_to_alpha_one_and_needs_every_log_prob_input(make_batch):
+    b = make_batch(seed=37, group_sizes=[8, 8])
+    args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    correct = b.rewards == 1
+    default = compute_advantages("ace", *args, correct=correct).advantages
+    assert torch.equal(default, compute_advantages("ace", *args, alpha=1.0, correct=correct).advantages)
+    assert not torch.equal(default, compute_advantages("ace", *args, alpha=2.0, correct=correct).advantages)
+    for missing in range(2, 5):  # logprobs, ref_logprobs or response_mask alone missing
+        partial_args = tuple(None if i == missing else a for i, a in enumerate(args))
+        with pytest.raises(ValueError, match="needs logprobs, ref_logprobs and response_mask"):
+            compute_advantages("ace", *partial_args, correct=correct)
 
 
 def test_registry_errors(make_batch):

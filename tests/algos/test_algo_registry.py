@@ -26,7 +26,7 @@ def test_register_and_get():
 def test_duplicate_name_rejected():
     reg: Registry[int] = Registry("thing")
     reg.register("a")(1)
-    with pytest.raises(ValueError, match="thing 'a' is already registered"):
+    with pytest.raises(ValueError, match="thing 'a' is already registered .*; pick another name"):
         reg.register("a")(2)
     assert reg.get("a") == 1
 
@@ -40,8 +40,15 @@ def test_unknown_name_lists_valid_names():
 
 
 def test_empty_name_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="thing name must be a non-empty string, got ''"):
         Registry("thing").register("")
+
+
+def test_repr_names_the_kind_and_the_sorted_names():
+    reg: Registry[int] = Registry("widget")
+    reg.register("beta")(1)
+    reg.register("alpha")(2)
+    assert repr(reg) == "Registry('widget', names=['alpha', 'beta'])"
 
 
 def test_project_registries():

@@ -112,6 +112,20 @@ def test_overlong_penalty_shape():
     assert (torch.diff(overlong_penalty(torch.arange(0, 21), 20, 8, 1.0)) <= 0).all()
 
 
+def test_overlong_penalty_by_hand_default_factor_one_token_buffer_float32():
+    """By hand: no penalty up to ``max - buffer`` tokens, then linear to ``-penalty_factor`` (default 1, verl's)
+    at ``max``; a one-token buffer is allowed (the whole penalty on the last token); the result is float32
+    whatever torch's default float dtype."""
+    assert overlong_penalty(torch.tensor([3, 4, 5, 6]), 6, 2).tolist() == [0.0, 0.0, -0.5, -1.0]
+    assert overlong_penalty(torch.tensor([5, 6]), 6, 1).tolist() == [0.0, -1.0]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert overlong_penalty(torch.tensor([6]), 6, 2).dtype == torch.float32
+    finally:
+        torch.set_default_dtype(default)
+
+
 def test_overlong_penalty_validation():
     with pytest.raises(ValueError, match="buffer_length must be positive"):
         overlong_penalty(torch.tensor([1]), 10, 0, 1.0)

@@ -195,6 +195,19 @@ def test_vanilla_policy_loss_by_hand():
     assert out.loss.item() == pytest.approx(-1.2 + 0.8 + 1.5 + 3.0, rel=1e-6)
 
 
+def test_vanilla_policy_loss_clamps_the_log_ratio_at_twenty():
+    """``log_prob - old_log_prob`` is clamped to [-20, 20] before ``exp`` (verl): a zero-advantage token with a
+    log-ratio of 100 (``exp`` overflows float32 to inf, and 0 * inf is NaN) still gives a finite zero loss, and
+    ``actor/ppo_kl`` (mean ``old - log_prob``) sees the clamped log-ratio, -20 or 20."""
+    one = torch.ones(1, 1)
+    up = vanilla_policy_loss(torch.zeros(1, 1), torch.full((1, 1), 100.0), torch.zeros(1, 1), one)
+    assert up.loss.item() == 0.0
+    assert up.metrics["actor/ppo_kl"] == -20.0
+    down = vanilla_policy_loss(torch.zeros(1, 1), torch.full((1, 1), -30.0), torch.ones(1, 1), one)
+    assert down.metrics["actor/ppo_kl"] == 20.0
+    assert down.loss.item() == pytest.approx(-math.exp(-20.0), rel=1e-6)  # A > 0, rho = e^-20: -rho
+
+
 def test_vanilla_policy_loss_sequence_advantages_broadcast():
     old, new, adv, mask = policy_inputs(seed=6)
     seq_adv = adv[:, 0].contiguous()

@@ -21,6 +21,7 @@ from acerl.train.algorithm import (
     ACTOR_KEYS,
     batch_logprobs,
     single_pass_update,
+    train_step,
     update_policy,
     update_policy_single_pass,
 )
@@ -350,10 +351,37 @@ def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
 
 
 def test_single_pass_update_needs_one_pass(tiny_root: Path):
+    """The guard counts rows (sequences), not response tokens: responses of at most 4 tokens fit the 4 rows
+    a single pass may hold, the batch's 16 rows do not."""
     run = Run("tiny", "grpo", 0)
-    setup = resolve(make_config(), run)  # 2 mini-batches of 2 prompts: not a single pass
+    cfg = make_config("models.tiny.train.max_response_length=4")
+    setup = resolve(cfg, run)  # 2 mini-batches of 2 prompts: not a single pass
     assert not single_pass_update(setup, 16) and single_pass_update(setup, 4)
+    assert not single_pass_update(setup, 8)  # one mini-batch (2 prompts x 4), two micro-batches of 4
+    two_epochs = resolve(make_config("models.tiny.train.ppo_epochs=2"), run)
+    assert not single_pass_update(two_epochs, 4)  # one micro-batch, but two passes over it
+    wide_micro = resolve(make_config("models.tiny.train.micro_batch_size_per_gpu=16"), run)
+    assert not single_pass_update(wide_micro, 12)  # one micro-batch, but two mini-batches of 8 rows
     state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     with pytest.raises(ValueError, match="single forward pass"):
         update_policy_single_pass(state, setup, ro.batch, None, lambda old: old, Timer())
+
+
+@pytest.mark.parametrize("micro_batch", [16, 4], ids=["single-pass", "accumulated"])
+def test_a_family_without_kl_loss_trains_without_a_reference(tiny_root: Path, micro_batch: int):
+    """GRPO with ``use_kl_loss: false`` needs no reference model: the update runs with ``log pi_ref`` None, on
+    the single-pass and the accumulated path, and its KL loss is 0."""
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config(
+        "families.grpo.use_kl_loss=false",
+        "models.tiny.train.mini_batch_size=4",
+        f"models.tiny.train.micro_batch_size_per_gpu={micro_batch}",
+    )
+    setup = resolve(cfg, run)
+    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    assert state.ref_model is None
+    before = [p.detach().clone() for p in state.model.parameters()]
+    metrics = train_step(state, setup, data, DigitVerifier())
+    assert metrics["train/groups"] > 0 and metrics["actor/kl_loss"] == 0.0
+    assert any(not torch.equal(b, p) for b, p in zip(before, state.model.parameters(), strict=True))

@@ -48,7 +48,9 @@ ONE_UPDATE = [
     "models.tiny.train.lr=0.01",
     "models.tiny.train.grad_clip=1.0e6",  # the clip is checked separately (CLIPPED)
 ]
-SINGLE_PASS = ["models.tiny.train.micro_batch_size_per_gpu=16"]  # the embedded default's path
+# the embedded default's path; responses (<= 12 tokens) narrower than the batch (16 rows), so rows and
+# response positions cannot be swapped unnoticed
+SINGLE_PASS = ["models.tiny.train.micro_batch_size_per_gpu=16", "models.tiny.train.max_response_length=12"]
 # a separate log pi_old pass, 6 micro-batches; responses (<= 12 tokens) narrower than the batch (16 rows)
 ACCUMULATED = ["models.tiny.train.micro_batch_size_per_gpu=3", "models.tiny.train.max_response_length=12"]
 CLIPPED = ["models.tiny.train.grad_clip=0.05"]
