@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -96,3 +98,61 @@ def test_a_look_needs_two_seeds():
     problems = _problems(shift_dapo=0.05, seeds=(0,))
     with pytest.raises(ValueError, match="ace_grpo vs grpo has 1 paired seed"):
         look_frame(problems, {"ace_grpo": "grpo"}, "bench", 4, SequentialDesign())
+
+
+# A workflow whose job command names the config files, as the project's rules do (workflow/rules/common.smk)
+_SNAKEFILE = """\
+CONFIGS = " ".join(["base.yaml", *(p.name for p in map(Path, workflow.config_settings.configfiles))])
+
+
+rule all:
+    input:
+        expand("out/seed{s}.txt", s=config["seeds"]),
+
+
+rule run:
+    output:
+        "out/seed{s}.txt",
+    params:
+        cmd=lambda wildcards: f"echo {CONFIGS} seed {wildcards.s}",
+    shell:
+        "{params.cmd} > {output}"
+"""
+
+
+def test_stage2_command_keeps_stage_1_jobs(tmp_path) -> None:
+    """Stage 2 adds a config file, which changes every job's command (a Snakemake param): with the stage-2
+    command's triggers only the new seeds run; with Snakemake's defaults stage 1 would rerun whole."""
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from acerl.report.sequential import stage2_command
+
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    (tmp_path / "Snakefile").write_text(_SNAKEFILE)
+    (tmp_path / "stage1.yaml").write_text("seeds: [0, 1]\n")
+    (tmp_path / "stage2.yaml").write_text("seeds: [0, 1, 2]\n")
+
+    def snakemake_run(*args: str) -> str:
+        cmd = [snakemake, "-c1", "--quiet", "rules", *args]
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+
+    snakemake_run("all", "--configfile", "stage1.yaml")  # stage 1
+    command = shlex.split(stage2_command(Path("stage2.yaml")))
+    assert command[:3] == ["snakemake", "-c1", "all"]
+    triggers = command[command.index("--configfile") :]
+    triggers[1] = "stage1.yaml"  # config/power.yaml's role
+    assert _planned_runs(snakemake_run("-n", "all", *triggers)) == 1  # seed 2 only
+    default = snakemake_run("-n", "all", "--configfile", "stage1.yaml", "stage2.yaml")
+    assert _planned_runs(default) == 3 and "params have changed" in default  # Snakemake's default triggers
+
+
+def _planned_runs(dry_run: str) -> int:
+    """The count of rule ``run`` in a dry run's job stats."""
+    counts = re.findall(r"^run\s+(\d+)$", dry_run, re.M)
+    assert counts, dry_run
+    return int(counts[0])

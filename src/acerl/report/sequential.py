@@ -29,6 +29,9 @@ from acerl.evaluate.stats import holm
 from acerl.report.frames import load_passk_problems
 from acerl.report.power import paired_matrices
 
+# Snakemake's rerun triggers for stage 2: all but `params` (see stage2_command)
+STAGE2_TRIGGERS = "--rerun-triggers mtime input code software-env"
+
 __all__ = ["SequentialDesign", "look_frame", "planned_seeds", "main"]
 
 
@@ -152,8 +155,15 @@ def main(argv: list[str] | None = None) -> int:
                 "# stage 2 of the power study (python -m acerl.report.sequential --write-config)\n"
                 f"study:\n  main:\n    seeds: [{', '.join(str(s) for s in range(total))}]\n"
             )
-            print(f"Stage 2: snakemake -c1 all --configfile config/power.yaml {args.write_config}")
+            print(f"Stage 2: {stage2_command(args.write_config)}")
     return 0
+
+
+def stage2_command(stage2_config: Path) -> str:
+    """Stage 2's Snakemake command. Every job's command names the config files, so the added file changes the
+    `params` of every stage-1 job: without the params trigger (nothing that decides a job differs between the
+    stages) stage 1's jobs are kept and only the new seeds run."""
+    return f"snakemake -c1 all --configfile config/power.yaml {stage2_config} {STAGE2_TRIGGERS}"
 
 
 if __name__ == "__main__":
