@@ -29,7 +29,7 @@ def _fresh_venv(root: Path) -> Path:
     return target
 
 
-def install_with_pip(target: Path, lock: Path, _cache: Path) -> None:
+def install_with_pip(target: Path, lock: Path) -> None:
     cmd = [str(target / "bin" / "python"), "-m", "pip", "install", "-q", "--require-hashes", "--no-deps"]
     subprocess.run([*cmd, "-r", str(lock)], check=True, capture_output=True)
 
@@ -47,7 +47,7 @@ def timed(installer: str, lock: Path) -> tuple[float, str]:
         target = _fresh_venv(root)
         start = time.perf_counter()
         if installer == "pip":
-            install_with_pip(target, lock, root)
+            install_with_pip(target, lock)
         else:
             install_with_uv(target, lock, root / "uv-cache" if installer == "uv, empty cache" else None)
         seconds = time.perf_counter() - start

@@ -96,15 +96,18 @@ def find_uv(venv: Path) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        print(__doc__.split("\n\n")[-1].strip(), file=sys.stderr)
         return 2
     venv, lock, extra = Path(argv[0]), Path(argv[1]), argv[2:]
     python = venv / "bin" / "python"
     if not python.is_file():
-        print(f"install_lock: {python} does not exist; create the virtualenv first (python3 -m venv {venv})")
+        print(
+            f"install_lock: {python} does not exist; create the virtualenv first (python3 -m venv {venv})",
+            file=sys.stderr,
+        )
         return 2
     if not lock.is_file():
-        print(f"install_lock: no lock file {lock}; `make lock` writes requirements/*.txt")
+        print(f"install_lock: no lock file {lock}; `make lock` writes requirements/*.txt", file=sys.stderr)
         return 2
     config = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     env = uv_environment(pip_settings(config.stdout), dict(os.environ), extra)
