@@ -149,7 +149,7 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
                 **setup.estimator.kwargs(),
             )
             out[f"{m}_adv"].append(time.process_time() - adv_start)
-            update_policy(st, setup, batch, old, ref, adv.token_level(batch.response_mask))
+            update_policy(st, setup, batch, old, ref, lambda _old, adv=adv: adv)
             out[m].append(time.process_time() - start)
     return out
 

@@ -14,6 +14,7 @@ __all__ = [
     "DIAG_SEED_STREAM",
     "EVAL_SEED_STREAM",
     "FILL_SEED_STREAM",
+    "GLOBAL_SEED_STREAM",
     "TRAIN_SEED_STREAM",
     "derive_seed",
     "name_part",
@@ -23,6 +24,9 @@ EVAL_SEED_STREAM = 0  # evaluation shards: (evaluation.seed, benchmark, run seed
 DIAG_SEED_STREAM = 1  # diagnostics sampling: (evaluation.seed, run seed)
 TRAIN_SEED_STREAM = 2  # the rollout generator of (run seed, step, batch attempt)
 FILL_SEED_STREAM = 3  # the order of the prompts dynamic sampling draws after a step's first batch
+GLOBAL_SEED_STREAM = (
+    4  # python's, numpy's and torch's global states at a training run's fresh start: (run seed)
+)
 
 
 def derive_seed(*parts: int) -> int:

@@ -71,7 +71,7 @@ def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, 
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)
     ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 16)
-    adv = compute_advantages("grpo", ro.scores, ro.group_ids).token_level(ro.batch.response_mask)
+    adv = compute_advantages("grpo", ro.scores, ro.group_ids)
     grads: list[torch.Tensor] = []
     state.optimizer.step = lambda: grads.extend(p.grad.clone() for p in state.model.parameters())
     saved = 0
@@ -82,7 +82,7 @@ def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, 
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        update_policy(state, setup, ro.batch, old, ref, adv)
+        update_policy(state, setup, ro.batch, old, ref, lambda _old: adv)
     rows = torch.arange(len(ro.batch))
     n_micro = len(micro_batches(ro.batch, rows, 16, setup.max_tokens_per_micro_batch))
     return grads, saved, n_micro

@@ -23,7 +23,6 @@ from acerl.train.algorithm import (
     single_pass_update,
     train_step,
     update_policy,
-    update_policy_single_pass,
 )
 from acerl.train.metrics import Timer
 from acerl.train.rollouts import collect_rollouts
@@ -235,14 +234,14 @@ def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_root: Path):
         ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 16)
         from acerl.algos.advantages import compute_advantages
 
-        adv = compute_advantages("grpo", ro.scores, ro.group_ids).token_level(ro.batch.response_mask)
+        adv = compute_advantages("grpo", ro.scores, ro.group_ids)
         captured: list[list[torch.Tensor]] = []
 
         def capture(captured=captured, model=state.model) -> None:  # record the gradient, skip the update
             captured.append([p.grad.clone() for p in model.parameters()])
 
         state.optimizer.step = capture
-        metrics = update_policy(state, setup, ro.batch, old, ref, adv)
+        metrics = update_policy(state, setup, ro.batch, old, ref, lambda _old, adv=adv: adv).metrics
         grads[(micro, mode)] = (captured[0], metrics["actor/pg_loss"])
     for mode, (big, small) in (("token-mean", (16, 3)), ("seq-mean-token-mean", (16, 5))):
         (ga, la), (gb, lb) = grads[(big, mode)], grads[(small, mode)]
@@ -365,7 +364,7 @@ def test_single_pass_update_needs_one_pass(tiny_root: Path):
     state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     with pytest.raises(ValueError, match="single forward pass"):
-        update_policy_single_pass(state, setup, ro.batch, None, lambda old: old, Timer())
+        update_policy(state, setup, ro.batch, None, None, lambda old: old)
 
 
 @pytest.mark.parametrize("micro_batch", [16, 4], ids=["single-pass", "accumulated"])

@@ -17,7 +17,7 @@ from trainer_fixtures import Verdict
 from acerl.config import OverlongShaping, TrainHyper
 from acerl.train.checkpoint import get_rng_states, set_rng_states
 from acerl.train.data import PromptStream
-from acerl.train.metrics import MetricsLog, read_metrics
+from acerl.train.metrics import MetricsLog, Timer, read_metrics
 from acerl.train.optim import build_optimizer, lr_factor
 from acerl.train.rewards import compute_rewards, task_rewards
 from acerl.train.signals import PREEMPTED_EXIT_CODE, PreemptionFlag, TrainingPreempted
@@ -106,6 +106,23 @@ def test_metrics_log_truncates_on_resume_and_mirrors_to_dvclive(tmp_path: Path):
     assert json.loads((live / "metrics.json").read_text())["train"]["a"] == 30.0
     assert not (live / "plots" / "metrics" / "actor").exists()  # null values are not plotted
     assert not list(tmp_path.glob("**/dvc.yaml"))
+
+
+def test_timer_counts_a_nested_name_for_itself_alone(monkeypatch: pytest.MonkeyPatch):
+    """The update times the advantage estimate inside it: ``timing/update`` must not count those seconds
+    again, so the step's timings add up to the time timed."""
+    import acerl.train.metrics as metrics
+
+    clock = iter(
+        [0.0, 1.0, 3.0, 10.0, 10.0, 10.5]
+    )  # update [0, 10] holds advantage [1, 3]; then advantage 0.5
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: next(clock))
+    timer = Timer()
+    with timer("update"), timer("advantage"):
+        pass
+    with timer("advantage"):
+        pass
+    assert timer.metrics() == {"timing/advantage": 2.5, "timing/update": 8.0}
 
 
 def test_rng_states_round_trip_through_weights_only_load(tmp_path: Path):

@@ -144,7 +144,7 @@ def measure(
         opt.load_state_dict(state.optimizer.state_dict())
         sched.load_state_dict(state.scheduler.state_dict())
         copy_state = dataclasses.replace(copy_state, optimizer=opt, scheduler=sched)
-        update_policy(copy_state, settings, batch, old, ref, out.token_level(mask))
+        update_policy(copy_state, settings, batch, old, ref, lambda _old, out=out: out)
         lp, _ = batch_logprobs(
             copy_state.model, batch, settings.hyper.temperature, settings.hyper.micro_batch_size_per_gpu
         )

@@ -10,10 +10,10 @@ One training step (:func:`train_step`)::
     Alg. 1 line 13    AdamW over mini-batches (gradient accumulation over micro-batches), grad clip, LR schedule
     log               train/ actor/ ace/ timing/ metrics
 
-When the update is one forward/backward pass (one epoch, one mini-batch, one micro-batch: the embedded
-default) it is written out as such in :func:`update_policy_single_pass`: one policy forward with grad, ``log
-pi_old`` its detached values, the advantages from them, the loss from the same forward. Otherwise ``log
-pi_old`` is a separate no-grad pass and :func:`update_policy` loops over epochs, mini- and micro-batches.
+:func:`update_policy` loops over epochs, mini- and micro-batches. When that is one forward/backward pass (one
+epoch, one mini-batch, one micro-batch: the embedded default), ``log pi_old`` is the detached values of its one
+policy forward, and the advantages are estimated from them before the loss; otherwise ``log pi_old`` is a
+separate no-grad pass before the update.
 The run around the steps (init, resume, checkpoints, signals) is :mod:`acerl.train.run`. Nothing here
 branches on a method's name: the estimator, the policy loss and the reward kind come from registries keyed by
 config values. See docs/training.md.
@@ -54,10 +54,10 @@ __all__ = [
     "ACTOR_KEYS",
     "batch_logprobs",
     "micro_batches",
+    "PolicyUpdate",
     "single_pass_update",
     "train_step",
     "update_policy",
-    "update_policy_single_pass",
 ]
 
 
@@ -260,55 +260,50 @@ def _optimizer_step(state: TrainState, setup: RunSettings, stats: _ActorStats) -
     stats.pg = stats.kl = 0.0
 
 
-def update_policy_single_pass(
-    state: TrainState,
-    setup: RunSettings,
-    batch: RolloutBatch,
-    ref_logprobs: Tensor | None,
-    estimate: Callable[[Tensor], AdvantageOutput],
-    timer: Timer,
-) -> tuple[dict[str, float], Tensor, AdvantageOutput]:
-    """The update as one forward/backward pass (:func:`single_pass_update` must hold): one policy forward with
-    grad; ``log pi_old`` = its detached values (zeros on padding, as :func:`batch_logprobs` returns them: the
-    policy has not moved yet); the advantages ``estimate(log pi_old)`` (ACE's ``c_i`` needs them); the loss
-    from the same forward; one AdamW step. Returns the ``actor/`` metrics, ``log pi_old`` and the advantages."""
-    mask = batch.response_mask
-    if not single_pass_update(setup, mask.shape[0]):
-        raise ValueError("update_policy_single_pass needs an update that is a single forward pass")
-    stats, rows = _ActorStats(), torch.arange(mask.shape[0], device=mask.device)
-    state.optimizer.zero_grad(set_to_none=True)
-    with timer("update"):
-        logprobs, entropy, m = _policy_forward(state, setup, batch, rows, with_entropy=True)
-        old = logprobs.detach().masked_fill(~m.bool(), 0.0)
-    with timer("advantage"):
-        out = estimate(old)
-    with timer("update"):
-        stats.add_entropy(entropy, m)
-        ref = None if ref_logprobs is None else ref_logprobs[rows, : m.shape[1]]
-        loss = _loss(setup, stats, logprobs, old, out.token_level(mask), ref, m, _aggregation(setup, mask))
-        loss.backward()
-        _optimizer_step(state, setup, stats)
-    return stats.metrics(), old, out
+@dataclass(frozen=True)
+class PolicyUpdate:
+    """What :func:`update_policy` returns: the ``actor/`` metrics, ``log pi_old`` and the advantages."""
+
+    metrics: dict[str, float]
+    old_logprobs: Tensor
+    advantages: AdvantageOutput
 
 
 def update_policy(
     state: TrainState,
     setup: RunSettings,
     batch: RolloutBatch,
-    old_logprobs: Tensor,
+    old_logprobs: Tensor | None,
     ref_logprobs: Tensor | None,
-    advantages: Tensor,
-) -> dict[str, float]:
-    """``ppo_epochs`` passes over the batch in mini-batches of ``mini_batch_size`` groups, one AdamW step
-    each, gradients accumulated over micro-batches of ``micro_batch_size_per_gpu`` sequences (verl's actor).
+    estimate: Callable[[Tensor], AdvantageOutput],
+    timer: Timer | None = None,
+) -> PolicyUpdate:
+    """Alg. 1 lines 6-13: the advantages ``estimate(log pi_old)``, then ``ppo_epochs`` passes over the batch in
+    mini-batches of ``mini_batch_size`` groups, one AdamW step each, gradients accumulated over micro-batches
+    of ``micro_batch_size_per_gpu`` sequences (verl's actor).
 
     Every micro-batch loss is aggregated with the *mini-batch* token / sequence counts, so the accumulated
     gradient equals that of the whole mini-batch loss (verl's ``global_batch_info``).
 
+    ``old_logprobs`` None is the single pass (:func:`single_pass_update` must hold: one epoch, one mini-batch,
+    one micro-batch): the policy has not moved before its first forward, so that forward's detached log-probs
+    (zeros on padding, as :func:`batch_logprobs` returns them) are ``log pi_old``, and the advantages are
+    estimated from them before the loss. The separate teacher-forced pass is saved.
+
     Args:
-        old_logprobs, advantages: (B, T); ref_logprobs: (B, T) or None (no KL term).
+        old_logprobs: (B, T) or None (see above); ref_logprobs: (B, T) or None (no KL term).
+        estimate: ``log pi_old`` -> advantages (ACE's ``c_i`` needs them).
+        timer: records ``advantage`` (the estimate); the caller times the whole update.
     """
     h, mask = setup.hyper, batch.response_mask
+    timer = timer or Timer()
+    if old_logprobs is None and not single_pass_update(setup, mask.shape[0]):
+        raise ValueError("update_policy without old_logprobs needs an update that is a single forward pass")
+    old, out, advantages = old_logprobs, None, None
+    if old is not None:
+        with timer("advantage"):
+            out = estimate(old)
+        advantages = out.token_level(mask)
     stats = _ActorStats()
     for epoch in range(h.ppo_epochs):
         for mini in torch.arange(mask.shape[0], device=mask.device).split(h.mini_batch_size * h.group_size):
@@ -318,15 +313,20 @@ def update_policy(
                 batch, mini, h.micro_batch_size_per_gpu, setup.max_tokens_per_micro_batch
             ):
                 logprobs, entropy, m = _policy_forward(state, setup, batch, rows, with_entropy=epoch == 0)
+                if old is None:  # the single pass: this forward is the policy before the update
+                    old = logprobs.detach().masked_fill(~m.bool(), 0.0)
+                    with timer("advantage"):
+                        out = estimate(old)
+                    advantages = out.token_level(mask)
+                assert advantages is not None
                 t = m.shape[1]
                 stats.add_entropy(entropy, m)  # entropy of the policy that sampled the batch (first pass)
                 ref = None if ref_logprobs is None else ref_logprobs[rows, :t]
-                loss = _loss(
-                    setup, stats, logprobs, old_logprobs[rows, :t], advantages[rows, :t], ref, m, agg
-                )
+                loss = _loss(setup, stats, logprobs, old[rows, :t], advantages[rows, :t], ref, m, agg)
                 loss.backward()
             _optimizer_step(state, setup, stats)
-    return stats.metrics()
+    assert old is not None and out is not None
+    return PolicyUpdate(stats.metrics(), old, out)
 
 
 @torch.no_grad()
@@ -459,15 +459,10 @@ def train_step(
         with timer("logprobs"), autocast(mask.device, setup.precision):
             old, ref = teacher_forced_logprobs(state, setup, batch, policy=not single)
         estimate = partial(estimate_advantages, setup.estimator, ro, ref)
-        if single:  # Alg. 1 lines 6-13 in one forward/backward pass
-            actor, old, out = update_policy_single_pass(state, setup, batch, ref, estimate, timer)
-        else:
-            assert old is not None
-            with timer("advantage"):  # Alg. 1 lines 6-9
-                out = estimate(old)
-            with timer("update"):  # Alg. 1 lines 11-13
-                actor = update_policy(state, setup, batch, old, ref, out.token_level(mask))
-        metrics.update(actor)
+        with timer("update"):  # Alg. 1 lines 6-13 (the advantages are timed apart)
+            update = update_policy(state, setup, batch, old, ref, estimate, timer)
+        old, out = update.old_logprobs, update.advantages
+        metrics.update(update.metrics)
         metrics.update(_advantage_metrics(out.advantages, mask))
         if ref is not None:
             metrics.update(_confidence_metrics(out, old, ref, mask, setup.estimator, ro.correct))

@@ -56,6 +56,7 @@ __all__ = [
     "read_trainer_state",
     "remove_stale_temps",
     "save_checkpoint",
+    "seed_rng_states",
     "set_rng_states",
     "supersede_stale_state",
 ]
@@ -106,6 +107,14 @@ def get_rng_states() -> dict[str, Any]:
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
+
+
+def seed_rng_states(seed: int) -> None:
+    """Seed python's, numpy's and torch's global random states (what :func:`get_rng_states` records), so a
+    fresh run's checkpoints do not depend on the state its process started with."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def set_rng_states(states: dict[str, Any]) -> None:

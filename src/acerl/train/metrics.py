@@ -107,18 +107,24 @@ class MetricsLog:
 
 
 class Timer:
-    """Accumulates wall-clock seconds per name (``timing/<name>``)."""
+    """Accumulates wall-clock seconds per name (``timing/<name>``). A nested name's seconds count for it alone,
+    not for the names around it, so the names' seconds add up to the time timed."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self._inner: list[float] = []  # per open name: the seconds its nested names took
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
+        self._inner.append(0.0)
         try:
             yield
         finally:
-            self.seconds[name] += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            self.seconds[name] += elapsed - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
 
     def metrics(self) -> dict[str, float]:
         return {f"timing/{k}": v for k, v in self.seconds.items()}

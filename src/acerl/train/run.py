@@ -26,7 +26,7 @@ from acerl.errors import MissingInputError
 from acerl.io import read_jsonl, save_hf_folder, write_text
 from acerl.provenance import record_launch, software_stamp
 from acerl.runtime import configure_torch, resolve_device
-from acerl.seeds import FILL_SEED_STREAM, derive_seed
+from acerl.seeds import FILL_SEED_STREAM, GLOBAL_SEED_STREAM, derive_seed
 from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
 from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
@@ -37,6 +37,7 @@ from acerl.train.checkpoint import (
     read_trainer_state,
     remove_stale_temps,
     save_checkpoint,
+    seed_rng_states,
     set_rng_states,
     supersede_stale_state,
 )
@@ -143,6 +144,8 @@ def train_run(
     previous_threads = torch.get_num_threads()
     configure_torch(threads)
     try:
+        if ckpt is None:
+            seed_rng_states(derive_seed(GLOBAL_SEED_STREAM, run.seed))
         state, data = init_state(root, run, settings, dev)
         if ckpt is not None:
             resume_state(state, ckpt, settings, dev)
