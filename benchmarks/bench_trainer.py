@@ -146,6 +146,7 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
                 old,
                 ref,
                 batch.response_mask,
+                correct=scores.bool(),
                 **setup.estimator.kwargs(),
             )
             out[f"{m}_adv"].append(time.process_time() - adv_start)
