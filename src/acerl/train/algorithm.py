@@ -15,8 +15,8 @@ default) it is written out as such in :func:`update_policy_single_pass`: one pol
 pi_old`` its detached values, the advantages from them, the loss from the same forward. Otherwise ``log
 pi_old`` is a separate no-grad pass and :func:`update_policy` loops over epochs, mini- and micro-batches.
 The run around the steps (init, resume, checkpoints, signals) is :mod:`acerl.train.run`. Nothing here
-branches on a method's name: the estimator, the policy loss and the reward kind come from registries keyed by
-config values. See docs/training.md.
+branches on a method's name: the estimator and the reward kind come from registries keyed by config values.
+See docs/training.md.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageOutput, ace_metrics, confidence_scores
-from acerl.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty
+from acerl.algos.losses import agg_loss, kl_penalty, vanilla_policy_loss
 from acerl.config import AceEstimator, EstimatorConfig
 from acerl.generate.rollout import RolloutBatch, response_logprobs
 from acerl.runtime import autocast
@@ -221,7 +221,7 @@ def _loss(
 ) -> Tensor:
     """Alg. 1 line 11 on one micro-batch: the policy loss plus ``beta * KL`` (their values go to ``stats``)."""
     fam = setup.family
-    out = POLICY_LOSSES.get(setup.policy_loss)(
+    out = vanilla_policy_loss(
         old,
         logprobs,
         adv,
