@@ -20,6 +20,7 @@ from acerl.train.algorithm import (
     ACE_KEYS,
     ACTOR_KEYS,
     batch_logprobs,
+    estimate_advantages,
     single_pass_update,
     train_step,
     update_policy,
@@ -118,18 +119,7 @@ def test_ace_differs_from_grpo_only_through_advantages(tiny_root: Path):
         ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 4)
         ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 4)
-        from acerl.algos.advantages import ADVANTAGE_ESTIMATORS
-
-        out = ADVANTAGE_ESTIMATORS.get(setup.estimator.name)(
-            ro.scores,
-            ro.group_ids,
-            old,
-            ref,
-            ro.batch.response_mask,
-            correct=ro.correct,
-            **setup.estimator.kwargs(),
-        )
-        got[method] = (ro, out.advantages)
+        got[method] = (ro, estimate_advantages(setup.estimator, ro, ref, old).advantages)
     (ro_g, adv_g), (ro_a, adv_a) = got["grpo"], got["ace_grpo"]
     assert torch.equal(ro_g.batch.input_ids, ro_a.batch.input_ids)
     assert torch.equal(ro_g.scores, ro_a.scores) and ro_g.sampled == ro_a.sampled
