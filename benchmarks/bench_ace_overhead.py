@@ -1,6 +1,6 @@
 """Micro-benchmark: cost of the ACE advantage over the GRPO advantage on one process.
 
-Times :func:`acerl.algos.grpo_advantages` against :func:`acerl.algos.ace_advantages` (and the token-level
+Times :func:`acerl.algos.grpo_advantages` against :func:`acerl.algos.ace_estimator` (and the token-level
 variant, and verl's own GRPO estimator when verl is installed) on a batch of B rollouts x T tokens, median of
 several runs, and writes ``benchmarks/results/ace_overhead.md``. This measures the advantage computation only;
 the trainer-step overhead (paper App. C: "<0.1% of wall-clock") is measured by the training benchmarks.
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from acerl.algos import ace_advantages, ace_advantages_with_stats, compute_advantages, grpo_advantages
+from acerl.algos import ADVANTAGE_ESTIMATORS, ace_estimator, ace_metrics, grpo_advantages
 from acerl.io import write_text
 
 logger = logging.getLogger(__name__)
@@ -74,22 +74,37 @@ def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict
     return times
 
 
+def _registry_ace_with_metrics(x: Inputs) -> torch.Tensor:
+    """What the trainer does with ACE: the registry's estimator, its ``ace/`` metrics, the (B, T) layout."""
+    out = ADVANTAGE_ESTIMATORS.get("ace")(
+        x.rewards, x.group_ids, x.logprobs, x.ref_logprobs, x.response_mask, correct=x.rewards > 0
+    )
+    assert out.confidence is not None and out.multiplier is not None and out.amplified is not None
+    ace_metrics(out.confidence, out.multiplier, out.negative, out.amplified, x.response_mask)
+    return out.token_level(x.response_mask)
+
+
 def candidates(x: Inputs, with_verl: bool) -> dict[str, Callable[[], object]]:
     """The functions to time, by label."""
+    correct = x.rewards > 0  # binary rewards: the verdicts
     fns: dict[str, Callable[[], object]] = {
         "grpo_advantages (B,)": lambda: grpo_advantages(x.rewards, x.group_ids),
-        "ace_advantages (B,)": lambda: ace_advantages(
-            x.rewards, x.group_ids, x.logprobs, x.ref_logprobs, x.response_mask
+        "ace_estimator (B,)": lambda: ace_estimator(
+            x.rewards, x.group_ids, x.logprobs, x.ref_logprobs, x.response_mask, correct=correct
         ),
-        "ace, token granularity (B,T)": lambda: ace_advantages_with_stats(
-            x.rewards, x.group_ids, x.logprobs, x.ref_logprobs, x.response_mask, granularity="token"
+        "ace, token granularity (B,T)": lambda: ace_estimator(
+            x.rewards,
+            x.group_ids,
+            x.logprobs,
+            x.ref_logprobs,
+            x.response_mask,
+            granularity="token",
+            correct=correct,
         ),
-        "registry grpo + token_level (B,T)": lambda: compute_advantages(
-            "grpo", x.rewards, x.group_ids
+        "registry grpo + token_level (B,T)": lambda: ADVANTAGE_ESTIMATORS.get("grpo")(
+            x.rewards, x.group_ids
         ).token_level(x.response_mask),
-        "registry ace + metrics + token_level (B,T)": lambda: compute_advantages(
-            "ace", x.rewards, x.group_ids, x.logprobs, x.ref_logprobs, x.response_mask
-        ).token_level(x.response_mask),
+        "registry ace + metrics + token_level (B,T)": lambda: _registry_ace_with_metrics(x),
     }
     if with_verl:
         try:
@@ -116,8 +131,8 @@ def run(batch: int, length: int, group_size: int, repeats: int, with_verl: bool)
 def to_markdown(results: dict[str, list[float]], args: argparse.Namespace, command: str) -> str:
     """The results page: setup, command, and a table of median / min times and ratio to GRPO."""
     base = statistics.median(results["grpo_advantages (B,)"])
-    ace = statistics.median(results["ace_advantages (B,)"])
-    base_min, ace_min = min(results["grpo_advantages (B,)"]), min(results["ace_advantages (B,)"])
+    ace = statistics.median(results["ace_estimator (B,)"])
+    base_min, ace_min = min(results["grpo_advantages (B,)"]), min(results["ace_estimator (B,)"])
     lines = [
         "# ACE advantage overhead (micro-benchmark)",
         "",

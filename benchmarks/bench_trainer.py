@@ -112,7 +112,7 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
 
     Rewards are seeded random 0/1 verdicts (an untrained model earns none), so half the groups are mixed.
     """
-    from acerl.algos.advantages import compute_advantages
+    from acerl.algos.advantages import ADVANTAGE_ESTIMATORS
     from acerl.config import Run, load_config
     from acerl.grading import Grader
     from acerl.settings import resolve
@@ -139,14 +139,13 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
             old, _ = batch_logprobs(st.model, batch, h.temperature, h.micro_batch_size_per_gpu)
             ref, _ = batch_logprobs(st.ref_model, batch, h.temperature, h.micro_batch_size_per_gpu)
             adv_start = time.process_time()
-            adv = compute_advantages(
-                setup.estimator.name,
+            adv = ADVANTAGE_ESTIMATORS.get(setup.estimator.name)(
                 scores,
                 ro.group_ids,
                 old,
                 ref,
                 batch.response_mask,
-                correct=scores.bool(),
+                correct=scores > 0,  # the random verdicts (ACE amplifies incorrect rollouts)
                 **setup.estimator.kwargs(),
             )
             out[f"{m}_adv"].append(time.process_time() - adv_start)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
+from acerl.algos.advantages import ADVANTAGE_ESTIMATORS
 from acerl.cli import main
 from acerl.config import (
     ESTIMATORS,
@@ -55,7 +55,9 @@ def test_the_registry_accepts_every_variants_kwargs() -> None:
     mask = torch.ones(4, 3)
     for name, variant in ESTIMATORS.items():
         est = variant()
-        out = compute_advantages(name, rewards, groups, lp, lp, mask, correct=rewards > 0, **est.kwargs())
+        out = ADVANTAGE_ESTIMATORS.get(name)(
+            rewards, groups, lp, lp, mask, correct=rewards > 0, **est.kwargs()
+        )
         assert out.advantages.shape[0] == 4
 
 

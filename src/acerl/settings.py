@@ -95,11 +95,6 @@ class RunSettings:
         """Reference log-probs are computed: the KL loss is on, or the estimator takes them (ACE's ``c_i``)."""
         return self.family.use_kl_loss or self.estimator.needs_reference
 
-    @property
-    def policy_loss(self) -> str:
-        """Name in :data:`acerl.algos.losses.POLICY_LOSSES`."""
-        return self.family.policy_loss
-
     def spec(self) -> dict[str, Any]:
         """The run spec: everything that decides the run's result, as plain JSON data (resolved from the config
         keys :func:`spec_keys` lists). The estimator is recorded in its flat layout (every field of every

@@ -15,20 +15,31 @@ import torch.nn.functional as F
 
 from acerl.algos import (
     ADVANTAGE_ESTIMATORS,
+    AdvantageOutput,
+    ace_estimator,
+    ace_metrics,
     as_group_ids,
-    compute_advantages,
     confidence_scores,
     group_mean_std,
     grpo_advantages,
     token_confidence,
 )
-from acerl.algos import ace_advantages as ace_advantages_incorrect
-from acerl.algos import ace_advantages_with_stats as ace_with_stats_incorrect
 
 # The arithmetic tests below select every rollout with A_i < 0, the rule of their loop references; with 0/1 and
 # +1/-1 rewards the default rule ("incorrect") selects the same rollouts (test_incorrect_rule_* below).
-ace_advantages = partial(ace_advantages_incorrect, amplify="negative_advantage")
-ace_advantages_with_stats = partial(ace_with_stats_incorrect, amplify="negative_advantage")
+ace = partial(ace_estimator, amplify="negative_advantage")
+
+
+def ace_advantages(*args, **kwargs) -> torch.Tensor:
+    """The sequence-level advantages of :func:`ace` (every A_i < 0 amplified)."""
+    return ace(*args, **kwargs).advantages
+
+
+def metrics(out: AdvantageOutput, response_mask: torch.Tensor) -> dict[str, float]:
+    """:func:`ace_metrics` of an ACE output."""
+    assert out.confidence is not None and out.multiplier is not None and out.amplified is not None
+    return ace_metrics(out.confidence, out.multiplier, out.negative, out.amplified, response_mask)
+
 
 # Mixed layouts: one-sample groups, pairs, the paper's G=8, odd sizes.
 GROUP_LAYOUTS = [[8] * 6, [1, 2, 3, 8, 1, 5, 16], [2] * 10, [1] * 5, [7, 7, 1]]
@@ -296,7 +307,7 @@ def test_ace_matches_loop(make_batch, modulation, length_normalize, reward_kind,
 @pytest.mark.parametrize("modulation", ["softplus", "relu"])
 def test_ace_token_level_matches_loop(make_batch, modulation):
     b = make_batch(seed=8, group_sizes=[8, 4, 1, 6], reward_kind="binary", min_len=0)
-    out = ace_advantages_with_stats(
+    out = ace(
         b.rewards,
         b.group_ids,
         b.logprobs,
@@ -323,10 +334,10 @@ def test_ace_alpha_zero_is_grpo_exactly(make_batch, layout, reward_kind):
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
     assert torch.equal(ace_advantages(*args, alpha=0.0), grpo)
     assert torch.equal(ace_advantages(*args, alpha=0, modulation="relu", length_normalize=False), grpo)
-    token = ace_advantages_with_stats(*args, alpha=0.0, granularity="token").advantages
+    token = ace(*args, alpha=0.0, granularity="token").advantages
     assert torch.equal(token, grpo[:, None] * b.response_mask)
-    ace = compute_advantages("ace", *args, alpha=0.0, amplify="negative_advantage")
-    assert torch.equal(ace.advantages, grpo)
+    registered = ADVANTAGE_ESTIMATORS.get("ace")(*args, alpha=0.0, amplify="negative_advantage")
+    assert torch.equal(registered.advantages, grpo)
 
 
 def test_ace_is_grpo_on_nonnegative_advantages_and_amplifies_negatives(make_batch):
@@ -334,15 +345,15 @@ def test_ace_is_grpo_on_nonnegative_advantages_and_amplifies_negatives(make_batc
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
     grpo = grpo_advantages(b.rewards, b.group_ids)
     for modulation in ("softplus", "relu"):
-        out = ace_advantages_with_stats(*args, alpha=1.0, modulation=modulation)
+        out = ace(*args, alpha=1.0, modulation=modulation)
         assert torch.equal(out.negative, grpo < 0)
         assert torch.equal(out.advantages[grpo >= 0], grpo[grpo >= 0])
         assert (out.multiplier >= 1).all()
         assert torch.equal(out.multiplier[grpo >= 0], torch.ones_like(grpo[grpo >= 0]))
         assert (out.advantages[grpo < 0] <= grpo[grpo < 0]).all()  # same sign, larger magnitude
-    softplus = ace_advantages_with_stats(*args, alpha=1.0)
+    softplus = ace(*args, alpha=1.0)
     assert (softplus.multiplier[grpo < 0] > 1).all()  # softplus > 0 everywhere
-    relu = ace_advantages_with_stats(*args, alpha=1.0, modulation="relu")
+    relu = ace(*args, alpha=1.0, modulation="relu")
     neg_nonpos_c = (grpo < 0) & (relu.confidence <= 0)
     assert neg_nonpos_c.any() and (relu.multiplier[neg_nonpos_c] == 1).all()
 
@@ -353,7 +364,7 @@ def test_ace_paper_worked_numbers():
     group_ids = torch.zeros(4, dtype=torch.long)
     ref = torch.tensor([[-1.0], [-2.5], [-1.0], [-1.0]])
     logprobs = ref + torch.tensor([[0.0], [2.0], [0.0], [-3.0]])
-    out = ace_advantages_with_stats(rewards, group_ids, logprobs, ref, torch.ones(4, 1), alpha=1.0)
+    out = ace(rewards, group_ids, logprobs, ref, torch.ones(4, 1), alpha=1.0)
     assert out.confidence.tolist()[1:] == pytest.approx([2.0, 0.0, -3.0])
     assert [round(m - 1.0, 2) for m in out.multiplier.tolist()[1:]] == [2.13, 0.69, 0.05]
     grpo = grpo_advantages(rewards, group_ids)
@@ -361,17 +372,19 @@ def test_ace_paper_worked_numbers():
     assert out.multiplier[0].item() == 1.0 and out.advantages[0].item() == grpo[0].item() > 0
 
 
-def test_ace_advantages_defaults_to_alpha_one_and_passes_eps_through(make_batch):
-    """``ace_advantages`` (sequence level) uses the paper's default alpha = 1 and forwards ``eps``; checked
-    against :func:`ace_advantages_with_stats` with the values spelled out (eps = 0.1 moves every A_i)."""
+def test_ace_estimator_defaults_to_alpha_one_and_passes_eps_through(make_batch):
+    """:func:`ace_estimator` uses the paper's default alpha = 1 and forwards ``eps`` to GRPO (eps = 0.1 moves
+    every A_i; the rollouts ACE leaves alone keep GRPO's advantage with that eps)."""
     b = make_batch(seed=5, group_sizes=[4, 4, 4])
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
     correct = b.rewards == 1
-    default = ace_advantages_incorrect(*args, correct=correct)
-    assert torch.equal(default, ace_with_stats_incorrect(*args, alpha=1.0, correct=correct).advantages)
-    assert not torch.equal(default, ace_with_stats_incorrect(*args, alpha=2.0, correct=correct).advantages)
-    wide_eps = ace_advantages_incorrect(*args, eps=0.1, correct=correct)
-    assert torch.equal(wide_eps, ace_with_stats_incorrect(*args, eps=0.1, correct=correct).advantages)
+    default = ace_estimator(*args, correct=correct).advantages
+    assert torch.equal(default, ace_estimator(*args, alpha=1.0, correct=correct).advantages)
+    assert not torch.equal(default, ace_estimator(*args, alpha=2.0, correct=correct).advantages)
+    wide_eps = ace_estimator(*args, eps=0.1, correct=correct).advantages
+    grpo_wide = grpo_advantages(b.rewards, b.group_ids, eps=0.1)
+    kept = grpo_wide > 0
+    assert kept.any() and torch.equal(wide_eps[kept], grpo_wide[kept])
     assert not torch.equal(wide_eps, default)
 
 
@@ -384,14 +397,14 @@ def test_ace_passes_eps_and_norm_by_std_to_grpo_and_keeps_the_rewards_dtype():
     lp = torch.full((4, 2), -0.5, dtype=torch.float64)
     args = (rewards, group_ids, lp, lp, torch.ones(4, 2, dtype=torch.float64))
     amplified = 1.0 + math.log(2.0)
-    out = ace_advantages_with_stats(*args, eps=0.25)
+    out = ace(*args, eps=0.25)
     assert out.advantages.dtype == torch.float32
     expected = torch.tensor([1.0, -amplified / 3, -amplified / 3, -amplified / 3])
     torch.testing.assert_close(out.advantages, expected)
-    token = ace_advantages_with_stats(*args, eps=0.25, granularity="token").advantages
+    token = ace(*args, eps=0.25, granularity="token").advantages
     assert token.dtype == torch.float32
     torch.testing.assert_close(token, expected[:, None].expand(4, 2))
-    dr_grpo = ace_advantages_with_stats(*args, norm_by_std=False).advantages
+    dr_grpo = ace(*args, norm_by_std=False).advantages
     torch.testing.assert_close(
         dr_grpo, torch.tensor([0.75, -0.25 * amplified, -0.25 * amplified, -0.25 * amplified])
     )
@@ -434,7 +447,7 @@ def test_ace_matches_appendix_c_sketch_on_binary_rewards(make_batch):
 
 def test_ace_negatives_for_binary_mixed_groups_are_alg1_incorrect(make_batch):
     b = make_batch(seed=13, group_sizes=[8] * 10, reward_kind="binary")
-    out = ace_advantages_with_stats(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    out = ace(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
     mean, std, _ = group_mean_std(b.rewards, b.group_ids)
     mixed = std > 0
     assert torch.equal(out.negative, (b.rewards == 0) & mixed)  # Alg. 1 "r_i = 0" within mixed groups
@@ -443,7 +456,7 @@ def test_ace_negatives_for_binary_mixed_groups_are_alg1_incorrect(make_batch):
 
 def test_ace_dapo_plus_minus_one_rewards(make_batch):
     b = make_batch(seed=17, group_sizes=[8] * 10, reward_kind="pm1")
-    out = ace_advantages_with_stats(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
+    out = ace(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
     _, std, _ = group_mean_std(b.rewards, b.group_ids)
     mixed = std > 0
     assert mixed.any() and (~mixed).any()
@@ -469,10 +482,8 @@ def test_incorrect_rule_never_amplifies_a_correct_overlong_rollout(granularity):
     rewards, correct, group_ids, lp, ref, mask = _overlong_group()
     grpo = grpo_advantages(rewards, group_ids)
     assert grpo[4] < 0 and grpo[1] > 0
-    inc = ace_with_stats_incorrect(
-        rewards, group_ids, lp, ref, mask, correct=correct, granularity=granularity
-    )
-    sign = ace_with_stats_incorrect(
+    inc = ace_estimator(rewards, group_ids, lp, ref, mask, correct=correct, granularity=granularity)
+    sign = ace_estimator(
         rewards, group_ids, lp, ref, mask, amplify="negative_advantage", granularity=granularity
     )
     per_rollout = (lambda a: a) if granularity == "sequence" else (lambda a: a[:, 0])
@@ -484,7 +495,7 @@ def test_incorrect_rule_never_amplifies_a_correct_overlong_rollout(granularity):
     torch.testing.assert_close(per_rollout(sign.advantages)[4], grpo[4] * boost)
     torch.testing.assert_close(per_rollout(inc.advantages)[:4], per_rollout(sign.advantages)[:4])
     torch.testing.assert_close(per_rollout(inc.advantages)[2:4], grpo[2:4] * boost)  # incorrect: amplified
-    assert inc.metrics()["ace/multiplier_mean_neg"] == pytest.approx(float(boost))
+    assert metrics(inc, mask)["ace/multiplier_mean_neg"] == pytest.approx(float(boost))
 
 
 @pytest.mark.parametrize("reward_kind", ["binary", "pm1"])
@@ -493,8 +504,8 @@ def test_incorrect_rule_equals_sign_rule_for_unshaped_rewards(make_batch, reward
     """With 0/1 or +1/-1 rewards (no overlong penalty) the two rules select exactly the same rollouts."""
     b = make_batch(seed=41, group_sizes=[8, 8, 1, 3, 8, 2], reward_kind=reward_kind)
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
-    inc = ace_with_stats_incorrect(*args, correct=b.rewards == 1, granularity=granularity)
-    sign = ace_with_stats_incorrect(*args, amplify="negative_advantage", granularity=granularity)
+    inc = ace_estimator(*args, correct=b.rewards == 1, granularity=granularity)
+    sign = ace_estimator(*args, amplify="negative_advantage", granularity=granularity)
     assert torch.equal(inc.amplified, sign.amplified) and inc.amplified.any()
     assert torch.equal(inc.advantages, sign.advantages)
 
@@ -508,13 +519,13 @@ def test_incorrect_rule_needs_the_verdicts(make_batch):
         "amplify every rollout with a negative advantage"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        ace_advantages_incorrect(*args)
+        ace_estimator(*args)
     with pytest.raises(ValueError, match="amplify='incorrect' needs correct="):
-        compute_advantages("ace", *args)
+        ADVANTAGE_ESTIMATORS.get("ace")(*args)
     with pytest.raises(ValueError, match=r"correct must have shape \(B,\) = \(8,\), got \(7,\)"):
-        ace_advantages_incorrect(*args, correct=torch.ones(7, dtype=torch.bool))
+        ace_estimator(*args, correct=torch.ones(7, dtype=torch.bool))
     with pytest.raises(ValueError, match="amplify must be one of incorrect, negative_advantage; got 'all'"):
-        ace_advantages_incorrect(*args, amplify="all")  # type: ignore[arg-type]
+        ace_estimator(*args, amplify="all")  # type: ignore[arg-type]
 
 
 def test_ace_stop_gradient(make_batch):
@@ -522,9 +533,7 @@ def test_ace_stop_gradient(make_batch):
     lp = torch.where(b.response_mask.bool(), b.logprobs, 0.0).requires_grad_(True)
     ref = torch.where(b.response_mask.bool(), b.ref_logprobs, 0.0).requires_grad_(True)
     for granularity in ("sequence", "token"):
-        out = ace_advantages_with_stats(
-            b.rewards, b.group_ids, lp, ref, b.response_mask, granularity=granularity
-        )
+        out = ace(b.rewards, b.group_ids, lp, ref, b.response_mask, granularity=granularity)
         assert not out.advantages.requires_grad
         assert not out.confidence.requires_grad and not out.multiplier.requires_grad
     # a policy-gradient surrogate sum_i A_i * log pi(y_i): its gradient is A_i, with nothing through c_i
@@ -540,11 +549,11 @@ def test_ace_fully_masked_rows_and_length_one(make_batch):
     lp = torch.tensor([[-1.0, float("nan")], [float("nan")] * 2, [-0.2, float("nan")], [-1.0, -1.0]])
     ref = torch.tensor([[-1.0, 0.0], [-float("inf")] * 2, [-1.2, float("inf")], [-1.0, -2.0]])
     mask = torch.tensor([[1, 0], [0, 0], [1, 0], [1, 1]])
-    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, mask, alpha=1.0)
+    out = ace(rewards, group_ids, lp, ref, mask, alpha=1.0)
     assert torch.isfinite(out.advantages).all()
     assert out.confidence.tolist() == pytest.approx([0.0, 0.0, 1.0, 0.5])
     assert out.multiplier[1].item() == pytest.approx(1 + math.log(2))  # T_i = 0 -> c_i = 0
-    token = ace_advantages_with_stats(rewards, group_ids, lp, ref, mask, granularity="token")
+    token = ace(rewards, group_ids, lp, ref, mask, granularity="token")
     assert torch.isfinite(token.advantages).all() and torch.equal(token.advantages[1], torch.zeros(2))
 
 
@@ -552,17 +561,17 @@ def test_ace_all_equal_groups_unchanged(make_batch):
     rewards = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, -1.0, -1.0])
     group_ids = torch.tensor([0, 0, 0, 1, 1, 2, 2])
     lp, ref = torch.zeros(7, 3), torch.full((7, 3), -5.0)
-    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, torch.ones(7, 3), alpha=3.0)
+    out = ace(rewards, group_ids, lp, ref, torch.ones(7, 3), alpha=3.0)
     assert torch.equal(out.advantages, torch.zeros(7)) and not out.negative.any()
 
 
 def test_ace_metrics(make_batch):
     b = make_batch(seed=23, group_sizes=[8] * 4)
     for granularity in ("sequence", "token"):
-        out = ace_advantages_with_stats(
+        out = ace(
             b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, granularity=granularity
         )
-        m = out.metrics()
+        m = metrics(out, b.response_mask)
         assert set(m) == {
             "ace/negative_frac",
             "ace/confidence_mean_neg",
@@ -574,11 +583,12 @@ def test_ace_metrics(make_batch):
         assert 0 <= m["ace/overconfident_frac_neg"] <= 1
         assert m["ace/multiplier_max"] >= m["ace/multiplier_mean_neg"] >= 1
     zeros = torch.zeros(2, 1)
-    empty = ace_advantages_with_stats(
-        torch.ones(2), torch.zeros(2, dtype=torch.long), zeros, zeros, zeros + 1
-    )
-    assert empty.metrics()["ace/negative_frac"] == 0
-    assert math.isnan(empty.metrics()["ace/multiplier_mean_neg"])
+    empty = ace(torch.ones(2), torch.zeros(2, dtype=torch.long), zeros, zeros, zeros + 1)
+    assert metrics(empty, zeros + 1)["ace/negative_frac"] == 0
+    assert math.isnan(metrics(empty, zeros + 1)["ace/multiplier_mean_neg"])
+    nothing = ace_metrics(torch.zeros(0), torch.zeros(0), torch.zeros(0, dtype=torch.bool),
+                          torch.zeros(0, dtype=torch.bool), torch.zeros(0, 1))  # fmt: skip
+    assert nothing["ace/negative_frac"] == 0.0 and math.isnan(nothing["ace/multiplier_max"])
 
 
 def test_ace_input_validation(make_batch):
@@ -589,7 +599,7 @@ def test_ace_input_validation(make_batch):
     with pytest.raises(ValueError, match="unknown ACE modulation 'tanh'; valid names: relu, softplus"):
         ace_advantages(*args, modulation="tanh")
     with pytest.raises(ValueError, match="granularity"):
-        ace_advantages_with_stats(*args, granularity="step")
+        ace(*args, granularity="step")
     with pytest.raises(ValueError, match="share shape"):
         ace_advantages(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs[:, :-1], b.response_mask)
     with pytest.raises(ValueError, match="rows"):
@@ -605,49 +615,50 @@ def test_registry_selects_by_config(make_batch):
     b = make_batch(seed=29, group_sizes=[8, 8, 8])
     cfg = {"estimator": "ace", "alpha": 0.5, "modulation": "relu"}
     params = {k: v for k, v in cfg.items() if k != "estimator"}
-    out = compute_advantages(
-        cfg["estimator"], b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask,
-        correct=b.rewards == 1, **params,
-    )  # fmt: skip
+    out = ADVANTAGE_ESTIMATORS.get(cfg["estimator"])(
+        b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, correct=b.rewards == 1, **params
+    )
     expected = ace_advantages(
         b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, alpha=0.5, modulation="relu"
     )
     assert torch.equal(out.advantages, expected)
-    assert set(out.stats) == {"confidence", "multiplier", "negative", "amplified"}
-    assert "ace/negative_frac" in out.metrics
+    assert out.confidence is not None and out.multiplier is not None and out.amplified is not None
+    assert torch.equal(out.negative, grpo_advantages(b.rewards, b.group_ids) < 0)
+    assert "ace/negative_frac" in metrics(out, b.response_mask)
     torch.testing.assert_close(out.token_level(b.response_mask), expected[:, None] * b.response_mask)
-    grpo = compute_advantages("grpo", b.rewards, b.group_ids, correct=b.rewards == 1)  # accepted, unused
-    assert torch.equal(grpo.advantages, grpo_advantages(b.rewards, b.group_ids)) and not grpo.metrics
-    token = compute_advantages(
-        "ace", b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, granularity="token",
+    verdicts = b.rewards == 1  # GRPO accepts the verdicts and leaves them unused
+    grpo = ADVANTAGE_ESTIMATORS.get("grpo")(b.rewards, b.group_ids, correct=verdicts)
+    assert torch.equal(grpo.advantages, grpo_advantages(b.rewards, b.group_ids))
+    assert torch.equal(grpo.negative, grpo.advantages < 0) and grpo.negative.any()
+    assert grpo.confidence is None and grpo.multiplier is None and grpo.amplified is None
+    token = ADVANTAGE_ESTIMATORS.get("ace")(
+        b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, granularity="token",
         amplify="negative_advantage",
     )  # fmt: skip
     assert torch.equal(token.token_level(b.response_mask), token.advantages)
 
 
-def test_ace_estimator_defaults_to_alpha_one_and_needs_every_log_prob_input(make_batch):
+def test_ace_estimator_needs_every_log_prob_input(make_batch):
     b = make_batch(seed=37, group_sizes=[8, 8])
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
-    correct = b.rewards == 1
-    default = compute_advantages("ace", *args, correct=correct).advantages
-    assert torch.equal(default, compute_advantages("ace", *args, alpha=1.0, correct=correct).advantages)
-    assert not torch.equal(default, compute_advantages("ace", *args, alpha=2.0, correct=correct).advantages)
     for missing in range(2, 5):  # logprobs, ref_logprobs or response_mask alone missing
         partial_args = tuple(None if i == missing else a for i, a in enumerate(args))
         with pytest.raises(ValueError, match="needs logprobs, ref_logprobs and response_mask"):
-            compute_advantages("ace", *partial_args, correct=correct)
+            ADVANTAGE_ESTIMATORS.get("ace")(*partial_args, correct=b.rewards == 1)
 
 
 def test_registry_errors(make_batch):
+    """An unknown name is the registry's one-line error; an unknown parameter is Python's (the config's schema
+    names the key first: tests/test_estimator_config.py)."""
     b = make_batch(seed=31, group_sizes=[4])
     with pytest.raises(ValueError, match="unknown advantage estimator 'gae'; valid names: ace, grpo"):
-        compute_advantages("gae", b.rewards, b.group_ids)
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['alpah'\]"):
-        compute_advantages(
-            "ace", b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, alpah=1
+        ADVANTAGE_ESTIMATORS.get("gae")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'alpah'"):
+        ADVANTAGE_ESTIMATORS.get("ace")(
+            b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask, alpah=1
         )
     with pytest.raises(ValueError, match="needs logprobs"):
-        compute_advantages("ace", b.rewards, b.group_ids)
+        ADVANTAGE_ESTIMATORS.get("ace")(b.rewards, b.group_ids, None, None, None)
 
 
 def test_ace_metrics_by_hand_with_confidences_at_the_boundary():
@@ -660,8 +671,8 @@ def test_ace_metrics_by_hand_with_confidences_at_the_boundary():
     c = [9.0, 0.0, 0.0, 0.5, 7.0, -2.0, 0.0, -1.0]  # per-token log-ratio, one token per row: c_i = c[i]
     lp, ref, mask = torch.tensor(c)[:, None], torch.zeros(8, 1), torch.ones(8, 1)
     correct = rewards > 0
-    out = ace_advantages_with_stats(rewards, group_ids, lp, ref, mask, alpha=1.0, correct=correct)
-    m = out.metrics()
+    out = ace(rewards, group_ids, lp, ref, mask, alpha=1.0, correct=correct)
+    m = metrics(out, mask)
     amplified = [0.0, 0.0, 0.5, 0.0, -1.0]  # c of rows 1, 2, 3, 6, 7
     assert m["ace/negative_frac"] == pytest.approx(5 / 8)
     assert m["ace/overconfident_frac_neg"] == pytest.approx(1 / 5)  # only c = 0.5; the three zeros are not
@@ -669,5 +680,5 @@ def test_ace_metrics_by_hand_with_confidences_at_the_boundary():
     softplus = [math.log1p(math.exp(x)) for x in amplified]
     assert m["ace/multiplier_mean_neg"] == pytest.approx(1 + sum(softplus) / 5)
     assert m["ace/multiplier_max"] == pytest.approx(1 + math.log1p(math.exp(0.5)))
-    every_zero = ace_advantages_with_stats(rewards, group_ids, torch.zeros(8, 1), ref, mask, correct=correct)
-    assert every_zero.metrics()["ace/overconfident_frac_neg"] == 0.0
+    every_zero = ace(rewards, group_ids, torch.zeros(8, 1), ref, mask, correct=correct)
+    assert metrics(every_zero, mask)["ace/overconfident_frac_neg"] == 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from acerl.algos import ADVANTAGE_ESTIMATORS, MODULATIONS, POLICY_LOSSES, Registry
+from acerl.algos import ADVANTAGE_ESTIMATORS, MODULATIONS, Registry
 
 
 def test_register_and_get():
@@ -54,7 +54,6 @@ def test_repr_names_the_kind_and_the_sorted_names():
 def test_project_registries():
     assert set(ADVANTAGE_ESTIMATORS.names()) >= {"grpo", "ace"}
     assert set(MODULATIONS.names()) == {"softplus", "relu"}
-    assert "vanilla" in POLICY_LOSSES
 
 
 def _choices(model, field: str) -> set[str]:
@@ -74,6 +73,6 @@ def test_config_names_are_the_registries_names():
     assert all(_choices(variant, "name") == {name} for name, variant in ESTIMATORS.items())
     assert _choices(AceEstimator, "modulation") == set(MODULATIONS.names())
     assert _choices(AceEstimator, "amplify") == set(AMPLIFY_RULES)
-    assert _choices(FamilyConfig, "policy_loss") == set(POLICY_LOSSES.names())
+    assert _choices(FamilyConfig, "policy_loss") == {"vanilla"}  # the one loss, vanilla_policy_loss
     assert _choices(FamilyConfig, "loss_agg_mode") == set(LOSS_AGG_MODES)
     assert _choices(FamilyConfig, "kl_type") <= set(KL_KINDS)

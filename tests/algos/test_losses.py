@@ -10,7 +10,6 @@ import torch
 from acerl.algos import (
     KL_KINDS,
     LOSS_AGG_MODES,
-    POLICY_LOSSES,
     agg_loss,
     entropy_from_logits,
     kl_penalty,
@@ -216,10 +215,16 @@ def test_vanilla_policy_loss_sequence_advantages_broadcast():
     assert torch.equal(a.loss, b.loss) and a.metrics == b.metrics
 
 
-def test_policy_loss_registry_and_validation():
-    assert POLICY_LOSSES.get("vanilla") is vanilla_policy_loss
-    with pytest.raises(ValueError, match="valid names: vanilla"):
-        POLICY_LOSSES.get("gspo")
+def test_policy_loss_config_and_validation():
+    """The config names the one policy loss (``vanilla``, :func:`vanilla_policy_loss`); another name fails the
+    schema, listing the valid one."""
+    from pydantic import ValidationError
+
+    from acerl.config import FamilyConfig
+
+    assert FamilyConfig().policy_loss == "vanilla"
+    with pytest.raises(ValidationError, match="'vanilla'"):
+        FamilyConfig.model_validate({"policy_loss": "gspo"})
     x = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="clip_ratio_c"):
         vanilla_policy_loss(x, x, x, torch.ones(2, 2), clip_ratio_c=1.0)

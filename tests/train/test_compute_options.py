@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config
 
 from acerl import paths
-from acerl.algos.advantages import compute_advantages
+from acerl.algos.advantages import grpo_estimator
 from acerl.config import Run
 from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
@@ -71,7 +71,7 @@ def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, 
     ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
     old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)
     ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 16)
-    adv = compute_advantages("grpo", ro.scores, ro.group_ids)
+    adv = grpo_estimator(ro.scores, ro.group_ids)
     grads: list[torch.Tensor] = []
     state.optimizer.step = lambda: grads.extend(p.grad.clone() for p in state.model.parameters())
     saved = 0

@@ -399,7 +399,7 @@ def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method
 def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method: str) -> None:
     """Every advantage computation of the run (verl's GRPO for the baselines; the plugin's ``ace`` estimator,
     with the verdicts it read from TransferQueue, for ACE) equals :mod:`acerl.algos` on the same rollouts."""
-    from acerl.algos.advantages import ace_advantages, as_group_ids, grpo_advantages
+    from acerl.algos.advantages import ace_estimator, as_group_ids, grpo_advantages
 
     calls = [torch.load(f, weights_only=True) for f in sorted(study.root.glob(f"adv_{method}.*.pt"))]
     assert len(calls) >= STEPS, method
@@ -413,7 +413,7 @@ def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method:
             params = call["config"]["ace"]
             correct = call["correct"]
             assert correct is not None and correct.dtype == torch.bool
-            expected = ace_advantages(
+            expected = ace_estimator(
                 rewards,
                 groups,
                 call["old_log_probs"],
@@ -425,7 +425,7 @@ def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method:
                 eps=params["eps"],
                 amplify=params["amplify"],
                 correct=correct,
-            )
+            ).advantages
             if method == "ace_dapo":  # DAPO's overlong penalty never makes a correct rollout amplified
                 grpo = grpo_advantages(rewards, groups, eps=params["eps"])
                 amplified = (expected - grpo).abs() > 1e-6

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 
-from acerl.algos.advantages import ace_advantages, as_group_ids, grpo_advantages  # noqa: E402
+from acerl.algos.advantages import ace_estimator, as_group_ids, grpo_advantages  # noqa: E402
 from acerl.verl_backend import plugin  # noqa: E402
 
 
@@ -91,7 +91,7 @@ def test_estimator_registered_and_shim_installed() -> None:
     "ace",
     [{}, {"alpha": 2.0, "modulation": "relu", "length_normalize": False, "amplify": "negative_advantage"}],
 )
-def test_shim_matches_ace_advantages(signed: bool, ace: dict) -> None:
+def test_shim_matches_ace_estimator(signed: bool, ace: dict) -> None:
     data = _batch(seed=1 + signed, signed=signed)
     expected_inputs = data.batch.clone()
     uids = data.non_tensor_batch["uid"].copy()
@@ -99,7 +99,7 @@ def test_shim_matches_ace_advantages(signed: bool, ace: dict) -> None:
     out = ray_trainer.compute_advantage(data, adv_estimator="ace", config=_algo_config(**ace))
     params = {"alpha": 1.0, "modulation": "softplus", "length_normalize": True, "amplify": "incorrect", **ace}
     mask = expected_inputs["response_mask"]
-    seq = ace_advantages(
+    seq = ace_estimator(
         expected_inputs["token_level_rewards"].sum(-1),
         as_group_ids(uids),
         expected_inputs["old_log_probs"],
@@ -107,7 +107,7 @@ def test_shim_matches_ace_advantages(signed: bool, ace: dict) -> None:
         mask,
         correct=acc,
         **params,
-    )
+    ).advantages
     expected = seq[:, None] * mask
     torch.testing.assert_close(out.batch["advantages"], expected, rtol=0, atol=0)
     torch.testing.assert_close(out.batch["returns"], expected, rtol=0, atol=0)

@@ -13,7 +13,8 @@ are unchanged by any multiplier. See ``docs/algorithms.md``.
 
 Trainers select an estimator by name through :data:`ADVANTAGE_ESTIMATORS` (one shared signature)::
 
-    out = compute_advantages("ace", rewards, group_ids, old_log_probs, ref_log_probs, response_mask, alpha=1.0)
+    estimator = ADVANTAGE_ESTIMATORS.get("ace")
+    out = estimator(rewards, group_ids, old_log_probs, ref_log_probs, response_mask, alpha=1.0, correct=correct)
     token_adv = out.token_level(response_mask)  # (B, T), what a token-level policy loss consumes
 
 Kept as one module: GRPO's group statistics, ACE's confidence score and the estimator registry are one
@@ -22,10 +23,9 @@ algorithm, read against the paper's Sec. 3-4.
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -39,17 +39,16 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AMPLIFY_RULES",
     "MODULATIONS",
-    "AceOutput",
     "Amplify",
     "AdvantageEstimator",
     "AdvantageOutput",
     "Granularity",
-    "ace_advantages",
-    "ace_advantages_with_stats",
+    "ace_estimator",
+    "ace_metrics",
     "as_group_ids",
-    "compute_advantages",
     "confidence_scores",
     "grpo_advantages",
+    "grpo_estimator",
     "group_mean_std",
     "token_confidence",
 ]
@@ -268,131 +267,34 @@ def _nanmean(values: Tensor, select: Tensor) -> float:
     return float(values[select].double().mean().item()) if n else math.nan
 
 
-@dataclass(frozen=True)
-class AceOutput:
-    """ACE advantages plus the quantities behind them (for logging and diagnostics).
-
-    Attributes:
-        advantages: (B,) for ``granularity="sequence"``, (B, T) (zero on padding) for ``"token"``.
-        confidence: detached ``c_i`` (B,) or per-token ``c_i^(t)`` (B, T).
-        multiplier: ``1 + alpha * phi(c)`` on amplified rollouts, 1 elsewhere; same shape as ``confidence``;
-            always >= 1.
-        negative: (B,) bool, ``A_i < 0``.
-        valid: bool, same shape as ``confidence``: where ``confidence`` is meaningful (response tokens for
-            ``"token"``; all rollouts for ``"sequence"``).
-        amplified: (B,) bool, the rollouts ACE amplifies (``negative`` and, with ``amplify="incorrect"``,
-            incorrect); ``None`` means ``negative``.
-    """
-
-    advantages: Tensor
-    confidence: Tensor
-    multiplier: Tensor
-    negative: Tensor
-    valid: Tensor
-    amplified: Tensor | None = None
-
-    def metrics(self, prefix: str = "ace/") -> dict[str, float]:
-        """Scalar summaries: fraction of negative-advantage rollouts, and over the amplified rollouts (the
-        errors ACE acts on) the mean confidence, the fraction with ``c > 0`` (overconfident errors, Remark
-        ``regimes``) and multiplier mean / max. Means over an empty set are NaN."""
-        amp = self.negative if self.amplified is None else self.amplified
-        neg = (amp if self.confidence.dim() == 1 else amp[:, None]) & self.valid
-        n_neg = int(neg.sum().item())
-        return {
-            f"{prefix}negative_frac": float(self.negative.double().mean().item())
-            if self.negative.numel()
-            else 0.0,
-            f"{prefix}confidence_mean_neg": _nanmean(self.confidence, neg),
-            f"{prefix}overconfident_frac_neg": _nanmean((self.confidence > 0).double(), neg),
-            f"{prefix}multiplier_mean_neg": _nanmean(self.multiplier, neg),
-            f"{prefix}multiplier_max": float(self.multiplier[neg].max().item()) if n_neg else math.nan,
-        }
-
-
-def ace_advantages_with_stats(
-    rewards: Tensor,
-    group_ids: Tensor,
-    logprobs: Tensor,
-    ref_logprobs: Tensor,
+def ace_metrics(
+    confidence: Tensor,
+    multiplier: Tensor,
+    negative: Tensor,
+    amplified: Tensor,
     response_mask: Tensor,
-    alpha: float = 1.0,
-    modulation: str = "softplus",
-    length_normalize: bool = True,
-    granularity: Granularity = "sequence",
-    eps: float = 1e-6,
-    norm_by_std: bool = True,
-    amplify: Amplify = "incorrect",
-    correct: Tensor | None = None,
-) -> AceOutput:
-    """ACE advantage ``A_ACE,i = A_i * (1 + alpha * phi(c_i))`` for amplified rollouts, ``A_i`` otherwise.
-
-    Paper Eq. ``eq:ace_advantage`` (Def. 2) / Alg. 1 lines 6-9, substituted into Eq. ``eq:ace_grpo``.
-    ``A_i`` is :func:`grpo_advantages`; ``c_i`` is :func:`confidence_scores`, detached (stop-gradient,
-    Remark ``why_stop_gradient``). ``granularity="token"`` is App. C's token-level variant: per-token
-    ``c_i^(t)`` and multiplier ``1 + alpha * phi(c_i^(t))`` on every token of a negative rollout
-    (``length_normalize`` does not apply). ``alpha = 0`` returns GRPO's advantages exactly.
+    prefix: str = "ace/",
+) -> dict[str, float]:
+    """ACE's scalar summaries: the fraction of negative-advantage rollouts, and over the amplified rollouts (the
+    errors ACE acts on) the mean confidence, the fraction with ``c > 0`` (overconfident errors, Remark
+    ``regimes``) and the multiplier's mean and max. Means over an empty set are NaN.
 
     Args:
-        rewards: (B,) scalar reward per rollout (binary 0/1, DAPO +1/-1, or continuous).
-        group_ids: (B,) integer group id per rollout.
-        logprobs: (B, T) log-probs of the sampled tokens under the policy whose confidence is measured
-            (the trainer passes the rollout policy's ``old_log_probs``).
-        ref_logprobs: (B, T) log-probs under the reference policy.
-        response_mask: (B, T) 1 for response tokens.
-        alpha: ACE strength, >= 0 (paper default 1.0).
-        modulation: ``"softplus"`` (default) or ``"relu"``; see :data:`MODULATIONS`.
-        length_normalize: use ``c_i / T_i`` (default, Alg. 1) instead of the sequence sum (Def. 1).
-        granularity: ``"sequence"`` (paper main experiments) or ``"token"`` (App. C variant).
-        eps, norm_by_std: passed to :func:`grpo_advantages`.
-        amplify: ``"incorrect"`` (default, Def. 2 / Alg. 1): rollouts with ``correct`` False and ``A_i < 0``;
-            ``"negative_advantage"``: every rollout with ``A_i < 0``.
-        correct: (B,) bool, the grader's verdict before any overlong penalty (verl: the reward manager's
-            ``acc``); required by ``amplify="incorrect"``.
-
-    Returns:
-        :class:`AceOutput`; ``advantages`` (B,) for ``"sequence"``, (B, T) for ``"token"``; no grad.
-
-    Raises:
-        ValueError: bad ``alpha`` / ``granularity`` / ``amplify``, ``correct`` missing for ``"incorrect"`` or not
-            of shape (B,).
+        confidence: ``c_i`` (B,), or per-token ``c_i^(t)`` (B, T) (only response tokens count).
+        multiplier: same shape as ``confidence`` (all ones for an estimator that amplifies nothing).
+        negative: (B,) bool, ``A_i < 0``.
+        amplified: (B,) bool, the rollouts ACE amplifies (or would amplify).
+        response_mask: (B, T) 1 for response tokens; used when ``confidence`` is per token.
     """
-    if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"alpha must be a finite number >= 0 (paper Def. 2), got {alpha!r}")
-    if granularity not in ("sequence", "token"):
-        raise ValueError(f"granularity must be 'sequence' or 'token', got {granularity!r}")
-    phi = MODULATIONS.get(modulation)
-    _check_token_inputs(logprobs, ref_logprobs, response_mask)
-    if logprobs.shape[0] != rewards.shape[0]:
-        raise ValueError(
-            f"logprobs has {logprobs.shape[0]} rows but rewards has {rewards.shape[0]} entries; both must be B"
-        )
-    base = grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std)
-    negative = base < 0
-    amplified = negative & ~_correct_mask(correct, rewards.shape[0], amplify).to(negative.device)
-    with torch.no_grad():
-        if granularity == "sequence":
-            conf = confidence_scores(logprobs, ref_logprobs, response_mask, length_normalize).detach()
-            valid = torch.ones_like(negative)
-            where = amplified
-        else:
-            conf = token_confidence(logprobs, ref_logprobs, response_mask).detach()
-            mask = response_mask.bool()
-            valid = mask
-            where = amplified[:, None] & mask
-        bonus = alpha * phi(conf) if alpha != 0 else torch.zeros_like(conf)
-        multiplier = torch.where(where, 1.0 + bonus, torch.ones_like(conf))
-        if granularity == "sequence":
-            adv = base * multiplier.to(base.dtype)
-        else:
-            adv = base[:, None] * multiplier.to(base.dtype) * mask.to(base.dtype)
-    return AceOutput(
-        advantages=adv,
-        confidence=conf,
-        multiplier=multiplier,
-        negative=negative,
-        valid=valid,
-        amplified=amplified,
-    )
+    neg = amplified if confidence.dim() == 1 else amplified[:, None] & response_mask.bool()
+    n_neg = int(neg.sum().item())
+    return {
+        f"{prefix}negative_frac": float(negative.double().mean().item()) if negative.numel() else 0.0,
+        f"{prefix}confidence_mean_neg": _nanmean(confidence, neg),
+        f"{prefix}overconfident_frac_neg": _nanmean((confidence > 0).double(), neg),
+        f"{prefix}multiplier_mean_neg": _nanmean(multiplier, neg),
+        f"{prefix}multiplier_max": float(multiplier[neg].max().item()) if n_neg else math.nan,
+    }
 
 
 def _correct_mask(correct: Tensor | None, batch: int, amplify: str) -> Tensor:
@@ -412,41 +314,6 @@ def _correct_mask(correct: Tensor | None, batch: int, amplify: str) -> Tensor:
     return correct.detach().bool()
 
 
-def ace_advantages(
-    rewards: Tensor,
-    group_ids: Tensor,
-    logprobs: Tensor,
-    ref_logprobs: Tensor,
-    response_mask: Tensor,
-    alpha: float = 1.0,
-    modulation: str = "softplus",
-    length_normalize: bool = True,
-    eps: float = 1e-6,
-    amplify: Amplify = "incorrect",
-    correct: Tensor | None = None,
-) -> Tensor:
-    """Sequence-level ACE advantages (paper Eq. ``eq:ace_advantage``, Alg. 1); see
-    :func:`ace_advantages_with_stats` for the arguments, statistics and the token-level variant.
-
-    Returns:
-        advantages: (B,), dtype of ``rewards``, no grad.
-    """
-    return ace_advantages_with_stats(
-        rewards,
-        group_ids,
-        logprobs,
-        ref_logprobs,
-        response_mask,
-        alpha=alpha,
-        modulation=modulation,
-        length_normalize=length_normalize,
-        granularity="sequence",
-        eps=eps,
-        amplify=amplify,
-        correct=correct,
-    ).advantages
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Estimator registry (one shared signature)
 # --------------------------------------------------------------------------------------------------------------
@@ -454,17 +321,23 @@ def ace_advantages(
 
 @dataclass(frozen=True)
 class AdvantageOutput:
-    """What every registered estimator returns.
+    """What every registered estimator returns: the advantages and, from ACE, the quantities behind them.
 
     Attributes:
-        advantages: (B,) sequence-level or (B, T) token-level advantages, no grad.
-        metrics: scalar summaries to log (may be empty).
-        stats: named tensors behind the advantages (e.g. ACE's ``confidence``, ``multiplier``, ``negative``).
+        advantages: (B,) sequence-level or (B, T) token-level (zero on padding) advantages, no grad.
+        negative: (B,) bool, the GRPO advantage ``A_i < 0``.
+        confidence: ACE's detached ``c_i`` (B,) or per-token ``c_i^(t)`` (B, T); ``None`` from GRPO.
+        multiplier: ``1 + alpha * phi(c)`` on amplified rollouts (their response tokens for ``"token"``), 1
+            elsewhere; same shape as ``confidence``; always >= 1; ``None`` from GRPO.
+        amplified: (B,) bool, the rollouts ACE amplifies (``negative`` and, with ``amplify="incorrect"``,
+            incorrect); ``None`` from GRPO.
     """
 
     advantages: Tensor
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    stats: Mapping[str, Tensor] = field(default_factory=dict)
+    negative: Tensor
+    confidence: Tensor | None = None
+    multiplier: Tensor | None = None
+    amplified: Tensor | None = None
 
     def token_level(self, response_mask: Tensor) -> Tensor:
         """(B, T) advantages zeroed on padding -- verl's ``data.batch["advantages"]`` layout."""
@@ -475,7 +348,9 @@ class AdvantageOutput:
 
 class AdvantageEstimator(Protocol):
     """Shared estimator signature. Estimators that do not need log-probs accept and ignore them; every
-    estimator also takes the keyword ``correct`` ((B,) bool verdicts before any overlong penalty, or ``None``)."""
+    estimator also takes the keyword ``correct`` ((B,) bool verdicts before any overlong penalty, or ``None``).
+    A config's parameters are its estimator's keywords: ``ADVANTAGE_ESTIMATORS.get(est.name)(..., **est.kwargs())``
+    (``acerl.config``'s schema validates them)."""
 
     def __call__(
         self,
@@ -505,7 +380,8 @@ def grpo_estimator(
 ) -> AdvantageOutput:
     """Registry entry ``grpo``: :func:`grpo_advantages` (log-probs and ``correct`` unused). Returns (B,)
     advantages."""
-    return AdvantageOutput(advantages=grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std))
+    adv = grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std)
+    return AdvantageOutput(advantages=adv, negative=adv < 0)
 
 
 @ADVANTAGE_ESTIMATORS.register("ace")
@@ -525,60 +401,72 @@ def ace_estimator(
     amplify: Amplify = "incorrect",
     correct: Tensor | None = None,
 ) -> AdvantageOutput:
-    """Registry entry ``ace``: :func:`ace_advantages_with_stats`. Needs policy and reference log-probs
-    (with verl, the reference log-probs exist only when a KL loss or KL reward is on; see docs) and, with
-    ``amplify="incorrect"``, the per-rollout verdicts ``correct``."""
+    """Registry entry ``ace``: ``A_ACE,i = A_i * (1 + alpha * phi(c_i))`` for amplified rollouts, ``A_i`` otherwise.
+
+    Paper Eq. ``eq:ace_advantage`` (Def. 2) / Alg. 1 lines 6-9, substituted into Eq. ``eq:ace_grpo``.
+    ``A_i`` is :func:`grpo_advantages`; ``c_i`` is :func:`confidence_scores`, detached (stop-gradient,
+    Remark ``why_stop_gradient``). ``granularity="token"`` is App. C's token-level variant: per-token
+    ``c_i^(t)`` and multiplier ``1 + alpha * phi(c_i^(t))`` on every token of a negative rollout
+    (``length_normalize`` does not apply). ``alpha = 0`` returns GRPO's advantages exactly.
+
+    Args:
+        rewards: (B,) scalar reward per rollout (binary 0/1, DAPO +1/-1, or continuous).
+        group_ids: (B,) integer group id per rollout.
+        logprobs: (B, T) log-probs of the sampled tokens under the policy whose confidence is measured
+            (the trainer passes the rollout policy's ``old_log_probs``).
+        ref_logprobs: (B, T) log-probs under the reference policy (with verl, they exist only when a KL loss
+            or KL reward is on; see docs/verl.md).
+        response_mask: (B, T) 1 for response tokens.
+        alpha: ACE strength, >= 0 (paper default 1.0).
+        modulation: ``"softplus"`` (default) or ``"relu"``; see :data:`MODULATIONS`.
+        length_normalize: use ``c_i / T_i`` (default, Alg. 1) instead of the sequence sum (Def. 1).
+        granularity: ``"sequence"`` (paper main experiments) or ``"token"`` (App. C variant).
+        eps, norm_by_std: passed to :func:`grpo_advantages`.
+        amplify: ``"incorrect"`` (default, Def. 2 / Alg. 1): rollouts with ``correct`` False and ``A_i < 0``;
+            ``"negative_advantage"``: every rollout with ``A_i < 0``.
+        correct: (B,) bool, the grader's verdict before any overlong penalty (verl: the reward manager's
+            ``acc``); required by ``amplify="incorrect"``.
+
+    Returns:
+        :class:`AdvantageOutput` with ``confidence``, ``multiplier`` and ``amplified``; ``advantages`` (B,) for
+        ``"sequence"``, (B, T) for ``"token"``, dtype of ``rewards``; no grad.
+
+    Raises:
+        ValueError: a log-prob input missing, bad ``alpha`` / ``granularity`` / ``amplify``, ``correct`` missing
+            for ``"incorrect"`` or not of shape (B,).
+    """
     if logprobs is None or ref_logprobs is None or response_mask is None:
         raise ValueError(
             "the 'ace' advantage estimator needs logprobs, ref_logprobs and response_mask (B, T); got None "
             "(is the reference policy enabled? ACE-DAPO needs use_kl_loss=True with kl_loss_coef=0)"
         )
-    out = ace_advantages_with_stats(
-        rewards,
-        group_ids,
-        logprobs,
-        ref_logprobs,
-        response_mask,
-        alpha=alpha,
-        modulation=modulation,
-        length_normalize=length_normalize,
-        granularity=granularity,
-        eps=eps,
-        norm_by_std=norm_by_std,
-        amplify=amplify,
-        correct=correct,
-    )
-    return AdvantageOutput(
-        advantages=out.advantages,
-        metrics=out.metrics(),
-        stats={
-            "confidence": out.confidence,
-            "multiplier": out.multiplier,
-            "negative": out.negative,
-            "amplified": out.amplified if out.amplified is not None else out.negative,
-        },
-    )
-
-
-def compute_advantages(
-    estimator: str,
-    rewards: Tensor,
-    group_ids: Tensor,
-    logprobs: Tensor | None = None,
-    ref_logprobs: Tensor | None = None,
-    response_mask: Tensor | None = None,
-    **params: Any,
-) -> AdvantageOutput:
-    """Run the estimator registered as ``estimator`` with ``params`` (e.g. a config's ``{alpha: 0.5}``).
-
-    Unknown estimator names and parameters raise ``ValueError`` naming the valid ones.
-    """
-    fn = ADVANTAGE_ESTIMATORS.get(estimator)
-    sig = inspect.signature(fn)
-    allowed = [p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
+    if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a finite number >= 0 (paper Def. 2), got {alpha!r}")
+    if granularity not in ("sequence", "token"):
+        raise ValueError(f"granularity must be 'sequence' or 'token', got {granularity!r}")
+    phi = MODULATIONS.get(modulation)
+    _check_token_inputs(logprobs, ref_logprobs, response_mask)
+    if logprobs.shape[0] != rewards.shape[0]:
         raise ValueError(
-            f"advantage estimator {estimator!r} got unknown parameter(s) {unknown}; valid: {allowed}"
+            f"logprobs has {logprobs.shape[0]} rows but rewards has {rewards.shape[0]} entries; both must be B"
         )
-    return fn(rewards, group_ids, logprobs, ref_logprobs, response_mask, **params)
+    base = grpo_advantages(rewards, group_ids, eps=eps, norm_by_std=norm_by_std)
+    negative = base < 0
+    amplified = negative & ~_correct_mask(correct, rewards.shape[0], amplify).to(negative.device)
+    with torch.no_grad():
+        if granularity == "sequence":
+            conf = confidence_scores(logprobs, ref_logprobs, response_mask, length_normalize).detach()
+            where = amplified
+        else:
+            conf = token_confidence(logprobs, ref_logprobs, response_mask).detach()
+            mask = response_mask.bool()
+            where = amplified[:, None] & mask
+        bonus = alpha * phi(conf) if alpha != 0 else torch.zeros_like(conf)
+        multiplier = torch.where(where, 1.0 + bonus, torch.ones_like(conf))
+        if granularity == "sequence":
+            adv = base * multiplier.to(base.dtype)
+        else:
+            adv = base[:, None] * multiplier.to(base.dtype) * mask.to(base.dtype)
+    return AdvantageOutput(
+        advantages=adv, negative=negative, confidence=conf, multiplier=multiplier, amplified=amplified
+    )

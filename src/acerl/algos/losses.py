@@ -1,29 +1,25 @@
 """Policy-gradient losses, KL estimators and per-token log-prob / entropy helpers.
 
 Each function matches its verl 0.9.1 counterpart in ``verl.trainer.ppo.core_algos`` (checked by
-``tests/algos/test_losses.py``): :func:`agg_loss` = ``agg_loss``, :func:`vanilla_policy_loss` =
-``compute_policy_loss_vanilla`` (registry name ``vanilla``), :func:`kl_penalty` = ``kl_penalty``,
-:func:`entropy_from_logits` = ``verl.utils.torch_functional.entropy_from_logits``. Pure functions: tensors
-and plain numbers in, tensors out; no config objects. Shapes: ``B`` sequences, ``T`` response tokens,
-``V`` vocabulary.
+``tests/algos/test_losses.py``): :func:`agg_loss` = ``agg_loss``, :func:`vanilla_policy_loss` (the policy
+loss; the config's ``policy_loss: vanilla``) = ``compute_policy_loss_vanilla``, :func:`kl_penalty` =
+``kl_penalty``, :func:`entropy_from_logits` = ``verl.utils.torch_functional.entropy_from_logits``. Pure
+functions: tensors and plain numbers in, tensors out; no config objects. Shapes: ``B`` sequences, ``T``
+response tokens, ``V`` vocabulary.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from acerl.algos.registry import Registry
-
 __all__ = [
     "LOSS_AGG_MODES",
-    "POLICY_LOSSES",
     "KL_KINDS",
     "LossAggMode",
-    "PolicyLoss",
     "PolicyLossOutput",
     "agg_loss",
     "entropy_from_logits",
@@ -137,24 +133,6 @@ class PolicyLossOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class PolicyLoss(Protocol):
-    """Shared policy-loss signature (verl's ``PolicyLossFn`` with the config's fields as keywords)."""
-
-    def __call__(
-        self,
-        old_log_prob: Tensor,
-        log_prob: Tensor,
-        advantages: Tensor,
-        response_mask: Tensor,
-        loss_agg_mode: str = "token-mean",
-        **params: Any,
-    ) -> PolicyLossOutput: ...
-
-
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
-
-
-@POLICY_LOSSES.register("vanilla")
 def vanilla_policy_loss(
     old_log_prob: Tensor,
     log_prob: Tensor,

@@ -246,7 +246,9 @@ class FamilyConfig(_Model):
     dynamic_sampling: DynamicSampling = Field(default_factory=DynamicSampling)
     overlong: OverlongShaping = Field(default_factory=OverlongShaping)
     policy_loss: Literal["vanilla"] = Field(
-        "vanilla", description="policy loss name (acerl.algos.losses.POLICY_LOSSES)"
+        "vanilla",
+        description="policy loss: the clipped surrogate with dual clip (acerl.algos.losses.vanilla_policy_loss; "
+        "verl's policy_loss.loss_mode)",
     )
     reference: Literal["initial", "ema"] = Field(
         "initial",

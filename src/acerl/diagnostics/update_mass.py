@@ -27,10 +27,10 @@ import pandas as pd
 import torch
 
 from acerl import paths
-from acerl.algos.advantages import compute_advantages, confidence_scores
-from acerl.config import Run, load_config
+from acerl.algos.advantages import confidence_scores
+from acerl.config import GrpoEstimator, Run, load_config
 from acerl.settings import resolve
-from acerl.train.algorithm import batch_logprobs, teacher_forced_logprobs, update_policy
+from acerl.train.algorithm import batch_logprobs, estimate_advantages, teacher_forced_logprobs, update_policy
 from acerl.train.metrics import Timer
 from acerl.train.optim import build_optimizer
 from acerl.train.rollouts import collect_rollouts
@@ -127,11 +127,8 @@ def measure(
     batch, mask = ro.batch, ro.batch.response_mask
     old, ref = teacher_forced_logprobs(state, settings, batch, policy=True)
     assert old is not None and ref is not None
-    estimators = {baseline: ("grpo", {}), ace: ("ace", cfg.method(ace).estimator.kwargs())}
-    outs = {
-        name: compute_advantages(est, ro.scores, ro.group_ids, old, ref, mask, correct=ro.correct, **kwargs)
-        for name, (est, kwargs) in estimators.items()
-    }
+    estimators = {baseline: GrpoEstimator(), ace: cfg.method(ace).estimator}
+    outs = {name: estimate_advantages(est, ro, ref, old) for name, est in estimators.items()}
     groups = rollout_groups(
         ro.correct.cpu().numpy(),
         confidence_scores(old, ref, mask).cpu().numpy(),

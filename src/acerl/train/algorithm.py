@@ -15,8 +15,8 @@ epoch, one mini-batch, one micro-batch: the embedded default), ``log pi_old`` is
 policy forward, and the advantages are estimated from them before the loss; otherwise ``log pi_old`` is a
 separate no-grad pass before the update.
 The run around the steps (init, resume, checkpoints, signals) is :mod:`acerl.train.run`. Nothing here
-branches on a method's name: the estimator, the policy loss and the reward kind come from registries keyed by
-config values. See docs/training.md.
+branches on a method's name: the estimator and the reward kind come from registries keyed by config values.
+See docs/training.md.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from acerl.algos.advantages import AceOutput, AdvantageOutput, compute_advantages, confidence_scores
-from acerl.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty
+from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageOutput, ace_metrics, confidence_scores
+from acerl.algos.losses import agg_loss, kl_penalty, vanilla_policy_loss
 from acerl.config import AceEstimator, EstimatorConfig
 from acerl.generate.rollout import RolloutBatch, response_logprobs
 from acerl.runtime import autocast
@@ -221,7 +221,7 @@ def _loss(
 ) -> Tensor:
     """Alg. 1 line 11 on one micro-batch: the policy loss plus ``beta * KL`` (their values go to ``stats``)."""
     fam = setup.family
-    out = POLICY_LOSSES.get(setup.policy_loss)(
+    out = vanilla_policy_loss(
         old,
         logprobs,
         adv,
@@ -349,21 +349,18 @@ def _advantage_metrics(adv: Tensor, mask: Tensor) -> dict[str, float]:
 
 
 def _confidence_metrics(
-    out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, estimator: EstimatorConfig, correct: Tensor
+    out: AdvantageOutput, old: Tensor, ref: Tensor, mask: Tensor, correct: Tensor
 ) -> dict[str, float]:
-    """``ace/`` metrics (batch OEF = ``ace/overconfident_frac_neg``); for estimators that do not report them
+    """``ace/`` metrics (batch OEF = ``ace/overconfident_frac_neg``); for estimators without a confidence score
     (GRPO) they are computed from the same log-probs with multiplier 1, as ACE with its default parameters
     would measure them (``c_i / T_i`` over the rollouts it amplifies)."""
-    if out.metrics:
-        return dict(out.metrics)
-    ace = estimator if isinstance(estimator, AceEstimator) else AceEstimator()
-    conf = confidence_scores(old, ref, mask, ace.length_normalize)
-    negative = out.stats.get("negative", out.advantages < 0 if out.advantages.dim() == 1 else None)
-    if negative is None:
-        return {}
-    amplified = negative & ~correct if ace.amplify == "incorrect" else negative
-    ones = torch.ones_like(conf)
-    return AceOutput(out.advantages, conf, ones, negative, torch.ones_like(negative), amplified).metrics()
+    conf, multiplier, amplified = out.confidence, out.multiplier, out.amplified
+    if conf is None or multiplier is None or amplified is None:
+        ace = AceEstimator()
+        conf = confidence_scores(old, ref, mask, ace.length_normalize)
+        multiplier = torch.ones_like(conf)
+        amplified = out.negative & ~correct if ace.amplify == "incorrect" else out.negative
+    return ace_metrics(conf, multiplier, out.negative, amplified, mask)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -398,8 +395,7 @@ def estimate_advantages(
     """Alg. 1 lines 6-9: GRPO group advantages, ACE's amplification of negative ones (registry by name), from
     the rollouts' rewards and ``log pi_old`` (and ``log pi_ref``: ACE's ``c_i``)."""
     assert ro.batch is not None
-    return compute_advantages(
-        est.name,
+    return ADVANTAGE_ESTIMATORS.get(est.name)(
         ro.scores,
         ro.group_ids,
         old,
@@ -465,7 +461,7 @@ def train_step(
         metrics.update(update.metrics)
         metrics.update(_advantage_metrics(out.advantages, mask))
         if ref is not None:
-            metrics.update(_confidence_metrics(out, old, ref, mask, setup.estimator, ro.correct))
+            metrics.update(_confidence_metrics(out, old, ref, mask, ro.correct))
     else:
         logger.warning(
             "step %d: no group with mixed rewards after %d batches; no update",

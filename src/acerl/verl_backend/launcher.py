@@ -184,7 +184,7 @@ def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv(f"{a}.clip_ratio_high", fam.clip_ratio_high),
         _kv(f"{a}.clip_ratio_c", fam.clip_ratio_c),
         _kv(f"{a}.loss_agg_mode", fam.loss_agg_mode),
-        _kv(f"{a}.policy_loss.loss_mode", "vanilla"),
+        _kv(f"{a}.policy_loss.loss_mode", fam.policy_loss),
         _kv(f"{a}.use_kl_loss", settings.needs_reference),  # verl computes pi_ref only with its KL loss
         _kv(f"{a}.kl_loss_coef", settings.kl_loss_coef),
         _kv(f"{a}.kl_loss_type", fam.kl_type),

@@ -37,7 +37,7 @@ from verl.base_config import BaseConfig
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
-from acerl.algos.advantages import ace_advantages_with_stats, as_group_ids
+from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, ace_metrics, as_group_ids
 from acerl.config import AceEstimator
 from acerl.verl_backend import GEN_BATCH_KEY
 
@@ -181,25 +181,24 @@ def compute_ace_outcome_advantage(
         )
     params = ace_config_from(config)
     norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
+    # the estimator config the local trainer would hold: the same registry entry with the same keywords
+    est = AceEstimator.model_validate(
+        {**{k: getattr(params, k) for k in _ace_keys()}, "norm_by_std": norm_by_std}
+    )
     rewards = token_level_rewards.sum(dim=-1)
-    out = ace_advantages_with_stats(
+    out = ADVANTAGE_ESTIMATORS.get(est.name)(
         rewards,
         as_group_ids(index),
         old_log_probs,
         ref_log_prob,
         response_mask,
-        alpha=float(params.alpha),
-        modulation=params.modulation,
-        length_normalize=bool(params.length_normalize),
-        granularity=params.granularity,  # type: ignore[arg-type]
-        eps=float(params.eps),
-        norm_by_std=norm_by_std,
-        amplify=params.amplify,
         correct=correct,
+        **est.kwargs(),
     )
     adv = out.advantages if out.advantages.dim() == 2 else out.advantages.unsqueeze(-1)
     adv = adv * response_mask
-    stats = out.metrics()
+    assert out.confidence is not None and out.multiplier is not None and out.amplified is not None
+    stats = ace_metrics(out.confidence, out.multiplier, out.negative, out.amplified, response_mask)
     if metrics is not None:
         metrics.update(stats)
     if logger.isEnabledFor(logging.INFO):
