@@ -1,0 +1,47 @@
+"""The benchmarks still run against today's API: each one's measured code path at a toy size (no timing is
+asserted; the benchmarks themselves are run by hand and recorded in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ace_overhead_candidates_agree_and_time(monkeypatch: pytest.MonkeyPatch):
+    """Every timed candidate runs on the benchmark's inputs, and the ACE ones give ACE's advantages: the
+    sequence-level estimator's, laid out per token, equal the registry path's."""
+    bench = _load("bench_ace_overhead")
+    x = bench.make_inputs(batch=32, length=12, group_size=8)
+    fns = bench.candidates(x, with_verl=True)
+    outs = {label: fn() for label, fn in fns.items()}
+    seq = outs["ace_estimator (B,)"].token_level(x.response_mask)
+    assert torch.equal(seq, outs["registry ace + metrics + token_level (B,T)"])
+    assert not torch.equal(seq, outs["registry grpo + token_level (B,T)"])  # ACE amplified something
+    times = bench.time_interleaved(fns, repeats=2)
+    assert set(times) == set(fns) and all(len(v) == 2 and min(v) >= 0 for v in times.values())
+
+
+def test_trainer_benchmark_ace_comparison_runs(tmp_path: Path):
+    """The trainer benchmark's controlled GRPO vs ACE-GRPO comparison (log-probs, advantages, update on one
+    rollout batch) runs on a random-init tiny model."""
+    bench = _load("bench_trainer")
+    assert bench.make_root(tmp_path, train_size=32) > 0
+    out = bench.bench_ace_overhead(tmp_path, reps=2)
+    assert set(out) == {"grpo", "ace_grpo", "grpo_adv", "ace_grpo_adv"}
+    assert all(len(v) == 2 and min(v) > 0 for v in out.values())
