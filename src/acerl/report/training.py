@@ -1,0 +1,121 @@
+"""Training-batch diagnostics across seeds: each run's overconfident-error fraction, overconfidence magnitude and
+token entropy over its last steps, and ACE minus its baseline paired by seed.
+
+Every training run logs the ``ace/`` metrics on each batch it trains on, the GRPO and DAPO runs too (measured as
+ACE with its default parameters would measure them, multiplier 1; docs/training.md). So every seed of a study
+answers "does ACE damp overconfidence?", not only the few runs the held-out diagnostics stage checkpoints. A
+run's value is the mean over its last ``--last`` steps that updated (steps without an update log NaN).
+
+    python -m acerl.report.training runs/tiny/*/seed*/metrics.jsonl --last 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from acerl.errors import BadInputError
+from acerl.evaluate.power import paired_effect
+from acerl.evaluate.stats import holm
+from acerl.io import read_jsonl
+
+__all__ = ["DIAGNOSTIC_KEYS", "last_steps_frame", "paired_diagnostics", "main"]
+
+DIAGNOSTIC_KEYS: Mapping[str, str] = {
+    "ace/overconfident_frac_neg": "overconfident-error fraction (c > 0 among the errors ACE amplifies)",
+    "ace/confidence_mean_neg": "overconfidence magnitude (mean c over those errors)",
+    "actor/entropy": "token entropy of the sampling policy",
+    "train/pass_rate": "training-batch accuracy",
+}
+
+_RUN_PATH = re.compile(r"(?P<model>[^/]+)/(?P<method>[^/]+)/seed(?P<seed>\d+)/metrics\.jsonl$")
+
+
+def _run_of(path: Path) -> tuple[str, str, int]:
+    m = _RUN_PATH.search(path.as_posix())
+    if m is None:
+        raise BadInputError(
+            f"{path}: not a training run's metrics file; pass runs/<model>/<method>/seed<s>/metrics.jsonl"
+        )
+    return m["model"], m["method"], int(m["seed"])
+
+
+def last_steps_frame(
+    paths: Iterable[str | Path], keys: Sequence[str] = tuple(DIAGNOSTIC_KEYS), last: int = 5
+) -> pd.DataFrame:
+    """One row per (run, key): ``model``, ``method``, ``seed``, ``key``, ``value`` = the mean of ``key`` over the
+    run's last ``last`` steps, NaN entries (a step without an update) skipped; ``steps`` = the run's steps."""
+    if last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    rows = []
+    for path in map(Path, paths):
+        model, method, seed = _run_of(path)
+        records = read_jsonl(path, required=("step",), remake="rerun the training run")
+        tail = records[-last:]
+        for key in keys:
+            values = np.array([r.get(key, math.nan) for r in tail], dtype=np.float64)
+            finite = values[np.isfinite(values)]
+            value = float(finite.mean()) if finite.size else math.nan
+            rows.append((model, method, seed, key, value, len(records)))
+    return pd.DataFrame(rows, columns=["model", "method", "seed", "key", "value", "steps"])
+
+
+def paired_diagnostics(
+    frame: pd.DataFrame, comparisons: Mapping[str, str], alpha: float = 0.05
+) -> pd.DataFrame:
+    """Per (model, comparison, key): both methods' means over the seeds they share, the difference paired by
+    seed with its ``1 - alpha`` t interval and two-sided p-value (:func:`acerl.evaluate.power.paired_effect`),
+    and ``p_holm``, Holm-adjusted over the table's rows (every row is a secondary question); seeds where either
+    value is NaN are left out (``n_seeds`` says how many remain)."""
+    rows = []
+    for model in sorted(set(frame["model"])):
+        runs = frame[frame["model"] == model].pivot_table(
+            index="seed", columns=["key", "method"], values="value", dropna=False
+        )
+        for method, baseline in comparisons.items():
+            for key in sorted(set(frame["key"]), key=list(frame["key"]).index):
+                if (key, method) not in runs.columns or (key, baseline) not in runs.columns:
+                    continue
+                pair = runs[[(key, method), (key, baseline)]].dropna()
+                a, b = pair[(key, method)].to_numpy(), pair[(key, baseline)].to_numpy()
+                eff = paired_effect(a - b, alpha=alpha)
+                rows.append((model, method, baseline, key, a.mean() if a.size else math.nan,
+                             b.mean() if b.size else math.nan, eff.n_seeds, eff.delta, eff.ci_low,
+                             eff.ci_high, eff.pvalue))  # fmt: skip
+    cols = ["model", "method", "baseline", "key", "mean_method", "mean_baseline", "n_seeds", "delta", "ci_low",
+            "ci_high", "p_paired"]  # fmt: skip
+    out = pd.DataFrame(rows, columns=cols)
+    out["p_holm"] = holm(out["p_paired"].to_numpy()) if len(out) else []
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the paired training-batch diagnostics (Markdown). Exit code 4: a file that is not a training run's
+    metrics (the message names it)."""
+    ap = argparse.ArgumentParser(prog="python -m acerl.report.training", description=main.__doc__)
+    ap.add_argument("metrics", nargs="+", type=Path, help="runs/<model>/<method>/seed<s>/metrics.jsonl files")
+    ap.add_argument("--last", type=int, default=5, help="steps at the end of each run to average (default 5)")
+    ap.add_argument("--comparisons", nargs="+", default=["ace_grpo:grpo", "ace_dapo:dapo"],
+                    help="method:baseline pairs")  # fmt: skip
+    args = ap.parse_args(argv)
+    try:
+        frame = last_steps_frame(args.metrics, last=args.last)
+    except BadInputError as err:
+        print(f"acerl.report.training: {err}", file=sys.stderr)
+        return 4
+    table = paired_diagnostics(frame, dict(pair.split(":", 1) for pair in args.comparisons))
+    print(f"## Training-batch diagnostics, mean of each run's last {args.last} steps; method minus baseline "
+          "paired by seed, 95% t interval, p Holm-adjusted over the table\n")  # fmt: skip
+    print(table.to_markdown(index=False, floatfmt=".4f"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
