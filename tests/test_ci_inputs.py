@@ -46,3 +46,28 @@ def test_missing_shared_data_fails_in_ci(tmp_path: Path, ci: str) -> None:
         assert proc.returncode == 1 and "CI=true: real datasets not found" in proc.stdout, proc.stdout[-2000:]
     else:
         assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("ci", ["false", "true"])
+def test_no_slurm_cluster_fails_in_ci(tmp_path: Path, ci: str) -> None:
+    """The ``local_cluster`` fixture of tests/slurm/conftest.py, in a pytest session of its own with no
+    ``sinfo`` on PATH: a skip outside CI, a failure under ``CI=true`` (a CI run that lost its cluster must not
+    pass with the SLURM tests skipped)."""
+    shutil.copy(TESTS / "slurm" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_needs_slurm.py").write_text(
+        "def test_needs_slurm(local_cluster):\n    assert local_cluster\n"
+    )
+    path = os.pathsep.join([str(TESTS / "slurm"), str(TESTS), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "CI": ci, "PATH": str(Path(sys.executable).parent), "PYTHONPATH": path}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if ci == "true":
+        assert proc.returncode == 1 and "CI=true: no SLURM cluster" in proc.stdout, proc.stdout[-2000:]
+    else:
+        assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-2000:]

@@ -1,5 +1,6 @@
-"""Fixtures for the SLURM tests: the running local cluster (or a skip saying how to start one), prepared inputs
-and the session's local (no SLURM) run of the CI-scale pipeline to compare against (``tests/study.py``)."""
+"""Fixtures for the SLURM tests: the running local cluster (or a skip saying how to start one; under ``CI=true`` a
+failure), prepared inputs and the session's local (no SLURM) run of the CI-scale pipeline to compare against
+(``tests/study.py``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from ci_inputs import skip_or_fail_in_ci
 from slurm_helpers import LocalCluster, find_local_cluster
 
 
 @pytest.fixture(scope="session")
 def local_cluster() -> LocalCluster:
-    """The cluster of ``scripts/slurm_local.sh start``; skips when ``sinfo`` is missing or gets no answer."""
+    """The cluster of ``scripts/slurm_local.sh start``; skips when ``sinfo`` is missing or gets no answer, and
+    fails then under ``CI=true`` (CI starts one: ``scripts/run_tests.sh``)."""
     found = find_local_cluster()
     if isinstance(found, str):
-        pytest.skip(found)
+        skip_or_fail_in_ci(found)
     return found
 
 
