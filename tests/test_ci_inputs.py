@@ -33,19 +33,9 @@ def test_missing_shared_data_fails_in_ci(tmp_path: Path, ci: str) -> None:
     (tmp_path / "test_needs_data.py").write_text(
         "def test_needs_data(shared_data):\n    assert shared_data\n"
     )
-    env = {**os.environ, "CI": ci, "ACERL_SHARED_DATA": str(tmp_path / "absent")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    _session_skips_or_fails(
+        tmp_path, ci, "CI=true: real datasets not found", ACERL_SHARED_DATA=str(tmp_path / "absent")
     )
-    if ci == "true":
-        assert proc.returncode == 1 and "CI=true: real datasets not found" in proc.stdout, proc.stdout[-2000:]
-    else:
-        assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-2000:]
 
 
 @pytest.mark.parametrize("ci", ["false", "true"])
@@ -58,16 +48,23 @@ def test_no_slurm_cluster_fails_in_ci(tmp_path: Path, ci: str) -> None:
         "def test_needs_slurm(local_cluster):\n    assert local_cluster\n"
     )
     path = os.pathsep.join([str(TESTS / "slurm"), str(TESTS), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "CI": ci, "PATH": str(Path(sys.executable).parent), "PYTHONPATH": path}
+    _session_skips_or_fails(
+        tmp_path, ci, "CI=true: no SLURM cluster", PATH=str(Path(sys.executable).parent), PYTHONPATH=path
+    )
+
+
+def _session_skips_or_fails(tmp_path: Path, ci: str, failure: str, **env: str) -> None:
+    """Run pytest on ``tmp_path`` in a process of its own with ``CI=ci`` and ``env``: its one test skips
+    outside CI and fails with ``failure`` under ``CI=true``."""
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
         cwd=tmp_path,
-        env=env,
+        env={**os.environ, "CI": ci, **env},
         capture_output=True,
         text=True,
         timeout=300,
     )
     if ci == "true":
-        assert proc.returncode == 1 and "CI=true: no SLURM cluster" in proc.stdout, proc.stdout[-2000:]
+        assert proc.returncode == 1 and failure in proc.stdout, proc.stdout[-2000:]
     else:
         assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-2000:]
