@@ -13,7 +13,6 @@ from acerl.algos.advantages import ADVANTAGE_ESTIMATORS
 from acerl.cli import main
 from acerl.config import (
     ESTIMATORS,
-    RUN_SPEC_LAYOUT,
     AceEstimator,
     ConfigError,
     GrpoEstimator,
@@ -104,20 +103,14 @@ def test_shipped_configs_load_into_the_variants() -> None:
     assert load_config(DEFAULT, ["methods.grpo.estimator={}"]).methods["grpo"].estimator == GrpoEstimator()
 
 
-def test_run_specs_record_the_flat_layout() -> None:
-    """A GRPO run's spec lists ACE's keys at their defaults, as every spec recorded before the union (the golden
-    hashes pin the bytes; this names the reason)."""
+def test_run_specs_record_each_variant_in_its_own_layout() -> None:
+    """A run spec records the estimator's own fields: a GRPO run's spec holds no ACE key (the golden hashes pin
+    the bytes; this names the layout)."""
     cfg = load_config(DEFAULT)
     grpo = run_spec(cfg, Run("tiny", "grpo", 0))["estimator"]
-    assert grpo == {**AceEstimator().model_dump(mode="json"), "name": "grpo"}
-    assert cfg.methods["grpo"].estimator.model_dump(mode="json", context=RUN_SPEC_LAYOUT) == grpo
-    assert cfg.methods["grpo"].estimator.model_dump(mode="json") == {
-        "name": "grpo",
-        "eps": 1e-6,
-        "norm_by_std": True,
-    }
+    assert grpo == {"name": "grpo", "eps": 1e-6, "norm_by_std": True}
     ace = run_spec(cfg, Run("tiny", "ace_grpo-alpha0.5", 0))["estimator"]
-    assert ace == {**AceEstimator(alpha=0.5).model_dump(mode="json")}
+    assert ace == AceEstimator(alpha=0.5).model_dump(mode="json")
 
 
 def test_verl_refuses_a_grpo_eps_its_builtin_does_not_use() -> None:
@@ -131,12 +124,14 @@ def test_verl_refuses_a_grpo_eps_its_builtin_does_not_use() -> None:
     assert load_config(DEFAULT, ["methods.grpo.estimator.eps=0.001"]).methods["grpo"].estimator.eps == 0.001
 
 
-def test_snakemake_params_hold_the_flat_layout_too() -> None:
-    """Snakemake reruns a job whose recorded params changed: a training job's estimator param is the run spec's."""
+def test_snakemake_params_of_a_training_job_are_its_run_spec() -> None:
+    """Snakemake reruns a job whose recorded params changed: a training job records its resolved run spec (what
+    ``run_spec.json`` holds), so Snakemake reruns a run exactly when its spec changes."""
     from acerl.stages import Job, param_values
 
     cfg = load_config(DEFAULT)
-    for method in ("grpo", "ace_grpo"):
+    for method in ("grpo", "ace_grpo", "ace_grpo-alpha0.5"):
         run = Run("tiny", method, 0)
         params = param_values(cfg, Job("train_policy", "tiny", run))
-        assert params[f"methods.{method}.estimator"] == run_spec(cfg, run)["estimator"], method
+        assert params["run_spec"] == run_spec(cfg, run), method
+        assert set(params) == {"version", "run_spec", "grading.timeout_s", "compute.backend"}, method

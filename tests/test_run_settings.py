@@ -1,8 +1,8 @@
 """``acerl.settings.resolve(cfg, run) -> RunSettings``: the one resolved, typed view of a run's settings.
 
 The run specs (``run_spec.json``: what decides a run's result, the Snakemake / DVC rerun trigger) of every run
-of the shipped grids are pinned by hash in ``tests/golden/run_spec_hashes.json``, recorded with the code before
-``RunSettings`` existed: moving the resolution into one object must not rerun (or silently reuse) any result.
+of the shipped grids are pinned by hash in ``tests/golden/run_spec_hashes.json``, recorded with ``train_policy``'s
+result version 3: a refactor of the resolution must not rerun (or silently reuse) any result.
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ def _covered(key: str, keys: list[str]) -> bool:
 
 def test_spec_keys_are_exactly_the_keys_the_spec_reads() -> None:
     """Every config value is changed in turn (one valid change each): a training run's spec changes exactly when
-    the value lies under one of its :func:`spec_keys` (the stage table's deciding keys of the run), so the DVC
-    params and Snakemake's params cannot drift from what ``RunSettings`` resolves."""
+    the value lies under one of its :func:`spec_keys` (the stage table's deciding keys of the run), so DVC's params
+    cannot drift from what ``RunSettings`` resolves (Snakemake records the spec itself)."""
     base = deep_merge(
         merged_dict([REPO / "config" / "config.yaml", REPO / "config" / "test.yaml"]), SMALL_STUDY
     )

@@ -4,8 +4,8 @@
 recorded beside a run's checkpoints) all read it, so a setting's resolution (the family's KL override of the
 model's beta, whether reference log-probs are needed, the trainer overrides) is written here only. The pydantic
 schema in :mod:`acerl.config` has already checked every single key; the cross-key checks of one run are in
-:func:`resolve`. :func:`spec_keys` lists the config keys the run spec is resolved from: the stage table's
-deciding keys of a training run (DVC's and Snakemake's params).
+:func:`resolve`. The run spec is Snakemake's params of a training job; :func:`spec_keys` lists the config keys it is
+resolved from, DVC's params of the job (DVC reads the config files, so ``dvc exp run -S`` edits take effect).
 """
 
 from __future__ import annotations
@@ -97,23 +97,18 @@ class RunSettings:
 
     def spec(self) -> dict[str, Any]:
         """The run spec: everything that decides the run's result, as plain JSON data (resolved from the config
-        keys :func:`spec_keys` lists). The estimator is recorded in its flat layout (every field of every
-        variant, :data:`acerl.config.RUN_SPEC_LAYOUT`), which finished trainings' specs hold."""
-        from acerl.config import RUN_SPEC_LAYOUT
-
-        spec: dict[str, Any] = {
+        keys :func:`spec_keys` lists)."""
+        return {
             "model": self.run.model,
             "method": self.run.method,
             "seed": self.run.seed,
             "base": self.base,
             "train": self.hyper.model_dump(mode="json"),
             "family": self.family.model_dump(mode="json"),
-            "estimator": self.estimator.model_dump(mode="json", context=RUN_SPEC_LAYOUT),  # the flat layout
+            "estimator": self.estimator.model_dump(mode="json"),
             "diagnostic_steps": list(self.diagnostic_steps),
+            "precision": self.precision,
         }
-        if self.precision != "fp32":  # bf16 changes trained weights and samples; fp32 specs unchanged
-            spec["precision"] = self.precision
-        return spec
 
 
 def local_run_spec(settings: RunSettings) -> dict[str, Any]:
@@ -191,21 +186,19 @@ def run_spec(cfg: Config, run: Run) -> dict[str, Any]:
     the base model's identity for an untrained one."""
     if not run.is_base:
         return resolve(cfg, run).spec()
-    spec: dict[str, Any] = {
+    return {
         "model": run.model,
         "method": run.method,
         "seed": run.seed,
         "base": base_identity(cfg, run.model),
+        "precision": cfg.compute.precision,
     }
-    if cfg.compute.precision != "fp32":  # bf16 changes samples; fp32 specs unchanged
-        spec["precision"] = cfg.compute.precision
-    return spec
 
 
 def spec_keys(cfg: Config, run: Run) -> list[str]:
     """The merged-config key paths (a key stands for its subtree) :func:`resolve` reads into
-    :meth:`RunSettings.spec`: the stage table's deciding keys of a training run (the DVC params and Snakemake's
-    params), so they are written next to the resolution they describe. A test changes every key of the config
+    :meth:`RunSettings.spec`: the stage table's deciding keys of a training run (DVC's params), written next to
+    the resolution they describe. A test changes every key of the config
     and checks that the spec changes exactly for these.
 
     An alpha-sweep variant (``ace_grpo-alpha0.5``) reads its ACE method's estimator *except* ``alpha`` (the

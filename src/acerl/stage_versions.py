@@ -11,7 +11,7 @@ STAGE_VERSIONS = {
     "prepare_data": 1,
     "prepare_base": 1,
     "prepare_verl_data": 1,
-    "train_policy": 2,
+    "train_policy": 3,
     "sample": 3,
     "grade": 1,
     "passk": 1,

@@ -25,14 +25,14 @@ Kept as one module: the stage table is the pipeline graph, written once.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from acerl import paths
-from acerl.config import RUN_SPEC_LAYOUT, Config, DiagnosticsConfig, Run
-from acerl.settings import spec_keys
+from acerl.config import Config, DiagnosticsConfig, Run
+from acerl.settings import run_spec, spec_keys
 from acerl.stage_versions import STAGE_VERSIONS
 
 ROOT = (
@@ -88,7 +88,10 @@ class StageSpec:
     jobs: Callable[[Config], list[Job]]
     inputs: Callable[[Config, Job], Inputs]
     outputs: Callable[[Config, Job], list[Output]]
-    keys: Callable[[Config, Job], list[str]]  # the deciding keys (:func:`param_keys`)
+    keys: Callable[[Config, Job], list[str]]  # the deciding keys (:func:`param_keys`; DVC's params)
+    recorded: Callable[[Config, Job], dict[str, Any]] | None = (
+        None  # Snakemake's params, where not the keys' values
+    )
     quiet: bool = False  # has a progress bar, silenced in batch jobs (``--no-progress``)
     log_name: str | None = None  # the log / benchmark file name of a study-wide job
 
@@ -149,10 +152,19 @@ def _keys_prepare_verl_data(cfg: Config, job: Job) -> list[str]:
     return keys + (["data.real.train.path", "data.real.train.hub_id"] if cfg.data.kind == "real" else [])
 
 
+_TRAIN_KEYS = ("grading.timeout_s", "compute.backend")  # outside the run spec: timeouts are wrong answers
+
+
 def _keys_train(cfg: Config, job: Job) -> list[str]:
-    """The keys the run's resolved settings read (:func:`acerl.settings.spec_keys`, the one place), the grader's
-    time limit (timeouts are wrong answers) and the trainer backend."""
-    return [*spec_keys(cfg, _req(job.run, "run")), "grading.timeout_s", "compute.backend"]
+    """The keys the run's resolved settings read (:func:`acerl.settings.spec_keys`), the grader's time limit and
+    the trainer backend."""
+    return [*spec_keys(cfg, _req(job.run, "run")), *_TRAIN_KEYS]
+
+
+def _recorded_train(cfg: Config, job: Job) -> dict[str, Any]:
+    """Snakemake's record of a training job: the resolved run spec itself (``run_spec.json``), not the values of
+    the keys it is resolved from, and the keys outside it."""
+    return {"run_spec": run_spec(cfg, _req(job.run, "run")), **_key_values(cfg, _TRAIN_KEYS)}
 
 
 def _keys_sample(cfg: Config, job: Job) -> list[str]:
@@ -442,6 +454,7 @@ TABLE: dict[str, StageSpec] = {
             inputs=_inputs_train,
             outputs=_outputs_train,
             keys=_keys_train,
+            recorded=_recorded_train,
         ),
         StageSpec(
             name="sample",
@@ -589,11 +602,18 @@ def _lookup(data: Any, key: str) -> Any:
     return data
 
 
+def _key_values(cfg: Config, keys: Iterable[str]) -> dict[str, Any]:
+    """``{key: value}`` in the validated config (defaults included)."""
+    data = cfg.model_dump(mode="json")
+    return {k: _lookup(data, k) for k in keys}
+
+
 def param_values(cfg: Config, job: Job) -> dict[str, Any]:
-    """``{key: value}`` of :func:`param_keys` in the validated config (defaults included) and the stage's code
-    version under ``"version"``: Snakemake's ``params`` of the job."""
-    data = cfg.model_dump(mode="json", context=RUN_SPEC_LAYOUT)  # estimators as recorded params hold them
-    return {"version": STAGE_VERSIONS[job.stage], **{k: _lookup(data, k) for k in param_keys(cfg, job)}}
+    """Snakemake's ``params`` of the job: the stage's code version under ``"version"`` and the stage's record of
+    the job (a training job's resolved run spec), else the values of :func:`param_keys`."""
+    stage = spec(job.stage)
+    recorded = stage.recorded(cfg, job) if stage.recorded else _key_values(cfg, param_keys(cfg, job))
+    return {"version": STAGE_VERSIONS[job.stage], **recorded}
 
 
 # -------------------------------------------------------------------------------------------- commands

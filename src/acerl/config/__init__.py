@@ -31,7 +31,6 @@ from acerl.config.reference import reference_markdown
 from acerl.config.root import Config
 from acerl.config.schema import (
     ESTIMATORS,
-    RUN_SPEC_LAYOUT,
     Ablation,
     AceEstimator,
     AlphaSweep,
@@ -65,7 +64,6 @@ from acerl.config.schema import (
 __all__ = [
     "BASE_METHOD",
     "ESTIMATORS",
-    "RUN_SPEC_LAYOUT",
     "SYNTHETIC_BENCHMARKS",
     "Ablation",
     "AceEstimator",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -260,8 +259,8 @@ class FamilyConfig(_Model):
 class _Estimator(_Model):
     """What every advantage estimator takes: GRPO's group normalisation ``(r_i - mean) / (std + eps)``.
 
-    A variant's dump (less ``name``) is its registry keyword arguments (:meth:`kwargs`); run specs and Snakemake
-    params record it in the flat layout (:data:`RUN_SPEC_LAYOUT`)."""
+    A variant's dump (less ``name``) is its registry keyword arguments (:meth:`kwargs`), and what run specs and
+    Snakemake params record."""
 
     name: str
     eps: float = Field(1e-6, gt=0, description="added to the group std (verl's epsilon)")
@@ -274,15 +273,6 @@ class _Estimator(_Model):
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the estimator registered as ``name``: the variant's own fields, nothing else."""
         return self.model_dump(exclude={"name"})
-
-    @model_serializer(mode="wrap")
-    def _run_spec_layout(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        data = handler(self)
-        if isinstance(info.context, Mapping) and info.context.get(_LAYOUT_KEY) == "flat":
-            # one flat table of every estimator field, another variant's at its defaults (a GRPO run records
-            # ACE's defaults): recorded params are rerun triggers (docs/sharing.md, "Code changes")
-            return {**_ACE_DEFAULTS_DUMP[info.mode], **data}
-        return data
 
 
 class GrpoEstimator(_Estimator):
@@ -312,13 +302,6 @@ class AceEstimator(_Estimator):
     )
 
     needs_reference: ClassVar[bool] = True
-
-
-_LAYOUT_KEY = "estimator_layout"
-RUN_SPEC_LAYOUT: Mapping[str, str] = MappingProxyType({_LAYOUT_KEY: "flat"})
-"""``model_dump(context=RUN_SPEC_LAYOUT)``: estimators in the flat layout run specs record (see
-:meth:`_Estimator._run_spec_layout`)."""
-_ACE_DEFAULTS_DUMP = {mode: AceEstimator().model_dump(mode=mode) for mode in ("python", "json")}
 
 
 def _estimator_tag(value: Any) -> str | None:
