@@ -68,6 +68,7 @@ def test_large_n_stays_finite_and_exact():
         (4, -1, 1, "non-negative"),
         (4, 1, -2, "non-negative"),
         (4, 1, 0, "at least 1"),
+        (0, 0, 1, "k=1 exceeds the number of samples n=0"),  # no samples: the budget is what is wrong
     ],
 )
 def test_invalid_arguments_raise_clear_errors(n, c, k, message):
@@ -75,9 +76,14 @@ def test_invalid_arguments_raise_clear_errors(n, c, k, message):
         pass_at_k(n, c, k)
 
 
-def test_float_arguments_are_rejected():
-    with pytest.raises(TypeError, match="integer"):
-        pass_at_k(4.0, 1, 1)
+@pytest.mark.parametrize("name", ["n", "c", "k"])
+def test_float_arguments_are_rejected_by_name(name):
+    args = {"n": 4, "c": 1, "k": 1, name: 3.0}
+    with pytest.raises(TypeError, match=rf"^pass@k: {name} must be an integer, got float 3\.0$"):
+        pass_at_k(**args)
+    if name == "k":
+        with pytest.raises(TypeError, match=r"^pass@k: k must be an integer, got float 3\.0$"):
+            pass_at_k_array(4, np.array([1]), 3.0)
 
 
 def test_array_matches_scalar_loop():
@@ -97,15 +103,31 @@ def test_array_with_scalar_n():
     assert pass_at_k_array(16, np.zeros(0, dtype=int), 4).shape == (0,)
 
 
+def test_array_of_one_problem_and_all_correct_problems():
+    """One problem is an array of one value (not the empty case), and ``c == n`` is valid (Pass@k = 1)."""
+    np.testing.assert_array_equal(pass_at_k_array(4, np.array([1]), 2), [0.5])
+    np.testing.assert_array_equal(pass_at_k_array(np.array([4, 4]), np.array([4, 0]), 2), [1.0, 0.0])
+
+
 def test_array_errors_name_the_problem():
     with pytest.raises(ValueError, match="problem index 2: .*c=9 > n=8"):
         pass_at_k_array(8, np.array([0, 1, 9]), 1)
     with pytest.raises(ValueError, match="problem index 1: .*k=8 exceeds"):
         pass_at_k_array(np.array([8, 4]), np.array([0, 1]), 8)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"problem index 1: .*non-negative"):  # a negative count alone
+        pass_at_k_array(8, np.array([0, -1]), 1)
+    with pytest.raises(ValueError, match=r"problem index 0: .*non-negative"):
+        pass_at_k_array(np.array([-1, 8]), np.array([0, 0]), 1)
+    with pytest.raises(ValueError, match=r"^pass@k: n has shape \(2,\) but c has shape \(3,\)$"):
         pass_at_k_array(np.array([8, 8]), np.array([0, 1, 2]), 1)
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(
+        ValueError, match=r"^pass@k: c must be a 1-D array over problems, got shape \(1, 2\)$"
+    ):
+        pass_at_k_array(8, np.array([[0, 1]]), 1)
+    with pytest.raises(TypeError, match=r"^pass@k: c must hold integers, got dtype float64$"):
         pass_at_k_array(8, np.array([0.5, 1.0]), 1)
+    with pytest.raises(TypeError, match=r"^pass@k: n must hold integers, got dtype float64$"):
+        pass_at_k_array(np.array([8.0, 8.0]), np.array([0, 1]), 1)
 
 
 def test_mean_pass_at_k_is_the_mean_over_problems():
@@ -115,7 +137,7 @@ def test_mean_pass_at_k_is_the_mean_over_problems():
     assert got[1] == pytest.approx((0 + 0.25 + 0.5 + 1) / 4)
     assert got[2] == pytest.approx((0 + 0.5 + 5 / 6 + 1) / 4)
     assert got[4] == pytest.approx(0.75)
-    with pytest.raises(ValueError, match="no problems"):
+    with pytest.raises(ValueError, match=r"^pass@k: no problems \(c is empty\); a mean over zero problems"):
         mean_pass_at_k(4, np.zeros(0, dtype=int), [1])
 
 
