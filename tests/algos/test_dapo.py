@@ -43,7 +43,8 @@ def test_filter_groups_drops_exactly_zero_advantage_groups():
 
 def test_filter_groups_edge_cases():
     keep, frac = filter_groups(torch.zeros(0), torch.zeros(0, dtype=torch.long))
-    assert keep.shape == (0,) and frac == 1.0
+    assert keep.shape == (0,) and keep.dtype == torch.bool and frac == 1.0  # a mask: bool even when empty
+    assert torch.zeros(0, 3)[keep].shape == (0, 3)
     keep, frac = filter_groups(torch.tensor([1, 0, 1]), torch.tensor([0, 0, 5]))  # integer rewards
     assert keep.tolist() == [True, True, True] and frac == 1.0
     with pytest.raises(TypeError):
