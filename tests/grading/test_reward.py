@@ -100,3 +100,20 @@ def test_loaded_by_verl_from_hydra_config():
         fn(data_source="math_dapo", solution_str="Answer: 34", ground_truth="34", extra_info={})["score"]
         == 1.0
     )
+
+
+def test_close_grader_releases_the_grader_and_lets_the_next_call_start_anew():
+    """``close_grader`` drops the shared grader and its exit hook (a closed grader is not kept alive until the
+    process exits), is idempotent, and the next call starts a new grader, with other settings if asked."""
+    import gc
+    import weakref
+
+    reward.close_grader()
+    first = weakref.ref(reward.get_grader(workers=1))
+    assert reward.get_grader(workers=1) is first()
+    reward.close_grader()
+    gc.collect()
+    assert first() is None
+    reward.close_grader()
+    second = reward.get_grader(workers=2)
+    assert second.workers == 2
