@@ -45,6 +45,8 @@ def test_lr_schedules_match_verl_formulas():
     assert cos[:3] == [0.0, 0.5, 1.0]
     assert cos[6] == pytest.approx(0.5) and cos[10] == pytest.approx(0.0, abs=1e-12)
     assert all(a >= b for a, b in zip(cos[2:], cos[3:], strict=False))
+    assert lr_factor("cosine", 0, 0, 10) == 1.0  # no warm-up: the full LR from the first step
+    assert lr_factor("cosine", 2, 1, 2) == pytest.approx(0.0, abs=1e-12)  # 0 at total_steps, one decay step
     with pytest.raises(ValueError, match="valid: constant, cosine"):
         lr_factor("linear", 0, 0, 1)
 
@@ -85,6 +87,11 @@ def test_rewards_binary_signed_and_overlong():
     r = compute_rewards(verifier, ["a"] * 4, ["1"] * 4, lengths, "signed", on, 16)
     assert r.overlong.tolist() == [0.0, 0.0, -0.5, -1.0]
     assert r.scores.tolist() == [1.0, -1.0, 0.5, -2.0] and r.correct.tolist() == [True, False, True, False]
+    half = OverlongShaping(enable=True, buffer=4, penalty_factor=0.5)  # the factor scales the penalty
+    r = compute_rewards(verifier, ["a"] * 4, ["1"] * 4, lengths, "signed", half, 16)
+    assert r.overlong.tolist() == [0.0, 0.0, -0.25, -0.5]
+    with pytest.raises(ValueError, match=r"^4 responses but 3 gold answers$"):
+        compute_rewards(verifier, ["a"] * 4, ["1"] * 3, lengths, "signed", off, 16)
     with pytest.raises(ValueError, match="valid: binary, signed"):
         task_rewards(torch.tensor([True]), "ternary")
 
@@ -165,3 +172,13 @@ def test_ema_reference_update_on_known_tensors():
     assert policy.weight.tolist() == [[3.0, 2.0]] and policy.bias.tolist() == [-6.0]  # untouched
     ema_update(ref, policy, decay=1.0)  # decay 1: a fixed reference
     torch.testing.assert_close(ref.bias.detach(), torch.tensor([3.0]))
+
+
+def test_task_rewards_are_float32_under_a_float64_default_dtype():
+    """The rewards enter the advantage estimators as float32 whatever torch's default dtype is."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert task_rewards(torch.tensor([True, False]), "signed").dtype == torch.float32
+    finally:
+        torch.set_default_dtype(default)
