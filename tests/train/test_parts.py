@@ -182,3 +182,22 @@ def test_task_rewards_are_float32_under_a_float64_default_dtype():
         assert task_rewards(torch.tensor([True, False]), "signed").dtype == torch.float32
     finally:
         torch.set_default_dtype(default)
+
+
+def test_preemption_flag_warns_once_naming_the_signal(caplog: pytest.LogCaptureFixture):
+    """The first preemption signal is logged once, by name (a job log says why the run stopped); a second
+    signal updates the flag without another line."""
+    with caplog.at_level("WARNING", logger="acerl.train.signals"), PreemptionFlag() as flag:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert flag.signum == signal.SIGTERM
+    lines = [r.getMessage() for r in caplog.records if r.name == "acerl.train.signals"]
+    assert lines == ["received SIGUSR1: will checkpoint and stop after this step"]
+
+
+def test_metrics_log_without_dvclive_writes_only_its_jsonl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    with MetricsLog(tmp_path / "m.jsonl", resume_step=0) as log:
+        log.log(1, {"x": 0.5})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl"]
+    assert read_metrics(tmp_path / "m.jsonl") == [{"step": 1, "x": 0.5}]
