@@ -4,8 +4,9 @@
 recorded beside a run's checkpoints) all read it, so a setting's resolution (the family's KL override of the
 model's beta, whether reference log-probs are needed, the trainer overrides) is written here only. The pydantic
 schema in :mod:`acerl.config` has already checked every single key; the cross-key checks of one run are in
-:func:`resolve`. The run spec is Snakemake's params of a training job; :func:`spec_keys` lists the config keys it is
-resolved from, DVC's params of the job (DVC reads the config files, so ``dvc exp run -S`` edits take effect).
+:func:`resolve`. The run spec is Snakemake's params of a training job; :func:`spec_keys` lists the config keys
+it is resolved from, DVC's params of the job (DVC reads the config files, so ``dvc exp run -S`` edits take
+effect).
 """
 
 from __future__ import annotations
@@ -198,8 +199,8 @@ def run_spec(cfg: Config, run: Run) -> dict[str, Any]:
 def spec_keys(cfg: Config, run: Run) -> list[str]:
     """The merged-config key paths (a key stands for its subtree) :func:`resolve` reads into
     :meth:`RunSettings.spec`: the stage table's deciding keys of a training run (DVC's params), written next to
-    the resolution they describe. A test changes every key of the config
-    and checks that the spec changes exactly for these.
+    the resolution they describe. A test changes every key of the config and checks that the spec changes
+    exactly for these.
 
     An alpha-sweep variant (``ace_grpo-alpha0.5``) reads its ACE method's estimator *except* ``alpha`` (the
     variant fixes alpha itself), so changing the method's alpha does not touch the other sweep points.

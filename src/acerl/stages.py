@@ -89,9 +89,8 @@ class StageSpec:
     inputs: Callable[[Config, Job], Inputs]
     outputs: Callable[[Config, Job], list[Output]]
     keys: Callable[[Config, Job], list[str]]  # the deciding keys (:func:`param_keys`; DVC's params)
-    recorded: Callable[[Config, Job], dict[str, Any]] | None = (
-        None  # Snakemake's params, where not the keys' values
-    )
+    # Snakemake's params of a job where they are not the keys' values (a training job: its resolved run spec)
+    recorded: Callable[[Config, Job], dict[str, Any]] | None = None
     quiet: bool = False  # has a progress bar, silenced in batch jobs (``--no-progress``)
     log_name: str | None = None  # the log / benchmark file name of a study-wide job
 

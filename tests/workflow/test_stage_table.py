@@ -87,9 +87,8 @@ def test_snakemake_and_dvc_see_the_same_jobs_files_and_params(tmp_path: Path, gr
         decides = json.loads(job["params"]["decides"])
         assert decides.pop("version") == stage_versions.STAGE_VERSIONS[tj.stage]
         keys = param_keys(cfg, tj)
-        if (
-            tj.stage == "train_policy"
-        ):  # Snakemake records the resolved run spec, DVC the keys it is resolved from
+        # Snakemake records a training job's resolved run spec, DVC the keys it is resolved from
+        if tj.stage == "train_policy":
             assert decides.pop("run_spec") == json.loads(spec_json(run_spec(cfg, tj.run))), name
             assert sorted(decides) == sorted(set(keys) - set(spec_keys(cfg, tj.run))), name
         else:
