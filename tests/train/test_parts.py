@@ -115,6 +115,36 @@ def test_metrics_log_truncates_on_resume_and_mirrors_to_dvclive(tmp_path: Path):
     assert not list(tmp_path.glob("**/dvc.yaml"))
 
 
+@pytest.mark.parametrize("dvc", [False, True], ids=["git", "git+dvc"])
+def test_metrics_log_inside_a_repository_writes_only_its_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dvc: bool
+):
+    """A training job's dvclive mirror inside a Git repository, or a Git + DVC project (where `dvc repro` runs
+    it), writes its run's files and nothing else: dvclive's own repository lookup would `dvc init` a plain Git
+    repository (``.dvc/``, ``.dvcignore``) and mark an experiment for DVC's tools."""
+    import subprocess
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    if dvc:
+        from dvc.repo import Repo
+
+        Repo.init(str(tmp_path)).close()
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "init"], cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    before = {p.relative_to(tmp_path) for p in tmp_path.rglob("*") if ".git" not in p.parts}
+    run = tmp_path / "runs" / "r"
+    with MetricsLog(run / "metrics.jsonl", resume_step=0, live_dir=run / "dvclive") as log:
+        log.log(1, {"train/a": 1.0})
+    after = {p.relative_to(tmp_path) for p in tmp_path.rglob("*") if ".git" not in p.parts}
+    assert {a for a in after - before if a.parts[:2] != ("runs", "r")} == {Path("runs")}
+    assert not [a for a in after - before if a.name in ("dvc.yaml", ".dvcignore")]
+    status = subprocess.run([*git, "status", "--porcelain"], cwd=tmp_path, text=True, capture_output=True)
+    assert status.stdout.split() == ["??", "runs/"]
+
+
 def test_timer_counts_a_nested_name_for_itself_alone(monkeypatch: pytest.MonkeyPatch):
     """The update times the advantage estimate inside it: ``timing/update`` must not count those seconds
     again, so the step's timings add up to the time timed."""
