@@ -682,3 +682,29 @@ def test_ace_metrics_by_hand_with_confidences_at_the_boundary():
     assert m["ace/multiplier_max"] == pytest.approx(1 + math.log1p(math.exp(0.5)))
     every_zero = ace(rewards, group_ids, torch.zeros(8, 1), ref, mask, correct=correct)
     assert metrics(every_zero, mask)["ace/overconfident_frac_neg"] == 0.0
+
+
+def test_ace_metrics_per_token_count_response_tokens_only():
+    """With per-token confidences (B, T), the means over amplified errors run over their response tokens only:
+    padding (mask 0) holds values that would move every mean if counted. Values by hand."""
+    confidence = torch.tensor([[1.0, -1.0, 50.0], [0.5, 40.0, 40.0], [2.0, 2.0, 2.0]])
+    multiplier = 1 + confidence.clamp(min=0)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    negative = torch.tensor([True, True, False])
+    m = ace_metrics(confidence, multiplier, negative, negative, mask)
+    assert m["ace/negative_frac"] == pytest.approx(2 / 3)
+    assert m["ace/confidence_mean_neg"] == pytest.approx((1.0 - 1.0 + 0.5) / 3)  # not the padded 50 and 40s
+    assert m["ace/overconfident_frac_neg"] == pytest.approx(2 / 3)
+    assert m["ace/multiplier_mean_neg"] == pytest.approx((2.0 + 1.0 + 1.5) / 3)
+    assert m["ace/multiplier_max"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.long, torch.float64])
+def test_token_level_advantages_keep_their_dtype_whatever_the_mask(mask_dtype):
+    """verl's ``advantages`` keep the estimator's float32 whatever dtype the response mask arrives in (a float64
+    mask must not promote them)."""
+    out = AdvantageOutput(advantages=torch.tensor([0.5, -1.0]), negative=torch.tensor([False, True]))
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]]).to(mask_dtype)
+    token = out.token_level(mask)
+    assert token.dtype == torch.float32
+    assert torch.equal(token, torch.tensor([[0.5, 0.5, 0.0], [-1.0, 0.0, 0.0]]))
