@@ -15,6 +15,7 @@ mutant: its index, status (``killed`` / ``survived``) and the changed lines. A r
 from __future__ import annotations
 
 import difflib
+import functools
 import gc
 import importlib
 import inspect
@@ -32,7 +33,8 @@ from mutmut.mutation.file_mutation import create_mutations
 
 
 def rebind(old: Any, new: Any) -> None:
-    """Point every module attribute and registry dict entry that holds ``old`` at ``new``."""
+    """Point every module attribute, registry dict entry and ``functools.partial`` that holds ``old`` at ``new``
+    (a test module's ``ace = partial(ace_estimator, ...)`` must call the mutant too)."""
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if isinstance(namespace, dict):
@@ -44,6 +46,8 @@ def rebind(old: Any, new: Any) -> None:
             for key, value in list(referrer.items()):
                 if value is old:
                     referrer[key] = new
+        elif isinstance(referrer, functools.partial) and referrer.func is old:
+            referrer.__setstate__((new, referrer.args, referrer.keywords, referrer.__dict__ or None))
 
 
 def compile_mutant(module: ModuleType, name: str, code: str, decorators: list[str]) -> Callable[..., Any]:

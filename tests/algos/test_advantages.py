@@ -602,7 +602,11 @@ def test_ace_input_validation(make_batch):
         ace(*args, granularity="step")
     with pytest.raises(ValueError, match="share shape"):
         ace_advantages(b.rewards, b.group_ids, b.logprobs, b.ref_logprobs[:, :-1], b.response_mask)
-    with pytest.raises(ValueError, match="rows"):
+    rows, width = b.logprobs.shape
+    assert rows != width  # the message must name the rows, not the width
+    with pytest.raises(
+        ValueError, match=rf"^logprobs has {rows} rows but rewards has {rows - 1} entries; both must be B$"
+    ):
         ace_advantages(b.rewards[:-1], b.group_ids[:-1], b.logprobs, b.ref_logprobs, b.response_mask)
 
 
@@ -643,8 +647,12 @@ def test_ace_estimator_needs_every_log_prob_input(make_batch):
     args = (b.rewards, b.group_ids, b.logprobs, b.ref_logprobs, b.response_mask)
     for missing in range(2, 5):  # logprobs, ref_logprobs or response_mask alone missing
         partial_args = tuple(None if i == missing else a for i, a in enumerate(args))
-        with pytest.raises(ValueError, match="needs logprobs, ref_logprobs and response_mask"):
+        with pytest.raises(ValueError) as error:
             ADVANTAGE_ESTIMATORS.get("ace")(*partial_args, correct=b.rewards == 1)
+        assert str(error.value) == (
+            "the 'ace' advantage estimator needs logprobs, ref_logprobs and response_mask (B, T); got None "
+            "(is the reference policy enabled? ACE-DAPO needs use_kl_loss=True with kl_loss_coef=0)"
+        )
 
 
 def test_registry_errors(make_batch):
@@ -708,3 +716,19 @@ def test_token_level_advantages_keep_their_dtype_whatever_the_mask(mask_dtype):
     token = out.token_level(mask)
     assert token.dtype == torch.float32
     assert torch.equal(token, torch.tensor([[0.5, 0.5, 0.0], [-1.0, 0.0, 0.0]]))
+
+
+def test_grpo_estimator_by_hand_passes_eps_and_norm_by_std_and_marks_only_negative_advantages():
+    """Registry entry ``grpo`` by hand: group 0 rewards 1, 1, 1, 0 (mean 3/4, unbiased std 1/2), group 1 all
+    equal (A = 0). A = (r - 3/4) / (1/2 + eps), eps = 1e-6 by default; Dr. GRPO (``norm_by_std=False``)
+    A = r - 3/4. ``negative`` is A < 0 only: a positive A below 1 and the all-equal group's A = 0 are not."""
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+    group_ids = torch.tensor([0, 0, 0, 0, 1, 1])
+    grpo = ADVANTAGE_ESTIMATORS.get("grpo")
+    out = grpo(rewards, group_ids)
+    torch.testing.assert_close(out.advantages, torch.tensor([0.5, 0.5, 0.5, -1.5, 0.0, 0.0]))
+    assert out.negative.tolist() == [False, False, False, True, False, False]
+    with_eps = grpo(rewards, group_ids, eps=0.25).advantages
+    torch.testing.assert_close(with_eps, torch.tensor([1 / 3, 1 / 3, 1 / 3, -1.0, 0.0, 0.0]))
+    dr_grpo = grpo(rewards, group_ids, norm_by_std=False).advantages
+    torch.testing.assert_close(dr_grpo, torch.tensor([0.25, 0.25, 0.25, -0.75, 0.0, 0.0]))

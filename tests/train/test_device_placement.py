@@ -73,3 +73,29 @@ def test_sampler_and_diagnostics_keep_every_tensor_on_the_model_device(tiny_root
     assert diag.confidence.shape == (8,) and np.isfinite(diag.entropy_means).all()
     np.testing.assert_allclose(diag.confidence, 0.0, atol=1e-6)  # policy == reference: every c_i is 0
     assert mode.checked > 100
+
+
+@pytest.mark.parametrize("amplify", ["negative_advantage", "incorrect"])
+def test_ace_estimator_on_device_inputs_with_host_verdicts(amplify: str) -> None:
+    """ACE's estimator with every batch tensor on the model's device: the exemption mask it builds on the host
+    (``negative_advantage``) or the verdicts a caller hands it from the host (``incorrect``; verl's ``acc`` is
+    read on the host) are moved to the advantages' device, not combined across devices."""
+    import torch
+
+    from acerl.algos.advantages import ADVANTAGE_ESTIMATORS
+
+    with DeviceMixingMode() as mode:
+        rewards = torch.tensor([1.0, 0.0, 0.0, 1.0], device=DEVICE)
+        group_ids = torch.tensor([0, 0, 1, 1], device=DEVICE)
+        logprobs = torch.full((4, 3), -0.5, device=DEVICE)
+        ref = torch.full((4, 3), -1.0, device=DEVICE)
+        mask = torch.ones(4, 3, device=DEVICE)
+        correct = torch.tensor([True, False, False, True])  # on the host
+        for granularity in ("sequence", "token"):
+            out = ADVANTAGE_ESTIMATORS.get("ace")(
+                rewards, group_ids, logprobs, ref, mask, granularity=granularity, amplify=amplify,
+                correct=correct,
+            )  # fmt: skip
+            assert mode.place(out.advantages) == "device" and mode.place(out.amplified) == "device"
+            assert out.amplified.tolist() == [False, True, True, False]
+    assert mode.checked > 10
