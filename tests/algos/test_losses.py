@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from acerl.algos import (
     entropy_from_logits,
     kl_penalty,
     masked_mean,
+    masked_sum,
     token_logprobs,
     vanilla_policy_loss,
 )
@@ -261,8 +263,25 @@ def test_kl_penalty_values():
     # the default kind is verl's actor default, low_var_kl
     assert kl_penalty(lp, ref).item() == kl_penalty(lp, ref, "low_var_kl").item()
     assert kl_penalty(torch.tensor([0.0]), torch.tensor([-50.0]), "k3").item() == 10.0  # clamped
-    with pytest.raises(ValueError, match="unknown KL estimator 'full'"):
+    # verl clamps the log-ratio to [-20, 20] before exp: a policy log-prob of -inf gives the clamped 10, not
+    # exp(inf) - inf = NaN, and a reference log-prob of -inf the same 10
+    assert kl_penalty(torch.tensor([-math.inf]), torch.tensor([0.0]), "k3").item() == 10.0
+    assert kl_penalty(torch.tensor([0.0]), torch.tensor([-math.inf]), "k3").item() == 10.0
+    valid = "kl, k1, abs, mse, k2, low_var_kl, k3, kl+, k1+, abs+, mse+, k2+, low_var_kl+, k3+"
+    with pytest.raises(ValueError, match=rf"^unknown KL estimator 'full'; valid: {re.escape(valid)}$"):
         kl_penalty(lp, ref, "full")
+
+
+def test_masked_sum_and_mean_along_a_dimension_by_hand():
+    """``dim`` reduces one axis only; values outside the mask (NaN here) count 0, an empty row has mean 0."""
+    values = torch.tensor([[1.0, 2.0, math.nan], [4.0, math.nan, math.nan], [math.nan, math.nan, math.nan]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.equal(masked_sum(values, mask, dim=-1), torch.tensor([3.0, 4.0, 0.0]))
+    assert torch.equal(masked_sum(values, mask, dim=0), torch.tensor([5.0, 2.0, 0.0]))
+    assert masked_sum(values, mask).item() == 7.0
+    torch.testing.assert_close(masked_mean(values, mask, dim=-1), torch.tensor([1.5, 4.0, 0.0]))
+    torch.testing.assert_close(masked_mean(values, mask, dim=0), torch.tensor([2.5, 2.0, 0.0]))
+    assert masked_mean(values, mask).item() == pytest.approx(7.0 / 3.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
