@@ -343,3 +343,22 @@ def test_token_logprobs_matches_verl_naive(verl_core):
     torch.testing.assert_close(
         token_logprobs(logits, tokens, 0.7), verl_F.logprobs_from_logits_naive(logits / 0.7, tokens)
     )
+
+
+def test_log_probs_and_entropy_keep_float64_and_upcast_half_precision():
+    """float64 logits stay float64 (diagnostics and references compute in double); bfloat16 / float16 logits
+    are upcast to float32; float32 stays float32."""
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.5]], dtype=torch.float64)
+    tokens = torch.tensor([1, 0])
+    expected = torch.log_softmax(logits, dim=-1)[torch.arange(2), tokens]
+    lp = token_logprobs(logits, tokens)
+    assert lp.dtype == torch.float64
+    torch.testing.assert_close(lp, expected, rtol=0, atol=1e-15)
+    assert entropy_from_logits(logits).dtype == torch.float64
+    for dtype, out in [
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float32, torch.float32),
+    ]:
+        assert token_logprobs(logits.to(dtype), tokens).dtype == out
+        assert entropy_from_logits(logits.to(dtype)).dtype == out
