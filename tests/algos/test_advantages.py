@@ -732,3 +732,20 @@ def test_grpo_estimator_by_hand_passes_eps_and_norm_by_std_and_marks_only_negati
     torch.testing.assert_close(with_eps, torch.tensor([1 / 3, 1 / 3, 1 / 3, -1.0, 0.0, 0.0]))
     dr_grpo = grpo(rewards, group_ids, norm_by_std=False).advantages
     torch.testing.assert_close(dr_grpo, torch.tensor([0.25, 0.25, 0.25, -0.75, 0.0, 0.0]))
+
+
+def test_confidence_scores_of_empty_one_row_and_half_precision_batches():
+    """An empty batch gives an empty (0,) result in the promoted dtype; a one-row batch its value; bfloat16
+    log-probs are subtracted in float32: -2^-9 - (-1) is 1 - 2^-9 in float32 but rounds to 1 in bfloat16."""
+    empty = torch.zeros(0, 3, dtype=torch.float64)
+    c = confidence_scores(empty, empty, torch.zeros(0, 3))
+    assert c.shape == (0,) and c.dtype == torch.float64
+    one = confidence_scores(torch.tensor([[-0.5, -2.0, 9.0]]), torch.tensor([[-1.0, -1.0, 0.0]]),
+                            torch.tensor([[1, 1, 0]]))  # fmt: skip
+    torch.testing.assert_close(one, torch.tensor([(0.5 - 1.0) / 2]))
+    lp = torch.full((2, 2), -(2.0**-9), dtype=torch.bfloat16)
+    ref = torch.full((2, 2), -1.0, dtype=torch.bfloat16)
+    half = confidence_scores(lp, ref, torch.ones(2, 2))
+    assert half.dtype == torch.float32
+    assert half.tolist() == [1 - 2.0**-9] * 2
+    assert confidence_scores(lp, ref, torch.ones(2, 2), length_normalize=False).tolist() == [2 - 2.0**-8] * 2
