@@ -123,13 +123,12 @@ def test_metrics_log_inside_a_repository_writes_only_its_run_folder(
     it), writes its run's files and nothing else: dvclive's own repository lookup would `dvc init` a plain Git
     repository (``.dvc/``, ``.dvcignore``) and mark an experiment for DVC's tools."""
     import subprocess
+    import sys
 
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
-    if dvc:
-        from dvc.repo import Repo
-
-        Repo.init(str(tmp_path)).close()
+    if dvc:  # DVC's own CLI (its in-process logger keeps the first pytest session's streams)
+        subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "init"], cwd=tmp_path, check=True)
     monkeypatch.chdir(tmp_path)
