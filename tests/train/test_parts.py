@@ -201,6 +201,9 @@ def test_ema_reference_update_on_known_tensors():
     assert policy.weight.tolist() == [[3.0, 2.0]] and policy.bias.tolist() == [-6.0]  # untouched
     ema_update(ref, policy, decay=1.0)  # decay 1: a fixed reference
     torch.testing.assert_close(ref.bias.detach(), torch.tensor([3.0]))
+    # parameter lists of different lengths are an error, not a silent stop at the shorter one
+    with pytest.raises(ValueError, match="argument 2 is longer than argument 1"):
+        ema_update(torch.nn.Linear(2, 1, bias=False), policy, decay=0.9)
 
 
 def test_task_rewards_are_float32_under_a_float64_default_dtype():
