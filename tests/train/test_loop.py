@@ -381,3 +381,26 @@ def test_a_family_without_kl_loss_trains_without_a_reference(tiny_root: Path, mi
     metrics = train_step(state, setup, data, DigitVerifier())
     assert metrics["train/groups"] > 0 and metrics["actor/kl_loss"] == 0.0
     assert any(not torch.equal(b, p) for b, p in zip(before, state.model.parameters(), strict=True))
+
+
+def test_loss_of_one_micro_batch_uses_the_family_clip_range_aggregation_and_kl_by_hand():
+    """The trainer's loss wiring where the ratio leaves the clip range (a later mini-batch or epoch; a single
+    pass never does, its ratio is 1): every family setting reaches the policy loss and the KL term. One row,
+    three tokens (seq-mean-token-sum: the sum over tokens), ratios 1.25 / 0.5 / 20 with A = +1 / -1 / -1:
+    clip-higher 0.28 keeps 1.25 (0.2 would clip it to 1.2); clip_ratio_low 0.1 lifts 0.5 to 0.9; the dual clip
+    caps 20 at c = 10. KL k1 = 0.1 per token, beta = 0.5: + 0.5 * 0.3."""
+    from acerl.train.algorithm import _ActorStats, _aggregation, _loss
+
+    overrides = ("families.dapo.clip_ratio_low=0.1", "families.dapo.loss_agg_mode=seq-mean-token-sum",
+                 "families.dapo.kl_type=k1", "families.dapo.kl_coef=0.5")  # fmt: skip
+    old = torch.zeros(1, 3)
+    logprobs = torch.log(torch.tensor([[1.25, 0.5, 20.0]]))
+    adv = torch.tensor([[1.0, -1.0, -1.0]])
+    ref, mask = logprobs - 0.1, torch.ones(1, 3)
+    pg = -1.25 + 0.9 + 10.0
+    for use_kl, expected in [("true", pg + 0.5 * 0.3), ("false", pg)]:
+        setup = resolve(
+            make_config(*overrides, f"families.dapo.use_kl_loss={use_kl}"), Run("tiny", "dapo", 0)
+        )
+        loss = _loss(setup, _ActorStats(), logprobs, old, adv, ref, mask, _aggregation(setup, mask))
+        assert loss.item() == pytest.approx(expected, rel=1e-6), use_kl
