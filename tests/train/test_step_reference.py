@@ -284,6 +284,12 @@ def test_one_step_equals_the_hand_written_reference(case: str, tiny_root: Path, 
     assert metrics["actor/pg_loss"] == pytest.approx(expected.pg, abs=1e-5)
     assert metrics["actor/kl_loss"] == pytest.approx(expected.kl, rel=1e-4)
     assert metrics["actor/kl_coef"] == setup.kl_loss_coef
+    # the logged norm is the one before clipping: the reference's, or above the clip where the step clipped
+    grad_norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in expected.grads))
+    if expected.clipped:
+        assert metrics["actor/grad_norm"] > setup.hyper.grad_clip == pytest.approx(grad_norm, rel=1e-4)
+    else:
+        assert metrics["actor/grad_norm"] == pytest.approx(grad_norm, rel=1e-4)
     (grads,) = captured
     assert expected.clipped == (CLIPPED[0] in overrides)  # the clip case clips, the others do not
     for name_param, got, want in zip(state.model.named_parameters(), grads, expected.grads, strict=True):
