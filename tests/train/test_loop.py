@@ -404,3 +404,16 @@ def test_loss_of_one_micro_batch_uses_the_family_clip_range_aggregation_and_kl_b
         )
         loss = _loss(setup, _ActorStats(), logprobs, old, adv, ref, mask, _aggregation(setup, mask))
         assert loss.item() == pytest.approx(expected, rel=1e-6), use_kl
+
+
+def test_mini_batch_counts_for_loss_aggregation_by_hand():
+    """verl's ``global_batch_info`` of a mini-batch: its response tokens, and its rows with at least one response
+    token (an empty response does not count; a one-token response does)."""
+    from acerl.train.algorithm import _aggregation
+
+    setup = resolve(make_config(), Run("tiny", "grpo", 0))
+    agg = _aggregation(
+        setup, torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    )
+    assert agg["batch_num_tokens"].item() == 3 and agg["global_batch_size"].item() == 2
+    assert agg["loss_scale_factor"] == setup.hyper.max_response_length
