@@ -63,6 +63,8 @@ CASES = {
     "ace_grpo-accumulated": ("ace_grpo", ACCUMULATED, {}),
     "grpo-clipped": ("grpo", [*SINGLE_PASS, *CLIPPED], {}),
     "ace_grpo-ema": ("ace_grpo", SINGLE_PASS, {"reference": "ema", "ref_ema_decay": 0.9}),
+    # sampling and the update at a temperature other than 1 (every shipped config trains at 1.0)
+    "ace_grpo-temperature": ("ace_grpo", [*SINGLE_PASS, "models.tiny.train.temperature=1.3"], {}),
 }
 
 
