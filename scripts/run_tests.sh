@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# The whole test suite in one pytest session (what `make test` runs after lint, and so what CI runs): unit tests,
-# the CI-scale study end to end (whole DAG, DVC stories, SIGKILL resume) and the SLURM tests against a real
-# one-node cluster on localhost (scripts/slurm_local.sh), which this script starts and stops when it may.
+# The whole test suite (what `make test` runs after lint, and so what CI runs): unit tests, the CI-scale study end
+# to end (whole DAG, DVC stories, SIGKILL resume), the SLURM tests against a real one-node cluster on localhost
+# (scripts/slurm_local.sh), which this script starts and stops when it may, then the `vllm` tests.
 #
-# Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: -m "not gpu and not vllm and not verl_loop"
-#                                                   (every CPU test; verl's whole loop: `make test-verl-loop`)
+# With no PYTEST_ARGS the main suite runs as parallel pytest sessions, one per lane (below), because most of its
+# time is spent in subprocesses that keep one core busy or wait (Snakemake, sbatch polling, dvc, single-threaded
+# torch): `dvc` (tests/dvc), `slurm` (tests/slurm), `workflow` (tests/workflow tests/report) and `rest` (every other
+# test folder, then the vLLM session). Together they select exactly the tests of one session with
+# -m "not gpu and not vllm and not verl_loop" (the rest lane is `tests` minus the other lanes' folders). They share
+# one CI-scale study through ACERL_TEST_SHARED_DIR (tests/study.py, shared_once). Each lane's report is printed
+# when it ends, then one line per lane.
+#
+# Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: the lanes above
+#                                                   with PYTEST_ARGS: one session with those arguments
+#                                                   (verl's whole loop: `make test-verl-loop`)
 # Environment:
+#   ACERL_TEST_LANES      parallel (default without PYTEST_ARGS): the lanes above; serial: one session of every
+#                         CPU test, as before the lanes existed (the reference for timing and for debugging)
 #   ACERL_TEST_SLURM      auto (default): use a running cluster; else start one when running as root with apt-get
 #                         (CI machines), else the SLURM tests skip with the reason. 1: start one or fail.
 #                         0: never start one (the SLURM tests skip unless a cluster is already running).
@@ -13,15 +24,17 @@
 #                         production cluster (0: no accounting, squeue status command; see scripts/slurm_local.sh)
 #   ACERL_SLURM_PROCTRACK default linuxproc here (not the last start's): SIGTERM then reaches the trainer, so the
 #                         preemption test can prove the checkpoint-on-SIGTERM path (cgroup skips it; docs/cluster.md)
-#   ACERL_TEST_TIMEOUT    seconds for the whole pytest run (default 3000); SIGKILL 30 s after SIGTERM
+#   ACERL_TEST_TIMEOUT    seconds for each pytest session (default 3000); SIGKILL 30 s after SIGTERM
 #   PYTHON                interpreter with the package and pytest (default .venv/bin/python)
-#   ACERL_TEST_VLLM       auto (default): after the main session, run the `vllm` tests (real vLLM engine on CPU)
+#   ACERL_TEST_VLLM       auto (default): after the main suite, run the `vllm` tests (real vLLM engine on CPU)
 #                         in a second session with VLLM_PYTHON when it exists and no PYTEST_ARGS were given;
 #                         1: run them or fail (what `make test` sets after building it); 0: never.
 #   VLLM_PYTHON           interpreter of the vLLM CPU environment (default .venv-vllm/bin/python; make vllm-cpu-env)
 #   ACERL_TEST_VLLM_TIMEOUT  seconds for that second session (default 1800)
 # A cluster this script started is stopped on exit (success, failure, Ctrl-C), by pid; one it found running is
-# left alone.
+# left alone. Lanes still running when the script ends early (Ctrl-C, SIGTERM, a CI timeout) are stopped with it.
+# The lanes' scratch folder (the shared study, each lane's log and temporary files) is removed after a green run
+# and kept after a red one (its path is printed).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,8 +48,11 @@ mode="${ACERL_TEST_SLURM:-auto}"
 log() { echo "run_tests: $*" >&2; }
 
 started=0
+declare -A lane_of_pid=()  # running lanes: subshell pid -> lane name
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
+  local pid
+  for pid in "${!lane_of_pid[@]}"; do pkill -TERM -P "$pid" 2>/dev/null || true; done
   if [[ $started == 1 ]]; then "$here/slurm_local.sh" stop || log "stopping the SLURM cluster failed"; fi
 }
 trap cleanup EXIT
@@ -58,23 +74,89 @@ fi
 cd "$repo"
 args=("$@")
 vllm_mode="${ACERL_TEST_VLLM:-auto}"
-[[ ${#args[@]} -gt 0 ]] || args=(-m "not gpu and not vllm and not verl_loop")
-rc=0
-timeout -k 30 "${ACERL_TEST_TIMEOUT:-3000}" "$python" -m pytest --durations=30 "${args[@]}" || rc=$?
-log "pytest exit code $rc after $((SECONDS - start)) s"
+lanes_mode="${ACERL_TEST_LANES:-parallel}"
+[[ $lanes_mode == parallel || $lanes_mode == serial ]] \
+  || { log "ACERL_TEST_LANES must be parallel or serial, not '$lanes_mode'"; exit 2; }
+marks="not gpu and not vllm and not verl_loop"
+timeout_s="${ACERL_TEST_TIMEOUT:-3000}"
+vllm_python="${VLLM_PYTHON:-$repo/.venv-vllm/bin/python}"
+run_vllm=0
+if [[ "$vllm_mode" == 1 ]] || { [[ "$vllm_mode" == auto ]] && [[ $# -eq 0 ]] && [[ -x "$vllm_python" ]]; }; then
+  [[ -x "$vllm_python" ]] || { log "no vLLM environment at $vllm_python (make vllm-cpu-env)"; exit 1; }
+  run_vllm=1
+fi
 
 # The real vLLM engine runs in its own environment (vllm-cpu needs a transformers outside verl's pin), so its
 # tests are a second session there: the `vllm` mark in the test folders that hold them.
-vllm_python="${VLLM_PYTHON:-$repo/.venv-vllm/bin/python}"
-if [[ "$vllm_mode" == 1 ]] || { [[ "$vllm_mode" == auto ]] && [[ $# -eq 0 ]] && [[ -x "$vllm_python" ]]; }; then
-  [[ -x "$vllm_python" ]] || { log "no vLLM environment at $vllm_python (make vllm-cpu-env)"; exit 1; }
-  vstart=$SECONDS
-  vrc=0
+vllm_session() {
+  if [[ $run_vllm == 0 ]]; then
+    log "vLLM tests not run (ACERL_TEST_VLLM=$vllm_mode, $vllm_python)"
+    return 0
+  fi
+  local vstart=$SECONDS vrc=0
   timeout -k 30 "${ACERL_TEST_VLLM_TIMEOUT:-1800}" "$vllm_python" -m pytest -m vllm tests/generate tests/evaluate \
     || vrc=$?
   log "vLLM pytest exit code $vrc after $((SECONDS - vstart)) s"
+  return "$vrc"
+}
+
+if [[ ${#args[@]} -gt 0 || $lanes_mode == serial ]]; then
+  [[ ${#args[@]} -gt 0 ]] || args=(-m "$marks")
+  rc=0
+  timeout -k 30 "$timeout_s" "$python" -m pytest --durations=30 "${args[@]}" || rc=$?
+  log "pytest exit code $rc after $((SECONDS - start)) s"
+  vrc=0
+  vllm_session || vrc=$?
   [[ $rc != 0 ]] || rc=$vrc
-else
-  log "vLLM tests not run (ACERL_TEST_VLLM=$vllm_mode, $vllm_python)"
+  exit "$rc"
 fi
+
+# The lanes: parallel pytest sessions over disjoint folders (see the header).
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/acerl-tests.XXXXXX")"
+export ACERL_TEST_SHARED_DIR="$scratch/shared"
+lane_names=(dvc slurm workflow rest)
+declare -A lane_args=(
+  [dvc]="tests/dvc"
+  [slurm]="tests/slurm"
+  [workflow]="tests/workflow tests/report"
+  [rest]="tests --ignore=tests/dvc --ignore=tests/slurm --ignore=tests/workflow --ignore=tests/report"
+)
+run_lane() {  # NAME: its pytest session (the rest lane: then the vLLM session), report in $scratch/NAME.log
+  local name=$1 t0=$SECONDS rc=0
+  # shellcheck disable=SC2086  # the lane's folders and options are words
+  timeout -k 30 "$timeout_s" "$python" -m pytest --durations=15 --basetemp="$scratch/tmp-$name" -m "$marks" \
+    ${lane_args[$name]} >"$scratch/$name.log" 2>&1 || rc=$?
+  echo "lane $name: pytest exit code $rc after $((SECONDS - t0)) s" >>"$scratch/$name.log"
+  if [[ $name == rest ]]; then
+    local vrc=0
+    vllm_session >>"$scratch/$name.log" 2>&1 || vrc=$?
+    [[ $rc != 0 ]] || rc=$vrc
+  fi
+  echo "$rc $((SECONDS - t0))" >"$scratch/$name.rc"
+  return "$rc"
+}
+for name in "${lane_names[@]}"; do
+  run_lane "$name" &
+  lane_of_pid[$!]=$name
+done
+log "${#lane_names[@]} parallel pytest sessions (lanes ${lane_names[*]}; scratch $scratch)"
+rc=0
+while ((${#lane_of_pid[@]})); do
+  finished=""
+  wait -n -p finished "${!lane_of_pid[@]}" || true
+  [[ -n $finished ]] || continue
+  name=${lane_of_pid[$finished]}
+  unset "lane_of_pid[$finished]"
+  echo "======================== lane $name ========================"
+  cat "$scratch/$name.log"
+done
+summary=()
+for name in "${lane_names[@]}"; do
+  read -r lrc secs <"$scratch/$name.rc" || { lrc=1 secs=?; }
+  summary+=("lane $name: exit code $lrc after $secs s")
+  [[ $rc != 0 ]] || rc=$lrc
+done
+printf 'run_tests: %s\n' "${summary[@]}" >&2
+log "all lanes done after $((SECONDS - start)) s, exit code $rc"
+if [[ $rc == 0 ]]; then rm -rf "$scratch"; else log "kept the lanes' scratch folder $scratch"; fi
 exit "$rc"

@@ -44,19 +44,19 @@ def _torch_threads():
 def prepared_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A scratch copy of the project where the test config's data and base models are prepared. Read-only:
     copy it (``shutil.copytree(..., symlinks=True)``) before running anything in it."""
-    from study import prepare_study
+    from study import prepare_study, shared_once
 
-    return prepare_study(tmp_path_factory.mktemp("study") / "prepared")
+    return shared_once("prepared", prepare_study, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def ci_study(prepared_study: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The whole CI-scale study (``snakemake -c2 all --configfile=config/test.yaml``), run once per session
-    and shared by the whole-DAG test, the DVC stories and the SLURM comparison. Read-only, like
-    ``prepared_study``."""
-    from study import run_study
+    (once per ``make test``: the parallel sessions of ``scripts/run_tests.sh`` share it) and shared by the
+    whole-DAG test, the DVC stories and the SLURM comparison. Read-only, like ``prepared_study``."""
+    from study import run_study, shared_once
 
-    return run_study(prepared_study, tmp_path_factory.mktemp("study") / "ci")
+    return shared_once("ci", lambda dest: run_study(prepared_study, dest), tmp_path_factory)
 
 
 # vLLM's CPU attention needs a head dimension of at least 32 (TINY's is 16): the vLLM tests use this model, the

@@ -2,17 +2,22 @@
 
 One pytest session runs the study once (``snakemake -c2 all --configfile=config/test.yaml`` in a scratch copy,
 fixtures ``prepared_study`` and ``ci_study`` in ``tests/conftest.py``); the whole-DAG test checks it, the DVC
-stories record and share it (A's run), and the SLURM test compares a run through ``sbatch`` against it.
+stories record and share it (A's run), and the SLURM test compares a run through ``sbatch`` against it. The
+parallel sessions of ``scripts/run_tests.sh`` share one run through ``$ACERL_TEST_SHARED_DIR``
+(:func:`shared_once`): the first session that needs it builds it under a file lock, the others wait and reuse it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from pytest import TempPathFactory
 
 from acerl import paths
 from acerl.config import load_config
@@ -32,6 +37,7 @@ TEST_CONFIG_ARG = "--configfile=config/test.yaml"
 KILL_GRACE_S = (
     10  # `timeout -k`: SIGKILL this long after SIGTERM (Snakemake may ignore SIGTERM while polling)
 )
+SHARED_DIR_ENV = "ACERL_TEST_SHARED_DIR"  # set by scripts/run_tests.sh for its parallel sessions
 STUDY_TIMEOUT_S = 2400  # the whole CI-scale study, locally (about 5 min on a quiet 2-core machine)
 
 
@@ -131,3 +137,38 @@ def run_study(prepared: Path, dest: Path) -> Path:
     shutil.copytree(prepared, dest, symlinks=True)
     run_snakemake(dest, "-c2", TEST_CONFIG_ARG, "all", log="snakemake-all.log")
     return dest
+
+
+def shared_once(name: str, build: Callable[[Path], Path], tmp_path_factory: TempPathFactory) -> Path:
+    """``build(dest)`` once for every pytest session of one ``make test``, its result shared read-only.
+
+    Without ``$ACERL_TEST_SHARED_DIR`` (one pytest session) ``dest`` is a fresh folder of this session's temporary
+    directory. With it (``scripts/run_tests.sh``'s parallel sessions) ``dest`` is ``<dir>/<name>``: the first
+    session to ask builds it while holding ``<dir>/<name>.lock``, the others block on the lock and then get the
+    same folder. A build that failed is not retried by the next session (it would fail alike and double the
+    cost); the next one fails naming the marker, and the first session's report holds the cause.
+    """
+    shared = os.environ.get(SHARED_DIR_ENV)
+    if not shared:
+        return build(tmp_path_factory.mktemp("study") / name)
+    root = Path(shared)
+    root.mkdir(parents=True, exist_ok=True)
+    dest, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+        if done.is_file():
+            return dest
+        if failed.is_file():
+            raise RuntimeError(
+                f"the shared fixture {name!r} failed in another test session ({failed}); see that session's "
+                "report for the cause"
+            )
+        if dest.exists():  # a session killed while building left it half made
+            shutil.rmtree(dest)
+        try:
+            result = build(dest)
+        except BaseException:
+            failed.write_text("failed\n")
+            raise
+        done.write_text(f"{result}\n")
+        return result

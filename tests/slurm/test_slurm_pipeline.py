@@ -63,7 +63,7 @@ def _without_stamp(data: object) -> object:
 
 
 def test_pipeline_runs_every_job_on_slurm_and_matches_a_local_run(
-    local_cluster: LocalCluster, prepared_inputs: Path, local_reference: Path, tmp_path: Path
+    local_cluster: LocalCluster, prepared_inputs: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     # the inputs (data, SFT'd base model) as the local run had them; prepare_base's SFT is the longest job and
     # a SLURM job like any other (the smoke and preemption tests run jobs through sbatch too)
@@ -102,7 +102,10 @@ def test_pipeline_runs_every_job_on_slurm_and_matches_a_local_run(
     )
     assert logs == planned  # one SLURM log per job (the local profile keeps them)
 
-    # the same results as the local run of the whole study: every result of the slice, file by file
+    # the same results as the local run of the whole study: every result of the slice, file by file (the
+    # local run is asked for only now, so that under scripts/run_tests.sh's parallel sessions the SLURM run
+    # overlaps it instead of waiting for it)
+    local_reference: Path = request.getfixturevalue("local_reference")
     ours, reference = _results(wf), _results(local_reference)
     assert reference, f"the local run wrote no {RESULT_GLOBS} files"
     runs = {"base", "grpo", "ace_grpo"}

@@ -1,0 +1,89 @@
+"""scripts/run_tests.sh's parallel lanes: together they select every test of one session, and the sessions share one
+CI-scale study (tests/study.py, ``shared_once``) built once under a file lock."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "run_tests.sh"
+
+
+def lane_args() -> dict[str, list[str]]:
+    """``{lane: its pytest path arguments}`` as ``run_tests.sh`` declares them."""
+    block = re.search(r"declare -A lane_args=\((.*?)\n\)", SCRIPT.read_text(), re.S)
+    assert block, "run_tests.sh declares no lane_args"
+    return {name: args.split() for name, args in re.findall(r'\[(\w+)\]="([^"]*)"', block.group(1))}
+
+
+def test_lanes_cover_every_test_folder_once() -> None:
+    lanes = lane_args()
+    assert set(lanes) == {"dvc", "slurm", "workflow", "rest"}
+    folders = {a for name, args in lanes.items() if name != "rest" for a in args}
+    # every folder but the rest lane's is in one lane only, and the rest lane is `tests` minus exactly those
+    assert len(folders) == sum(len(args) for name, args in lanes.items() if name != "rest")
+    assert lanes["rest"][0] == "tests"
+    assert {a.removeprefix("--ignore=") for a in lanes["rest"][1:]} == folders
+    assert all(a.startswith("--ignore=") for a in lanes["rest"][1:])
+    assert all((REPO / f).is_dir() and any((REPO / f).glob("test_*.py")) for f in folders)
+    lane_names = re.search(r"lane_names=\(([^)]*)\)", SCRIPT.read_text())
+    assert lane_names and lane_names.group(1).split() == list(lanes)  # every declared lane is started
+
+
+def _build_in(proc_dir: Path, shared: Path, name: str) -> subprocess.Popen[str]:
+    """A process that asks ``shared_once(name)`` for a folder whose build takes a second and counts its builds."""
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        sys.path.insert(0, {str(REPO / "tests")!r})
+        from study import shared_once
+
+        def build(dest: Path) -> Path:
+            dest.mkdir()
+            with open({str(proc_dir / "builds")!r}, "a") as f:
+                f.write("x")
+            time.sleep(1.0)
+            (dest / "made").write_text("ok")
+            return dest
+
+        print(shared_once({name!r}, build, None))
+        """
+    )
+    env = {**os.environ, "ACERL_TEST_SHARED_DIR": str(shared)}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, text=True, stdout=subprocess.PIPE)
+
+
+def test_shared_once_builds_once_for_concurrent_sessions(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    procs = [_build_in(tmp_path, shared, "study") for _ in range(3)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    assert (tmp_path / "builds").read_text() == "x"  # one build for three sessions
+    assert outs == [str(shared / "study")] * 3
+    assert (shared / "study" / "made").read_text() == "ok"
+
+
+def test_shared_once_does_not_retry_a_failed_build(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "study.failed").write_text("failed\n")
+    proc = _build_in(tmp_path, shared, "study")
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert not (tmp_path / "builds").exists()
+
+
+def test_shared_once_rebuilds_what_a_killed_session_left(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    (shared / "study").mkdir(parents=True)  # half made, no marker: its builder died
+    (shared / "study" / "partial").write_text("")
+    proc = _build_in(tmp_path, shared, "study")
+    assert proc.communicate(timeout=120)[0].strip() == str(shared / "study")
+    assert proc.returncode == 0
+    assert sorted(p.name for p in (shared / "study").iterdir()) == ["made"]
