@@ -3,20 +3,22 @@
 # to end (whole DAG, DVC stories, SIGKILL resume), the SLURM tests against a real one-node cluster on localhost
 # (scripts/slurm_local.sh), which this script starts and stops when it may, then the `vllm` tests.
 #
-# With no PYTEST_ARGS the main suite runs as parallel pytest sessions, one per lane (below), because most of its
-# time is spent in subprocesses that keep one core busy or wait (Snakemake, sbatch polling, dvc, single-threaded
-# torch): `dvc` (tests/dvc), `slurm` (tests/slurm), `workflow` (tests/workflow tests/report) and `rest` (every other
-# test folder, then the vLLM session). Together they select exactly the tests of one session with
-# -m "not gpu and not vllm and not verl_loop" (the rest lane is `tests` minus the other lanes' folders). They share
-# one CI-scale study through ACERL_TEST_SHARED_DIR (tests/study.py, shared_once). Each lane's report is printed
-# when it ends, then one line per lane.
+# With no PYTEST_ARGS the main suite runs as parallel pytest sessions, one per lane (below), because in one session
+# the cores idle much of the time (single-threaded torch, dvc, sbatch polling): `dvc` (tests/dvc), `workflow`
+# (tests/workflow tests/report), `slurm` (tests/slurm, then the vLLM session) and `rest` (every other test folder).
+# Together they select exactly the tests of one session with -m "not gpu and not vllm and not verl_loop" (the rest
+# lane is `tests` minus the other lanes' folders). They share one CI-scale study through ACERL_TEST_SHARED_DIR
+# (tests/study.py, shared_once). The lanes on the critical path (the shared study, then the DVC stories) run at
+# normal priority, the others niced (`nice -n`: slurm 10, its SLURM jobs too through the local cluster's
+# PropagatePrioProcess; rest and the vLLM session 5), so that they take the cores the critical path leaves idle.
+# Each lane's report is printed when it ends, then one line per lane.
 #
 # Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: the lanes above
 #                                                   with PYTEST_ARGS: one session with those arguments
 #                                                   (verl's whole loop: `make test-verl-loop`)
 # Environment:
 #   ACERL_TEST_LANES      parallel (default without PYTEST_ARGS): the lanes above; serial: one session of every
-#                         CPU test, as before the lanes existed (the reference for timing and for debugging)
+#                         CPU test, then the vLLM session (the reference for timing, and simpler to debug)
 #   ACERL_TEST_SLURM      auto (default): use a running cluster; else start one when running as root with apt-get
 #                         (CI machines), else the SLURM tests skip with the reason. 1: start one or fail.
 #                         0: never start one (the SLURM tests skip unless a cluster is already running).
@@ -94,8 +96,8 @@ vllm_session() {
     return 0
   fi
   local vstart=$SECONDS vrc=0
-  timeout -k 30 "${ACERL_TEST_VLLM_TIMEOUT:-1800}" "$vllm_python" -m pytest -m vllm tests/generate tests/evaluate \
-    || vrc=$?
+  nice -n "${1:-0}" timeout -k 30 "${ACERL_TEST_VLLM_TIMEOUT:-1800}" "$vllm_python" -m pytest -m vllm \
+    tests/generate tests/evaluate || vrc=$?
   log "vLLM pytest exit code $vrc after $((SECONDS - vstart)) s"
   return "$vrc"
 }
@@ -114,22 +116,24 @@ fi
 # The lanes: parallel pytest sessions over disjoint folders (see the header).
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/acerl-tests.XXXXXX")"
 export ACERL_TEST_SHARED_DIR="$scratch/shared"
-lane_names=(dvc slurm workflow rest)
+lane_names=(dvc workflow slurm rest)
 declare -A lane_args=(
   [dvc]="tests/dvc"
-  [slurm]="tests/slurm"
   [workflow]="tests/workflow tests/report"
-  [rest]="tests --ignore=tests/dvc --ignore=tests/slurm --ignore=tests/workflow --ignore=tests/report"
+  [slurm]="tests/slurm"
+  [rest]="tests --ignore=tests/dvc --ignore=tests/workflow --ignore=tests/report --ignore=tests/slurm"
 )
-run_lane() {  # NAME: its pytest session (the rest lane: then the vLLM session), report in $scratch/NAME.log
+declare -A lane_nice=([dvc]=0 [workflow]=0 [slurm]=10 [rest]=5)
+vllm_nice=5
+run_lane() {  # NAME: its pytest session (the slurm lane: then the vLLM session), report in $scratch/NAME.log
   local name=$1 t0=$SECONDS rc=0
   # shellcheck disable=SC2086  # the lane's folders and options are words
-  timeout -k 30 "$timeout_s" "$python" -m pytest --durations=15 --basetemp="$scratch/tmp-$name" -m "$marks" \
-    ${lane_args[$name]} >"$scratch/$name.log" 2>&1 || rc=$?
+  nice -n "${lane_nice[$name]}" timeout -k 30 "$timeout_s" "$python" -m pytest --durations=15 \
+    --basetemp="$scratch/tmp-$name" -m "$marks" ${lane_args[$name]} >"$scratch/$name.log" 2>&1 || rc=$?
   echo "lane $name: pytest exit code $rc after $((SECONDS - t0)) s" >>"$scratch/$name.log"
-  if [[ $name == rest ]]; then
+  if [[ $name == slurm ]]; then  # the lane that waits most (sbatch polling) ends first
     local vrc=0
-    vllm_session >>"$scratch/$name.log" 2>&1 || vrc=$?
+    vllm_session "$vllm_nice" >>"$scratch/$name.log" 2>&1 || vrc=$?
     [[ $rc != 0 ]] || rc=$vrc
   fi
   echo "$rc $((SECONDS - t0))" >"$scratch/$name.rc"

@@ -205,6 +205,9 @@ DefMemPerCPU=100
 MinJobAge=1800
 # Seconds between SIGTERM and SIGKILL at a time limit or scancel (the trainer checkpoints in between).
 KillWait=30
+# Jobs run at the niceness of the sbatch that submitted them (scripts/run_tests.sh runs its SLURM lane niced, so
+# that its jobs take the cores the other test sessions leave idle).
+PropagatePrioProcess=1
 $acct
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP

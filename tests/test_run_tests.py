@@ -24,6 +24,8 @@ def lane_args() -> dict[str, list[str]]:
 def test_lanes_cover_every_test_folder_once() -> None:
     lanes = lane_args()
     assert set(lanes) == {"dvc", "slurm", "workflow", "rest"}
+    nice = re.search(r"declare -A lane_nice=\(([^)]*)\)", SCRIPT.read_text())
+    assert nice and set(re.findall(r"\[(\w+)\]=\d+", nice.group(1))) == set(lanes)  # a priority for each
     folders = {a for name, args in lanes.items() if name != "rest" for a in args}
     # every folder but the rest lane's is in one lane only, and the rest lane is `tests` minus exactly those
     assert len(folders) == sum(len(args) for name, args in lanes.items() if name != "rest")
