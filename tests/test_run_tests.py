@@ -25,7 +25,7 @@ def test_lanes_cover_every_test_folder_once() -> None:
     lanes = lane_args()
     assert set(lanes) == {"dvc", "slurm", "workflow", "rest"}
     nice = re.search(r"declare -A lane_nice=\(([^)]*)\)", SCRIPT.read_text())
-    assert nice and set(re.findall(r"\[(\w+)\]=\d+", nice.group(1))) == set(lanes)  # a priority for each
+    assert nice and set(re.findall(r"\[(\w+)\]=\d+", nice.group(1))) == {*lanes, "vllm"}  # one each
     folders = {a for name, args in lanes.items() if name != "rest" for a in args}
     # every folder but the rest lane's is in one lane only, and the rest lane is `tests` minus exactly those
     assert len(folders) == sum(len(args) for name, args in lanes.items() if name != "rest")
@@ -89,3 +89,10 @@ def test_shared_once_rebuilds_what_a_killed_session_left(tmp_path: Path) -> None
     assert proc.communicate(timeout=120)[0].strip() == str(shared / "study")
     assert proc.returncode == 0
     assert sorted(p.name for p in (shared / "study").iterdir()) == ["made"]
+
+
+def test_a_bad_lane_mode_is_one_line_naming_the_variable(tmp_path: Path) -> None:
+    env = {**os.environ, "ACERL_TEST_LANES": "fast", "ACERL_TEST_SLURM": "0", "PYTHON": sys.executable}
+    proc = subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "run_tests: ACERL_TEST_LANES must be parallel or serial, not 'fast'"
