@@ -417,3 +417,19 @@ def test_mini_batch_counts_for_loss_aggregation_by_hand():
     )
     assert agg["batch_num_tokens"].item() == 3 and agg["global_batch_size"].item() == 2
     assert agg["loss_scale_factor"] == setup.hyper.max_response_length
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
+def test_each_optimizer_step_logs_only_its_own_mini_batch_losses(tiny_root: Path, monkeypatch):
+    """Two mini-batches (4 groups, 2 per mini-batch), the optimizer step a no-op: the policy stays the reference,
+    so each mini-batch's KL loss is 0 and so is their logged mean. A loss carried from one optimizer step into
+    the next (the accumulators not reset to 0) would show in the second mini-batch and in the mean."""
+    run = Run("tiny", "grpo", 0)
+    setup = resolve(make_config(), run)
+    assert setup.kl_loss_coef > 0
+    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    steps: list[int] = []
+    monkeypatch.setattr(state.optimizer, "step", lambda *a, **k: steps.append(1))
+    metrics = train_step(state, setup, data, DigitVerifier())
+    assert metrics["train/groups"] == 4 and len(steps) == 2  # two mini-batches, two optimizer steps
+    assert metrics["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
