@@ -22,7 +22,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 help:
 	@echo "make run    - set up .venv and run the default experiment (snakemake -c$(CORES) all)"
-	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM): ~40 min on 2 cores"
+	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM) in parallel lanes: ~32 min on 2 cores"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make test-verl-loop - verl's whole trainer loop on CPU, four methods with kill and resume (docs/verl.md): ~30 min"
 	@echo "make setup  - only create/update .venv"
