@@ -25,10 +25,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from acerl import paths
 from acerl.config import Config, Run
@@ -61,6 +60,9 @@ __all__ = [
     "scored_frame",
     "tokenizer_of",
 ]
+
+if TYPE_CHECKING:  # pandas loads only in the stages that build or read tables (grade, passk), not in sampling
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
@@ -97,9 +99,9 @@ def tokenizer_of(sampler: Any, model_dir: Path | str) -> Any:
     tok = getattr(sampler, "tokenizer", None)
     if tok is not None:
         return tok
-    from transformers import AutoTokenizer
+    from acerl.models.loading import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(model_dir)
+    return load_tokenizer(model_dir)
 
 
 def render_prompts(problems: Sequence[str], template: str, tokenizer: Any) -> list[str]:
@@ -282,6 +284,8 @@ def scored_frame(rows: Sequence[dict[str, Any]], verdicts: Sequence[Any]) -> pd.
             )
     if next(it, None) is not None:
         raise ValueError("more verdicts than completions")
+    import pandas as pd
+
     df = pd.DataFrame.from_records(records, columns=list(SCORED_COLUMNS))
     return df.astype(
         {
@@ -370,6 +374,8 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     if not scored_path.is_file():
         raise MissingInputError(f"scored file not found: {scored_path} (run the grade step first)")
     with reading(scored_path, rerun("grade", run, benchmark)):
+        import pandas as pd
+
         scored = pd.read_parquet(scored_path, columns=["id", "correct"])
     ids, n, c = problem_counts(scored)
     record = passk_record(

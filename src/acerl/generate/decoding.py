@@ -19,15 +19,23 @@ logits; ``select(keep)`` keeps only the given rows of the cache (indices into it
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers import DynamicCache
-from transformers.cache_utils import Cache, DynamicLayer
 
-__all__ = ["Decoder", "HFDecoder", "LlamaFamilyDecoder", "make_decoder", "supports_llama_family"]
+from acerl.models.kv_cache import BufferKVLayer
+
+__all__ = [
+    "Decoder",
+    "HFDecoder",
+    "LlamaFamilyDecoder",
+    "make_decoder",
+    "new_dynamic_cache",
+    "supports_llama_family",
+]
 
 #: transformers model types whose decoder layer is exactly pre-norm attention (q/k/v projections, optional
 #: per-head q/k RMSNorm, rotate-half RoPE) + pre-norm gated MLP, with full causal attention.
@@ -44,49 +52,17 @@ class Decoder(Protocol):
     def select(self, keep: Tensor) -> None: ...
 
 
-class _BufferLayer(DynamicLayer):
-    """A KV-cache layer writing into buffers sized for the whole generation: no per-step concatenation
-    (``DynamicLayer`` re-allocates and copies its keys and values on every token)."""
+@functools.cache
+def _hf_buffer_layer() -> type:
+    """:class:`acerl.models.lean.BufferKVLayer` as a transformers cache layer (for transformers models)."""
+    from transformers.cache_utils import DynamicLayer
 
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
+    class _BufferLayer(BufferKVLayer, DynamicLayer):
+        def __init__(self, capacity: int) -> None:
+            DynamicLayer.__init__(self)
+            BufferKVLayer.__init__(self, capacity)
 
-    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
-        b, h, _, d = key_states.shape
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self._k = key_states.new_empty(b, h, self.capacity, d)
-        self._v = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
-        self.is_initialized = True
-
-    def _views(self) -> None:
-        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
-
-    def update(
-        self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[Tensor, Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n = key_states.shape[-2]
-        if self.length + n > self.capacity:
-            raise RuntimeError(f"KV buffer of {self.capacity} positions is full")
-        self._k[:, :, self.length : self.length + n].copy_(key_states)
-        self._v[:, :, self.length : self.length + n].copy_(value_states)
-        self.length += n
-        self._views()
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: Tensor) -> None:
-        if self.is_initialized:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self._views()
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        if self.is_initialized:
-            self._k = self._k.repeat_interleave(repeats, dim=0)
-            self._v = self._v.repeat_interleave(repeats, dim=0)
-            self._views()
+    return _BufferLayer
 
 
 def _text_config(model: torch.nn.Module) -> Any:
@@ -104,12 +80,27 @@ def _full_attention(model: torch.nn.Module) -> bool:
     )
 
 
-def make_cache(model: torch.nn.Module, capacity: int) -> Cache:
-    """Preallocated KV cache for full-attention decoders; transformers' ``DynamicCache`` for anything else
-    (sliding-window or hybrid layers)."""
+def new_dynamic_cache(model: torch.nn.Module) -> Any:
+    """An empty growing KV cache for ``model``: its own (the lean Llama's ``new_cache``), else transformers'
+    ``DynamicCache``."""
+    if hasattr(model, "new_cache"):
+        return model.new_cache()
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+def make_cache(model: torch.nn.Module, capacity: int) -> Any:
+    """Preallocated KV cache for full-attention decoders; a growing one for anything else (sliding-window or
+    hybrid layers). The lean Llama makes its own (same buffers, no transformers import)."""
+    if hasattr(model, "new_cache"):
+        return model.new_cache(capacity)
     if not _full_attention(model):
-        return DynamicCache(config=model.config)
-    return Cache(layers=[_BufferLayer(capacity) for _ in range(_text_config(model).num_hidden_layers)])
+        return new_dynamic_cache(model)
+    from transformers.cache_utils import Cache
+
+    layer = _hf_buffer_layer()
+    return Cache(layers=[layer(capacity) for _ in range(_text_config(model).num_hidden_layers)])
 
 
 class HFDecoder:
@@ -177,7 +168,7 @@ def supports_llama_family(model: torch.nn.Module) -> bool:
 class _Layer:
     """One decoder layer's modules, its fused q/k/v (and gate/up) projections and its KV buffer."""
 
-    def __init__(self, layer: torch.nn.Module, kv: _BufferLayer) -> None:
+    def __init__(self, layer: torch.nn.Module, kv: BufferKVLayer) -> None:
         attn = layer.self_attn
         self.norm1, self.norm2, self.mlp, self.o_proj = (
             layer.input_layernorm,

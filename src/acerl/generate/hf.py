@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from acerl.generate.base import Completion, SamplingParams, encode_prompt, eos_pad_ids, response_text
 from acerl.generate.rollout import pack_rows, response_logprobs, sample_batch
+from acerl.models.loading import load_model_folder
 from acerl.runtime import autocast
 
 logger = logging.getLogger(__name__)
@@ -62,8 +62,7 @@ class HFSampler:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"not a HF model folder (no config.json): {path}")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        model, tokenizer = load_model_folder(path, device=device, dtype=dtype)
         return cls(model, tokenizer, batch_size=batch_size, precision=precision)
 
     @property

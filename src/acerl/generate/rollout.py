@@ -35,10 +35,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache
 
 from acerl.algos.losses import entropy_from_logits, token_logprobs
-from acerl.generate.decoding import make_decoder
+from acerl.generate.decoding import make_decoder, new_dynamic_cache
 
 logger = logging.getLogger(__name__)
 
@@ -363,7 +362,7 @@ def _response_logits(
         unique, inverse = torch.unique(key, dim=0, return_inverse=True)
         if unique.shape[0] < b:
             p_ids, p_mask = unique[:, :p_len], unique[:, p_len:].to(attention_mask.dtype)
-            cache = DynamicCache(config=model.config)
+            cache = new_dynamic_cache(model)
             out = model(
                 input_ids=p_ids,
                 attention_mask=p_mask,

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from acerl import paths
 from acerl.config import Config, Run, spec_json
 from acerl.errors import MissingInputError
 from acerl.io import read_jsonl, save_hf_folder, write_text
+from acerl.models.loading import load_model_folder
 from acerl.provenance import record_launch, software_stamp
 from acerl.runtime import configure_torch, resolve_device
 from acerl.seeds import FILL_SEED_STREAM, GLOBAL_SEED_STREAM, derive_seed
@@ -170,8 +170,7 @@ def init_state(
         raise MissingInputError(
             f"base model folder {base} is missing (run `acerl prepare-base --model {run.model}` first)"
         )
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device).eval()
+    model, tokenizer = load_model_folder(base, device=device, dtype=torch.float32)
     # The reference keeps requires_grad=True although it is only ever run under no_grad: ATen folds 3-D matmuls
     # differently when a weight requires grad, so this keeps its numerics identical to the policy's (at step 1
     # log pi_ref == log pi_old bit for bit and every c_i is exactly 0). No gradient is ever computed for it.

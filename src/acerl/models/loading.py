@@ -1,0 +1,78 @@
+"""Load a causal-LM folder for sampling, training and diagnostics: the lean Llama where it is exact, else transformers.
+
+:func:`load_model_folder` returns :class:`acerl.models.lean.LeanLlamaForCausalLM` and
+:class:`acerl.models.tokenizer.LeanTokenizer` for the folders they reproduce bit for bit (the embedded default's
+tiny Llama and character tokenizer: a float32 ``LlamaForCausalLM`` with the default RoPE and no biases; a
+``tokenizers`` tokenizer without chat template), so those jobs never import transformers' modelling code; any
+other folder (the paper's Qwen and Llama checkpoints, a model in bf16) loads with ``AutoModelForCausalLM`` and
+``AutoTokenizer`` as before. ``ACERL_LEAN_MODEL=0`` in the environment loads everything with transformers (same
+results, slower start).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LEAN_ENV", "lean_enabled", "lean_model_reason", "load_model_folder", "load_tokenizer"]
+
+LEAN_ENV = "ACERL_LEAN_MODEL"
+
+
+def lean_enabled() -> bool:
+    """Whether the lean loader may be used (``ACERL_LEAN_MODEL`` unset, or anything but ``0``)."""
+    value = os.environ.get(LEAN_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(
+            f"{LEAN_ENV}={value!r}: set it to 1 (lean loader where exact) or 0 (always transformers)"
+        )
+    return value == "1"
+
+
+def lean_model_reason(folder: Path, dtype: torch.dtype = torch.float32) -> str | None:
+    """Why the lean Llama would not load ``folder`` exactly (None: it does)."""
+    from acerl.models.lean import WEIGHTS, lean_config
+
+    if dtype != torch.float32:
+        return f"dtype {dtype} (the lean model runs float32 checkpoints as float32)"
+    if not (folder / WEIGHTS).is_file():
+        return f"no {WEIGHTS} (sharded or pickled weights)"
+    config = lean_config(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    return config if isinstance(config, str) else None
+
+
+def load_tokenizer(folder: Path | str) -> Any:
+    """The tokenizer saved in ``folder``: :class:`~acerl.models.tokenizer.LeanTokenizer` where it reproduces
+    ``AutoTokenizer``, else ``AutoTokenizer.from_pretrained``."""
+    from acerl.models.tokenizer import LeanTokenizer, lean_tokenizer_reason
+
+    folder = Path(folder)
+    if lean_enabled() and lean_tokenizer_reason(folder) is None:
+        return LeanTokenizer(folder)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def load_model_folder(
+    folder: Path | str, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[torch.nn.Module, Any]:
+    """``(model, tokenizer)`` of a local model folder, the model on ``device`` in eval mode."""
+    folder = Path(folder)
+    reason = lean_model_reason(folder, dtype) if lean_enabled() else f"{LEAN_ENV}=0"
+    tokenizer = load_tokenizer(folder)
+    if reason is None:
+        from acerl.models.lean import LeanLlamaForCausalLM
+
+        return LeanLlamaForCausalLM.from_folder(folder, device), tokenizer
+    logger.debug("%s: loading with transformers (%s)", folder, reason)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval(), tokenizer
