@@ -89,16 +89,25 @@ class BufferKVLayer:
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
+    def _keep_rows(self, index: Tensor) -> None:
+        """New buffers holding rows ``index`` of the filled positions only: the positions past ``length`` are
+        never read before they are written, so they are not copied."""
+        n = self.length
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            new = old.new_empty(index.shape[0], *old.shape[1:])
+            torch.index_select(old[:, :, :n], 0, index, out=new[:, :, :n])
+            setattr(self, name, new)
+        self._views()
+
     def batch_select_indices(self, indices: Tensor) -> None:
         if self.is_initialized:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self._views()
+            self._keep_rows(indices.to(self._k.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.is_initialized:
-            self._k = self._k.repeat_interleave(repeats, dim=0)
-            self._v = self._v.repeat_interleave(repeats, dim=0)
-            self._views()
+            rows = torch.arange(self._k.shape[0], device=self._k.device)
+            self._keep_rows(rows.repeat_interleave(repeats))
 
 
 class KVCache:
