@@ -102,6 +102,20 @@ def test_forward_logits_are_bitwise_equal(folder, padding, use_cache):
         assert torch.equal(hf(input_ids=ids).logits, lean(input_ids=ids).logits)
 
 
+def test_bf16_autocast_forward_and_logprobs_are_bitwise_equal(folder):
+    """``compute.precision: bf16`` runs the float32 weights under autocast: the same casts in both models."""
+    hf, lean = _pair(folder)
+    ids, mask = _batch()
+    kwargs = dict(
+        input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False
+    )
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = hf(**kwargs).logits, lean(**kwargs).logits
+        assert a.dtype == b.dtype == torch.bfloat16 and torch.equal(a, b)
+        lp = [response_logprobs(m, ids, mask, 15, temperature=0.7)[0] for m in (hf, lean)]
+    assert torch.equal(lp[0], lp[1])
+
+
 @pytest.mark.parametrize("checkpointing", [False, True])
 @pytest.mark.parametrize("share_prompts", [False, True])
 def test_logprobs_and_gradients_are_bitwise_equal(folder, checkpointing, share_prompts):
