@@ -56,3 +56,36 @@ def test_test_suite_benchmark_reports_the_ratio_of_its_runs():
     text = bench.report(runs)
     assert "| 2 | parallel | 0 | 1800 | 2800 |" in text and "parallel / serial = **0.60x**" in text
     assert "median" not in bench.report(runs[:1])  # no ratio without both modes
+
+
+def test_run_benchmark_sums_job_cpu_per_rule_and_compares_results(tmp_path: Path):
+    """The `make run` benchmark's accounting (its runs, 10-25 minutes each, are not run here): the last row of
+    each Snakemake benchmark file per rule, every result file hashed, the differing ones named."""
+    bench = _load("bench_run")
+    assert bench.parse_spec("HEAD") == ("HEAD", "lean")
+    assert bench.parse_spec("abc123:transformers") == ("abc123", "transformers")
+    with pytest.raises(SystemExit, match="REF"):
+        bench.parse_spec("HEAD:fast")
+    logs = tmp_path / "benchmarks" / "logs"
+    for rule, name, rows in [
+        ("sample", "a/seed0.tsv", ["9.0"]),
+        ("sample", "b.tsv", ["5.0", "4.5"]),
+        ("grade", "g.tsv", ["1.5"]),
+    ]:
+        path = logs / rule / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("s\tcpu_time\n" + "".join(f"1.0\t{r}\n" for r in rows))
+    per_rule, jobs = bench.job_cpu(tmp_path)
+    assert per_rule == {"sample": 13.5, "grade": 1.5} and jobs == 3
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "m.json").write_text("{}")
+    (tmp_path / "metrics" / "job.log").write_text("left out")
+    hashes = bench.result_hashes(tmp_path)
+    assert list(hashes) == ["metrics/m.json"]
+    a = bench.Run("HEAD:transformers", 900.0, 2000.0, 0, {"sample": 600.0, "grade": 80.0}, 90, hashes)
+    b = bench.Run("HEAD:lean", 700.0, 1500.0, 0, {"sample": 340.0, "grade": 80.0}, 90, dict(hashes))
+    text = bench.report([a, b])
+    assert "| 2 | HEAD:lean | 0 | 90 | 700 | 420 | 1500 | 80 | 340 |" in text
+    assert "HEAD:lean / HEAD:transformers = **0.62x**" in text and "byte-identical" in text
+    c = bench.Run("HEAD:lean", 700.0, 1500.0, 0, {"sample": 340.0}, 45, {"metrics/m.json": "0"})
+    assert "1 files differ: metrics/m.json" in bench.report([a, c])
