@@ -9,6 +9,7 @@ process tree. Afterwards the results of every run (generations, scored samples, 
 report) are hashed and compared with the first run's.
 
   python benchmarks/bench_run.py [--runs HEAD:transformers,HEAD:lean] [--repeats 1] [--out FILE.md]
+                                 [--configfile config/test.yaml] [--keep DIR]
 
 A run spec is `REF[:lean|:transformers]` (`:transformers` sets ACERL_LEAN_MODEL=0). One run takes 10-25 minutes on
 2 cores; run it on an otherwise idle machine, and compare only runs of one invocation.
@@ -88,7 +89,10 @@ def result_hashes(clone: Path) -> dict[str, str]:
     return out
 
 
-def run_once(spec: str, scratch: Path, log: Path, cores: int) -> Run:
+def run_once(
+    spec: str, scratch: Path, log: Path, cores: int, configfile: str | None = None, keep: Path | None = None
+) -> Run:
+    """One run of ``spec`` in a fresh clone under ``scratch`` (moved to ``keep`` afterwards when given)."""
     ref, loader = parse_spec(spec)
     clone = scratch / "clone"
     shutil.rmtree(clone, ignore_errors=True)
@@ -103,12 +107,20 @@ def run_once(spec: str, scratch: Path, log: Path, cores: int) -> Run:
     }
     cpu0, start = children_cpu_s(), time.perf_counter()
     with log.open("w") as fh:
+        extra = ["--configfile", configfile] if configfile else []
         proc = subprocess.run(
-            [str(venv_bin / "snakemake"), f"-c{cores}", "all"], cwd=clone, env=env, stdout=fh, stderr=fh
+            [str(venv_bin / "snakemake"), f"-c{cores}", "all", *extra],
+            cwd=clone,
+            env=env,
+            stdout=fh,
+            stderr=fh,
         )
     run = Run(spec, time.perf_counter() - start, children_cpu_s() - cpu0, proc.returncode)
     run.job_cpu_s, run.jobs = job_cpu(clone)
     run.hashes = result_hashes(clone)
+    if keep is not None:
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.move(str(clone), str(keep))
     shutil.rmtree(clone, ignore_errors=True)
     return run
 
@@ -140,7 +152,7 @@ def report(runs: list[Run]) -> str:
     lines.append("")
     for i, run in enumerate(runs[1:], 2):
         differ = sorted(k for k in base.keys() | run.hashes.keys() if base.get(k) != run.hashes.get(k))
-        verdict = "byte-identical" if not differ else f"{len(differ)} files differ: {', '.join(differ[:12])}"
+        verdict = "byte-identical" if not differ else f"{len(differ)} files differ: {', '.join(differ)}"
         lines.append(f"results of run {i} vs run 1 ({len(base)} files): {verdict}")
     return "\n".join(lines)
 
@@ -155,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cores", type=int, default=2, help="snakemake -c (default 2, as make run)")
     ap.add_argument("--out", type=Path, help="also write the report here")
+    ap.add_argument("--configfile", help="a config overlay for every run (snakemake --configfile)")
+    ap.add_argument("--keep", type=Path, help="keep each run's clone as KEEP/run<i> (default: removed)")
     args = ap.parse_args(argv)
     specs = args.runs.split(",")
     for spec in specs:
@@ -164,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeats):
             for spec in specs if i % 2 == 0 else specs[::-1]:
                 log = Path(tmp) / f"run{len(runs) + 1}.log"
-                run = run_once(spec, Path(tmp), log, args.cores)
+                keep = args.keep / f"run{len(runs) + 1}" if args.keep else None
+                run = run_once(spec, Path(tmp), log, args.cores, args.configfile, keep)
                 runs.append(run)
                 print(
                     f"{spec}: exit {run.returncode}, {run.jobs} jobs, {run.wall_s:.0f} s wall, "
