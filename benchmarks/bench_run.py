@@ -56,6 +56,19 @@ class Run:
         return sum(self.job_cpu_s.values())
 
 
+def resolve(spec: str) -> str:
+    """``spec`` with its ref resolved to a commit now, so that every run of one invocation runs the same code
+    (a commit made while the benchmark runs would otherwise change what ``HEAD`` means between runs, and with it
+    the code revision that every result file's software stamp records)."""
+    ref, loader = parse_spec(spec)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=REPO, capture_output=True, text=True
+    )
+    if commit.returncode:
+        raise SystemExit(f"--runs: {ref!r} is not a commit of {REPO}")
+    return f"{commit.stdout.strip()[:12]}:{loader}"
+
+
 def parse_spec(spec: str) -> tuple[str, str]:
     ref, _, loader = spec.partition(":")
     loader = loader or "lean"
@@ -178,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configfile", help="a config overlay for every run (snakemake --configfile)")
     ap.add_argument("--keep", type=Path, help="keep each run's clone as KEEP/run<i> (default: removed)")
     args = ap.parse_args(argv)
-    specs = args.runs.split(",")
-    for spec in specs:
-        parse_spec(spec)
+    specs = [resolve(spec) for spec in args.runs.split(",")]
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="acerl-bench-run-") as tmp:
         for i in range(args.repeats):

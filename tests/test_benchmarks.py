@@ -66,6 +66,10 @@ def test_run_benchmark_sums_job_cpu_per_rule_and_compares_results(tmp_path: Path
     assert bench.parse_spec("abc123:transformers") == ("abc123", "transformers")
     with pytest.raises(SystemExit, match="REF"):
         bench.parse_spec("HEAD:fast")
+    commit, _, loader = bench.resolve("HEAD:transformers").partition(":")
+    assert loader == "transformers" and len(commit) == 12 and int(commit, 16) >= 0  # fixed once for all runs
+    with pytest.raises(SystemExit, match="not a commit"):
+        bench.resolve("no-such-ref-xyz")
     logs = tmp_path / "benchmarks" / "logs"
     for rule, name, rows in [
         ("sample", "a/seed0.tsv", ["9.0"]),
