@@ -19,6 +19,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config
 
+from acerl.errors import BadInputError
 from acerl.generate.rollout import position_ids_from_mask, response_logprobs, sample_batch
 from acerl.models.lean import LeanLlamaForCausalLM, causal_mask, lean_config
 from acerl.models.loading import LEAN_ENV, lean_model_reason, load_model_folder, load_tokenizer
@@ -273,6 +274,18 @@ def test_loader_picks_lean_where_exact_and_transformers_otherwise(tmp_path, monk
     with pytest.raises(ValueError, match=f"{LEAN_ENV}='yes'"):
         load_model_folder(folder)
     monkeypatch.delenv(LEAN_ENV)
+    # weights that do not match the config: one line naming the file and the fix
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (broken / name).write_bytes((folder / name).read_bytes())
+    state = load_file(str(folder / "model.safetensors"))
+    state.pop("model.norm.weight")
+    save_file(state, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(BadInputError, match=r"missing weights \['model.norm.weight'\].*delete it"):
+        load_model_folder(broken)
     qwen = tmp_path / "qwen"
     AutoModelForCausalLM.from_config(
         Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=1,

@@ -349,7 +349,12 @@ class LeanLlamaForCausalLM(nn.Module):
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
         if missing or unexpected:
-            raise ValueError(f"{folder / WEIGHTS}: missing {missing}, unexpected {unexpected} weights")
+            from acerl.errors import BadInputError
+
+            raise BadInputError(
+                f"{folder / WEIGHTS}: missing weights {missing}, unexpected {unexpected}; the folder does not "
+                "match its config.json: delete it and rerun the step that wrote it"
+            )
         return model.to(device).eval()
 
     def gradient_checkpointing_enable(

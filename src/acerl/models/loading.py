@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from acerl.errors import BadInputError
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["LEAN_ENV", "lean_enabled", "lean_model_reason", "load_model_folder", "load_tokenizer"]
@@ -30,7 +32,7 @@ def lean_enabled() -> bool:
     """Whether the lean loader may be used (``ACERL_LEAN_MODEL`` unset, or anything but ``0``)."""
     value = os.environ.get(LEAN_ENV, "1").strip()
     if value not in ("0", "1"):
-        raise ValueError(
+        raise BadInputError(
             f"{LEAN_ENV}={value!r}: set it to 1 (lean loader where exact) or 0 (always transformers)"
         )
     return value == "1"
