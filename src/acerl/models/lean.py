@@ -360,8 +360,9 @@ class LeanLlamaForCausalLM(nn.Module):
     def gradient_checkpointing_enable(
         self, gradient_checkpointing_kwargs: Mapping[str, Any] | None = None
     ) -> None:
-        """Recompute each decoder layer in the backward pass (non-reentrant ``torch.utils.checkpoint``)."""
-        kwargs = dict(gradient_checkpointing_kwargs or {"use_reentrant": True})
+        """Recompute each decoder layer in the backward pass (``torch.utils.checkpoint``, non-reentrant unless
+        ``gradient_checkpointing_kwargs`` says otherwise, as transformers)."""
+        kwargs = dict(gradient_checkpointing_kwargs or {"use_reentrant": False})
         self.gradient_checkpointing = True
         self._checkpoint_kwargs = kwargs
 
