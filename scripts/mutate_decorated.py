@@ -3,13 +3,17 @@
 
 Usage::
 
-    PYTHONPATH=src python scripts/mutate_decorated.py MODULE FUNCTION RESULTS.jsonl -- PYTEST_ARGS...
+    PYTHONPATH=src python scripts/mutate_decorated.py MODULE NAME[,NAME...] RESULTS.jsonl -- PYTEST_ARGS...
 
-mutmut's own mutation operators make the mutants of ``FUNCTION`` (its body, without the decorators). Each
+``NAME`` is a module-level function or a method (``Class.method``); ``MODULE '*'`` takes every function and
+method defined in the module, in source order.
+
+mutmut's own mutation operators make the mutants of each function (its body, without the decorators). Each
 mutant is compiled in the module's namespace, the decorators other than registrations are applied, and every
-module attribute and registry entry bound to the original function is rebound to it; pytest then runs
-``PYTEST_ARGS`` in this process (the tests are imported once) and the original is put back. One JSON line per
-mutant: its index, status (``killed`` / ``survived``) and the changed lines. A results file is resumed.
+module attribute, registry entry and class attribute bound to the original function is rebound to it; pytest
+then runs ``PYTEST_ARGS`` in this process (the tests are imported once) and the original is put back. One JSON
+line per mutant: the function, its index, status (``killed`` / ``survived``) and the changed lines. A results
+file is resumed.
 """
 
 from __future__ import annotations
@@ -65,41 +69,86 @@ def changed_lines(before: str, after: str) -> list[str]:
     return [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
 
 
-def main(argv: list[str]) -> int:
-    module_name, name, results = argv[1], argv[2], Path(argv[3])
-    pytest_args = ["-q", "-x", "-p", "no:cacheprovider", *argv[argv.index("--") + 1 :]]
-    module = importlib.import_module(module_name)
-    original = getattr(module, name)
+def module_functions(module: ModuleType) -> list[str]:
+    """Every function and method defined in ``module`` (not imported into it), in source order."""
+    found: list[tuple[int, str]] = []
+    for attr, value in vars(module).items():
+        if inspect.isfunction(value) and value.__module__ == module.__name__:
+            found.append((inspect.unwrap(value).__code__.co_firstlineno, attr))
+        elif inspect.isclass(value) and value.__module__ == module.__name__:
+            for method, member in vars(value).items():
+                func = inspect.unwrap(getattr(member, "__func__", getattr(member, "fget", member)))
+                if (  # not inherited, not generated (a dataclass's __init__ / __eq__ has no source file)
+                    inspect.isfunction(func)
+                    and func.__qualname__ == f"{value.__name__}.{func.__name__}"
+                    and func.__code__.co_filename == module.__file__
+                ):
+                    found.append((func.__code__.co_firstlineno, f"{attr}.{method}"))
+    return [name for _, name in sorted(found)]
+
+
+def mutate_one(module: ModuleType, name: str, results: Path, pytest_args: list[str], done: set) -> None:
+    """Make, run and record the mutants of ``name`` (``function`` or ``Class.method``) of ``module``."""
+    owner, attr = (
+        (module, name) if "." not in name else (getattr(module, name.split(".")[0]), name.split(".")[1])
+    )
+    member = vars(owner)[attr] if isinstance(owner, type) else getattr(owner, attr)
+    wrapper = type(member) if isinstance(member, (staticmethod, classmethod, property)) else None
+    original = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
     func = cst.parse_module(textwrap.dedent(inspect.getsource(inspect.unwrap(original)))).body[0]
     assert isinstance(func, cst.FunctionDef)
     decorators = [cst.Module(body=[]).code_for_node(d.decorator) for d in func.decorators]
-    decorators = [d for d in decorators if ".register(" not in d]  # registrations: rebound instead
+    # registrations are rebound instead; a method's own wrapper (property, staticmethod) is put back below
+    decorators = [d for d in decorators if ".register(" not in d and d not in ("property", "staticmethod",
+                                                                                "classmethod")]  # fmt: skip
     bare = cst.Module(body=[func.with_changes(decorators=[])])
-    parsed, mutations, _, _ = create_mutations(f"{name}.py", bare.code)
-    print(f"{module_name}.{name}: {len(mutations)} mutants", flush=True)
-    if pytest.main(pytest_args) != 0:
-        print("the tests fail on the unmutated code", file=sys.stderr)
-        return 2
-    done = {json.loads(line)["i"] for line in results.read_text().splitlines()} if results.exists() else set()
+    parsed, mutations, _, _ = create_mutations(f"{attr}.py", bare.code)
+    print(f"{module.__name__}.{name}: {len(mutations)} mutants", flush=True)
+    if "super()" in bare.code:  # compiled outside its class, a zero-argument super() fails: not a kill
+        print(f"{name}: skipped (zero-argument super())", flush=True)
+        return
     for i, mutation in enumerate(mutations):
-        if i in done:
+        if (name, i) in done:
             continue
         code = parsed.deep_replace(mutation.original_node, mutation.mutated_node).code
         try:
-            mutant = compile_mutant(module, name, code, decorators)
+            mutant = compile_mutant(module, attr, code, decorators)
         except Exception as error:  # noqa: BLE001 -- a mutant that does not compile is not run
             status = f"invalid: {error!r}"
         else:
-            rebind(original, mutant)
+            if isinstance(owner, type):
+                setattr(owner, attr, wrapper(mutant) if wrapper else mutant)
+            else:
+                rebind(original, mutant)
             try:
                 exit_code = pytest.main(pytest_args)
             finally:
-                rebind(mutant, original)
+                if isinstance(owner, type):
+                    setattr(owner, attr, member)
+                else:
+                    rebind(mutant, original)
             status = "survived" if exit_code == 0 else "killed"
         record = {"i": i, "function": name, "status": status, "diff": changed_lines(bare.code, code)}
         with results.open("a") as out:
             out.write(json.dumps(record) + "\n")
         print("MUTANT", json.dumps(record), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    module_name, names, results = argv[1], argv[2], Path(argv[3])
+    pytest_args = ["-q", "-x", "-p", "no:cacheprovider", *argv[argv.index("--") + 1 :]]
+    module = importlib.import_module(module_name)
+    functions = module_functions(module) if names == "*" else names.split(",")
+    if pytest.main(pytest_args) != 0:
+        print("the tests fail on the unmutated code", file=sys.stderr)
+        return 2
+    done = set()
+    if results.exists():
+        for line in results.read_text().splitlines():
+            record = json.loads(line)
+            done.add((record["function"], record["i"]))
+    for name in functions:
+        mutate_one(module, name, results, pytest_args, done)
     return 0
 
 

@@ -191,6 +191,20 @@ def test_grpo_input_validation():
         grpo_advantages(torch.zeros(3), torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="1-D"):
         grpo_advantages(torch.zeros(3, 2), torch.zeros(3, dtype=torch.long))
+    # a bool mask or complex values passed as group ids are refused, not read as ids 0/1
+    for bad in (torch.tensor([True, False, True]), torch.tensor([1 + 0j, 2 + 0j, 1 + 0j])):
+        with pytest.raises(TypeError, match=f"^group_ids must be an integer tensor, got dtype {bad.dtype}$"):
+            grpo_advantages(torch.zeros(3), bad)
+
+
+def test_token_inputs_validation_names_the_shapes():
+    with pytest.raises(ValueError, match=r"^logprobs must be 2-D \(B, T\), got shape \(3,\)$"):
+        token_confidence(torch.zeros(3), torch.zeros(3), torch.ones(3))
+    message = (
+        "logprobs, ref_logprobs and response_mask must share shape (B, T); got (2, 3), (2, 4), (2, 3)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        token_confidence(torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3))
 
 
 def test_group_mean_std_and_as_group_ids():

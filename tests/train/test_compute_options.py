@@ -18,7 +18,14 @@ from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
 from acerl.settings import resolve, run_spec
 from acerl.train import train_run
-from acerl.train.algorithm import batch_logprobs, micro_batches, update_policy
+import acerl.train.algorithm as algorithm
+from acerl.train.algorithm import (
+    _micro_inputs,
+    batch_logprobs,
+    micro_batches,
+    teacher_forced_logprobs,
+    update_policy,
+)
 from acerl.train.checkpoint import find_latest
 from acerl.train.metrics import Timer
 from acerl.train.rollouts import collect_rollouts
@@ -127,6 +134,58 @@ def test_micro_batches_respect_rows_and_token_budget() -> None:
         assert len(part) <= 4 and (len(part) == 1 or len(part) * width <= 20), part
     assert [r.tolist() for r in parts] == [[0, 1], [2], [3, 4], [5]]
     assert [r.tolist() for r in micro_batches(batch, rows, 4, max_tokens=1)] == [[i] for i in range(6)]
+    # a budget that never binds: the row count does
+    assert [r.tolist() for r in micro_batches(batch, rows, 4, max_tokens=1000)] == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_micro_batches_count_an_empty_response_as_no_width() -> None:
+    """Two rows of a 2-token prompt and an empty response are 2 x 2 = 4 padded tokens: one micro-batch at a
+    budget of 4 (a response counted as one token wide would split them)."""
+    ids, attn, resp = pack_rows([[1, 1], [1, 1]], [[], []], pad_id=0)
+    t = resp.shape[1]
+    batch = RolloutBatch(ids, attn, ids[:, -t:], resp, torch.zeros(2, t), torch.zeros(2, dtype=torch.bool))
+    assert [r.tolist() for r in micro_batches(batch, torch.arange(2), 4, max_tokens=4)] == [[0, 1]]
+    assert [r.tolist() for r in micro_batches(batch, torch.arange(2), 4, max_tokens=3)] == [[0], [1]]
+
+
+def test_micro_inputs_cut_the_columns_that_are_padding_in_every_row_by_hand() -> None:
+    """Rows 1 and 3 of a batch whose prompts are left-padded to 5 tokens and responses right-padded to 4: their
+    longest prompt has 3 tokens and their longest response 2, so the micro-batch is columns 2 to 6 (5 - 3 to
+    5 + 2) of those rows, and its response width is 2."""
+    prompts = [[7] * 5, [8, 9], [7], [3, 4, 5]]
+    responses = [[1] * 4, [2], [1, 1, 1], [6, 6]]
+    ids, attn, resp = pack_rows(prompts, responses, pad_id=0)
+    t = resp.shape[1]
+    batch = RolloutBatch(ids, attn, ids[:, -t:], resp, torch.zeros(4, t), torch.ones(4, dtype=torch.bool))
+    got_ids, got_attn, width = _micro_inputs(batch, torch.tensor([1, 3]))
+    assert width == 2
+    assert got_ids.tolist() == [[0, 8, 9, 2, 0], [3, 4, 5, 6, 6]]
+    assert got_attn.tolist() == [[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+
+
+def test_teacher_forced_passes_keep_the_token_budget_and_rollout_old_logprobs(
+    tiny_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compute.max_tokens_per_micro_batch`` reaches both teacher-forced passes (policy and reference), and
+    ``old_logprobs: rollout`` takes ``log pi_old`` from the sampler as it is (no policy pass)."""
+    cfg = make_config("compute.max_tokens_per_micro_batch=200")
+    setup = resolve(cfg, RUN)
+    state, data = init_state(tiny_root, RUN, setup, torch.device("cpu"))
+    ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+    budgets: list[int | None] = []
+
+    def recording(batch, rows, max_rows, max_tokens=None):
+        budgets.append(max_tokens)
+        return micro_batches(batch, rows, max_rows, max_tokens)
+
+    monkeypatch.setattr(algorithm, "micro_batches", recording)
+    old, ref = teacher_forced_logprobs(state, setup, ro.batch, policy=True)
+    assert budgets == [200, 200] and old is not None and ref is not None
+    assert old is not ro.batch.logprobs
+    budgets.clear()
+    rollout = resolve(cfg, RUN, old_logprobs="rollout")
+    old, ref = teacher_forced_logprobs(state, rollout, ro.batch, policy=True)
+    assert old is ro.batch.logprobs and ref is not None and budgets == [200]  # the reference pass only
 
 
 @pytest.mark.parametrize("key", ["compute.precision=fp16", "compute.max_tokens_per_micro_batch=0"])

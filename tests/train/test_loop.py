@@ -433,3 +433,27 @@ def test_each_optimizer_step_logs_only_its_own_mini_batch_losses(tiny_root: Path
     metrics = train_step(state, setup, data, DigitVerifier())
     assert metrics["train/groups"] == 4 and len(steps) == 2  # two mini-batches, two optimizer steps
     assert metrics["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_confidence_metrics_of_an_estimator_without_confidences_leave_out_correct_rollouts():
+    """GRPO/DAPO log ACE's statistics as ACE with its defaults would measure them: over the rollouts it would
+    amplify, negative *and incorrect*. A correct rollout whose overlong penalty puts it below its group's mean
+    (DAPO) has a negative advantage but is not an error. One group, rewards 1, 1, 0.2 (correct, overlong) and
+    -1 (incorrect): the negative rollouts are the last two, the amplified one only the last, with
+    ``c = (0 - 1) / 1 = -1`` (the correct one has ``c = +2``)."""
+    from acerl.algos.advantages import grpo_estimator
+    from acerl.train.algorithm import _confidence_metrics
+
+    out = grpo_estimator(torch.tensor([1.0, 1.0, 0.2, -1.0]), torch.zeros(4, dtype=torch.long))
+    assert out.negative.tolist() == [False, False, True, True] and out.confidence is None
+    old = torch.tensor([[0.0], [0.0], [0.0], [-1.0]])
+    ref = torch.tensor([[0.0], [0.0], [-2.0], [0.0]])
+    correct = torch.tensor([True, True, True, False])
+    metrics = _confidence_metrics(out, old, ref, torch.ones(4, 1), correct)
+    assert metrics == {
+        "ace/negative_frac": 0.5,
+        "ace/confidence_mean_neg": -1.0,
+        "ace/overconfident_frac_neg": 0.0,
+        "ace/multiplier_mean_neg": 1.0,
+        "ace/multiplier_max": 1.0,
+    }
