@@ -3,7 +3,7 @@
 
 Usage::
 
-    PYTHONPATH=src python scripts/mutate_decorated.py MODULE NAME[,NAME...] RESULTS.jsonl -- PYTEST_ARGS...
+    PYTHONPATH=src python scripts/mutate_decorated.py [--copy] MODULE NAME[,NAME...] RESULTS.jsonl -- PYTEST_ARGS...
 
 ``NAME`` is a module-level function or a method (``Class.method``); ``MODULE '*'`` takes every function and
 method defined in the module, in source order.
@@ -14,6 +14,12 @@ module attribute, registry entry and class attribute bound to the original funct
 then runs ``PYTEST_ARGS`` in this process (the tests are imported once) and the original is put back. One JSON
 line per mutant: the function, its index, status (``killed`` / ``survived``) and the changed lines. A results
 file is resumed.
+
+``--copy`` is for code that runs in other processes (the grading pool's workers, started by a fork server or
+spawned, import the module afresh and never see an in-process rebinding): each mutant is written into a copy
+of ``src`` and the tests run in a fresh Python process with that copy first on ``PYTHONPATH``, under a
+timeout (``MUTATE_TIMEOUT_S``, default 300 s; a mutant that hangs the tests counts as ``timeout``, killed).
+Slower (one interpreter start and test collection per mutant), but nothing is shared with the unmutated code.
 """
 
 from __future__ import annotations
@@ -24,7 +30,12 @@ import gc
 import importlib
 import inspect
 import json
+import os
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -87,8 +98,69 @@ def module_functions(module: ModuleType) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
-def mutate_one(module: ModuleType, name: str, results: Path, pytest_args: list[str], done: set) -> None:
-    """Make, run and record the mutants of ``name`` (``function`` or ``Class.method``) of ``module``."""
+class MutantTimeout(Exception):  # noqa: N818 -- raised into a test that a mutant made hang
+    pass
+
+
+def run_with_timeout(pytest_args: list[str]) -> tuple[int, bool]:
+    """``pytest.main(pytest_args)`` in this process; a test still running after ``MUTATE_TIMEOUT_S`` seconds
+    (an endless loop) gets :class:`MutantTimeout` raised into it, and the run counts as timed out (killed)."""
+    fired = False
+
+    def interrupt(signum: int, frame: object) -> None:
+        nonlocal fired
+        fired = True
+        signal.setitimer(signal.ITIMER_REAL, 5.0)  # again, should the test swallow it
+        raise MutantTimeout(f"the tests ran past {limit} s")
+
+    limit = float(os.environ.get("MUTATE_TIMEOUT_S", "300"))
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        exit_code = pytest.main(pytest_args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return int(exit_code), fired
+
+
+def in_copy(module: ModuleType, original: Callable[..., Any], code: str, pytest_args: list[str]) -> str:
+    """Run ``pytest_args`` in a fresh process on a copy of the package in which ``original``'s definition (from
+    its ``def`` line, after its decorators) is replaced by ``code``; ``killed`` / ``survived`` / ``timeout``."""
+    lines, start = inspect.getsourcelines(original)
+    offset = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("def ", "async def ")))
+    indent = lines[offset][: len(lines[offset]) - len(lines[offset].lstrip())]
+    source = Path(inspect.getsourcefile(module) or "").read_text().splitlines(keepends=True)
+    first = start - 1 + offset
+    body = textwrap.indent(code.strip("\n") + "\n", indent)
+    mutated = "".join([*source[:first], body, *source[start - 1 + len(lines) :]])
+    package = module.__name__.split(".")[0]
+    root = Path(sys.modules[package].__file__ or "").parent.parent
+    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
+        shutil.copytree(root / package, Path(tmp) / package, ignore=shutil.ignore_patterns("__pycache__"))
+        (Path(tmp) / Path(module.__file__ or "").relative_to(root)).write_text(mutated)
+        env = {**os.environ, "PYTHONPATH": tmp, "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = subprocess.Popen(  # its own session: a timeout ends the tests and every worker they started
+            [sys.executable, "-m", "pytest", *pytest_args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=float(os.environ.get("MUTATE_TIMEOUT_S", "300")))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return "timeout"
+    return "survived" if proc.returncode == 0 else "killed"
+
+
+def mutate_one(
+    module: ModuleType, name: str, results: Path, pytest_args: list[str], done: set, copy: bool = False
+) -> None:
+    """Make, run and record the mutants of ``name`` (``function`` or ``Class.method``) of ``module``
+    (``copy``: each in a fresh process on a copy of the package, :func:`in_copy`)."""
     owner, attr = (
         (module, name) if "." not in name else (getattr(module, name.split(".")[0]), name.split(".")[1])
     )
@@ -111,6 +183,13 @@ def mutate_one(module: ModuleType, name: str, results: Path, pytest_args: list[s
         if (name, i) in done:
             continue
         code = parsed.deep_replace(mutation.original_node, mutation.mutated_node).code
+        if copy:
+            status = in_copy(module, original, code, pytest_args)
+            record = {"i": i, "function": name, "status": status, "diff": changed_lines(bare.code, code)}
+            with results.open("a") as out:
+                out.write(json.dumps(record) + "\n")
+            print("MUTANT", json.dumps(record), flush=True)
+            continue
         try:
             mutant = compile_mutant(module, attr, code, decorators)
         except Exception as error:  # noqa: BLE001 -- a mutant that does not compile is not run
@@ -121,13 +200,13 @@ def mutate_one(module: ModuleType, name: str, results: Path, pytest_args: list[s
             else:
                 rebind(original, mutant)
             try:
-                exit_code = pytest.main(pytest_args)
+                exit_code, timed_out = run_with_timeout(pytest_args)
             finally:
                 if isinstance(owner, type):
                     setattr(owner, attr, member)
                 else:
                     rebind(mutant, original)
-            status = "survived" if exit_code == 0 else "killed"
+            status = "timeout" if timed_out else "survived" if exit_code == 0 else "killed"
         record = {"i": i, "function": name, "status": status, "diff": changed_lines(bare.code, code)}
         with results.open("a") as out:
             out.write(json.dumps(record) + "\n")
@@ -135,6 +214,9 @@ def mutate_one(module: ModuleType, name: str, results: Path, pytest_args: list[s
 
 
 def main(argv: list[str]) -> int:
+    copy = "--copy" in argv[: argv.index("--")]
+    if copy:
+        argv = [a for i, a in enumerate(argv) if not (a == "--copy" and i < argv.index("--"))]
     module_name, names, results = argv[1], argv[2], Path(argv[3])
     pytest_args = ["-q", "-x", "-p", "no:cacheprovider", *argv[argv.index("--") + 1 :]]
     module = importlib.import_module(module_name)
@@ -148,7 +230,7 @@ def main(argv: list[str]) -> int:
             record = json.loads(line)
             done.add((record["function"], record["i"]))
     for name in functions:
-        mutate_one(module, name, results, pytest_args, done)
+        mutate_one(module, name, results, pytest_args, done, copy)
     return 0
 
 
