@@ -37,6 +37,8 @@ def test_unknown_name_lists_valid_names():
     reg.register("alpha")(2)
     with pytest.raises(ValueError, match=r"unknown widget 'gamma'; valid names: alpha, beta"):
         reg.get("gamma")
+    with pytest.raises(ValueError, match=r"^unknown widget 'a'; valid names: \(none registered\)$"):
+        Registry[int]("widget").get("a")
 
 
 def test_empty_name_rejected():

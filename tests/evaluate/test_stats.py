@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
+import warnings
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
 from acerl.evaluate.stats import (
+    Comparison,
     bootstrap_ci,
     compare_seeds,
+    half_width,
     holm,
     mean_ci,
     paired_test,
@@ -114,7 +118,10 @@ def test_paired_matches_hand_computation():
 
 
 def test_tests_undefined_cases_give_nan():
-    assert math.isnan(welch_test([1.0], [1.0, 2.0]).pvalue)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # undefined, not computed from a variance of one value
+        assert math.isnan(welch_test([1.0], [1.0, 2.0]).pvalue)
+        assert math.isnan(welch_test([1.0, 2.0], [1.0]).pvalue)
     assert math.isnan(welch_test([1.0, 1.0], [2.0, 2.0]).pvalue)
     assert math.isnan(paired_test([1.0, 2.0], [0.0, 1.0]).pvalue)  # constant difference
     with pytest.raises(ValueError, match="equal lengths"):
@@ -168,3 +175,112 @@ def test_holm():
     assert holm([0.9, 0.8]).tolist() == [1.0, 1.0] and np.isnan(holm([np.nan])).all()
     with pytest.raises(ValueError, match="1-D"):
         holm(np.zeros((2, 2)))
+
+
+def test_primary_p_value_is_the_paired_one_where_the_seeds_match():
+    def comparison(p_paired: float | None) -> Comparison:
+        return Comparison(mean_a=0.6, mean_b=0.5, n_a=5, n_b=5, p_welch=0.30, p_paired=p_paired)
+
+    assert comparison(0.01).p_primary == 0.01
+    assert comparison(None).p_primary == 0.30
+
+
+def test_levels_and_kinds_by_hand():
+    """``level`` is strictly between 0 and 1 and is kept in the result; ``half_width`` defaults to Student t;
+    the normal interval is defined from two seeds on."""
+    for level in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^confidence level must be in \(0, 1\), got {level}$"):
+            mean_ci([1.0, 2.0, 3.0], level=level)
+    assert mean_ci([1.0, 2.0, 3.0], level=0.9).level == 0.9
+    assert half_width(2.0, 5) == t_half_width(2.0, 5) == pytest.approx(T_975_DF4 * 2.0 / math.sqrt(5))
+    assert half_width(2.0, 2, kind="normal") == pytest.approx(1.959964 * 2.0 / math.sqrt(2), rel=1e-6)
+    assert math.isnan(half_width(2.0, 1, kind="normal"))
+
+
+def test_one_seed_gives_nan_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "degrees of freedom <= 0" from numpy
+        ci = mean_ci([0.4])
+    assert math.isnan(ci.std) and math.isnan(ci.half_width) and ci.mean == 0.4
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda v: mean_ci(v), "mean_ci"),
+        (lambda v: bootstrap_ci(v), "bootstrap_ci"),
+        (lambda v: welch_test(v, [1.0, 2.0]), "welch_test a"),
+        (lambda v: welch_test([1.0, 2.0], v), "welch_test b"),
+        (lambda v: paired_test(v, [1.0, 2.0]), "paired_test a"),
+        (lambda v: paired_test([1.0, 2.0], v), "paired_test b"),
+    ],
+)
+def test_shape_errors_name_the_function_and_argument(call, name):
+    message = f"{name}: expected a 1-D sequence of values, got shape (2, 2)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call([[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_bootstrap_by_hand_in_chunks_defaults_one_replicate_and_a_statistic():
+    """The percentile bootstrap written out: ``n_boot`` rows of ``P`` indices drawn by one generator seeded
+    with ``seed`` (drawn in chunks, the stream is the same), each row's statistic, the 2.5th and 97.5th
+    percentiles. Defaults: 10,000 replicates, seed 0."""
+    values = np.array([0.0, 0.1, 0.4, 0.4, 0.9, 1.0, 0.3])
+
+    def by_hand(n_boot: int, seed: int, statistic=lambda x: x.mean(axis=1)) -> tuple[float, float]:
+        idx = np.random.default_rng(seed).integers(0, values.size, size=(n_boot, values.size))
+        low, high = np.percentile(statistic(values[idx]), [2.5, 97.5])
+        return float(low), float(high)
+
+    assert bootstrap_ci(values, n_boot=50, seed=2, chunk=7) == by_hand(50, 2)
+    assert bootstrap_ci(values) == by_hand(10_000, 0)
+    assert bootstrap_ci(values, n_boot=1, seed=2) == by_hand(1, 2)  # one replicate: both ends equal it
+    median = lambda x: np.median(x, axis=1)  # noqa: E731
+    assert bootstrap_ci(values, n_boot=300, seed=1, statistic=median) == by_hand(300, 1, median)
+    with pytest.raises(ValueError, match="^bootstrap_ci: n_boot must be >= 1, got 0$"):
+        bootstrap_ci(values, n_boot=0)
+
+
+def test_welch_with_two_seeds_a_side_by_hand():
+    a, b = [1.0, 3.0], [4.0, 8.0]  # variances 2 and 8, so v = 2/2 + 8/2 = 5
+    t = (2.0 - 6.0) / math.sqrt(5.0)
+    df = 25.0 / (1.0**2 / 1 + 4.0**2 / 1)
+    for x, y, sign in ((a, b, 1.0), (b, a, -1.0)):
+        res = welch_test(x, y)
+        assert res.statistic == pytest.approx(sign * t) and res.df == pytest.approx(df)
+        assert res.pvalue == pytest.approx(2 * sps.t.sf(abs(t), df))
+
+
+def test_paired_with_two_seeds_by_hand():
+    a, b = [3.0, 5.0], [2.0, 3.0]  # differences 1 and 2: mean 1.5, sd 1/sqrt(2)
+    t = 1.5 / ((1 / math.sqrt(2)) / math.sqrt(2))
+    res = paired_test(a, b)
+    assert res.statistic == pytest.approx(t) and res.df == 1
+    assert res.pvalue == pytest.approx(2 * sps.t.sf(t, 1))
+
+
+def test_welch_from_summary_edge_cases_by_hand():
+    """Two seeds a side are enough; equal (non-zero) spreads are a test; zero spreads, one seed or a missing
+    half-width are not (nan, without numerical warnings)."""
+    a, b = [1.0, 3.0], [4.0, 6.0]
+    ma, mb = mean_ci(a), mean_ci(b)
+    res = welch_from_summary(ma.mean, ma.half_width, 2, mb.mean, mb.half_width, 2)
+    want = welch_test(a, b)
+    assert (res.statistic, res.pvalue, res.df) == pytest.approx((want.statistic, want.pvalue, want.df))
+    assert res.statistic == pytest.approx(-3.0 / math.sqrt(2.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for args in [
+            (0.7, 0.0, 5, 0.6, 0.0, 5),
+            (0.7, 0.01, 1, 0.6, 0.01, 5),
+            (0.7, 0.01, 5, 0.6, 0.01, 1),
+            (0.7, 0.01, 5, 0.6, float("inf"), 5),
+            (0.7, float("nan"), 5, 0.6, 0.01, 5),
+        ]:
+            out = welch_from_summary(*args)
+            assert math.isnan(out.statistic) and math.isnan(out.pvalue) and math.isnan(out.df), args
+
+
+def test_holm_of_a_family_of_one():
+    out = holm([float("nan"), 0.03])
+    assert math.isnan(out[0]) and out[1] == 0.03

@@ -156,3 +156,85 @@ def test_math500_gold_solutions_agree_with_answers(shared_data, grader):
     print(f"MATH-500 solution/answer agreement: {rate:.4f} ({len(rows) - len(wrong)}/{len(rows)}); {wrong}")
     assert len(rows) == 500
     assert rate >= 0.998, wrong
+
+
+def test_math_verify_timeout_counter_counts_each_timeout_and_detaches():
+    """math-verify reports its own timeouts as log warnings, not exceptions: the counter counts each
+    "Timeout during ..." record (not other warnings) and leaves math-verify's logger as it found it (a handler
+    left behind per graded answer would pile up over a run)."""
+    import logging
+
+    from acerl.grading.backend import _count_math_verify_timeouts
+
+    logger = logging.getLogger("math_verify")
+    before = list(logger.handlers)
+    with _count_math_verify_timeouts() as counter:
+        logger.warning("Timeout during parsing: %s", "x")
+        logger.warning("something else")
+        logger.warning("Timeout during comparison")
+        assert counter in logger.handlers
+    assert counter.count == 2
+    assert logger.handlers == before
+
+
+def test_grading_off_the_main_thread_in_process_is_refused_with_the_fix():
+    from acerl.grading.backend import _check_main_thread
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _check_main_thread()
+        except RuntimeError as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert [str(e) for e in errors] == [
+        "math-verify's timeouts use signal.alarm, which only works in the main thread; grade in-process "
+        "(Grader(workers=0)) only from the main thread, or use workers >= 1"
+    ]
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, "5"])
+def test_grade_answer_needs_a_whole_number_of_seconds(bad):
+    from acerl.grading.backend import grade_answer
+
+    with pytest.raises(ValueError, match=f"^mv_timeout_s must be a whole number of seconds >= 1, got {bad!r}$"):
+        grade_answer("1", "1", bad)
+
+
+def test_gold_parses_are_cached_lru_with_math_verify_s_timeout_and_a_timed_out_parse_is_not(monkeypatch):
+    """``parse_gold`` parses each gold once, with the LaTeX extraction only and the grader's timeout; a parse
+    during which math-verify logged a timeout is reported and retried next time; the least recently used gold
+    is evicted first. math-verify's ``parse`` is wrapped to record its calls (and, for one gold, to log a
+    timeout the way math-verify does)."""
+    import logging
+
+    import math_verify
+
+    from acerl.grading import backend
+
+    real = math_verify.parse
+    calls: list[tuple[str, list[str], int]] = []
+
+    def parse(text, configs, parsing_timeout):
+        calls.append((text, [type(c).__name__ for c in configs], parsing_timeout))
+        if "slow" in text:
+            logging.getLogger("math_verify").warning("Timeout during parsing")
+        return real(text, configs, parsing_timeout=parsing_timeout)
+
+    monkeypatch.setattr(math_verify, "parse", parse)
+    monkeypatch.setattr(backend, "_gold_cache", type(backend._gold_cache)())
+    monkeypatch.setattr(backend, "GOLD_CACHE_SIZE", 2)
+    parsed, timed_out = backend.parse_gold("3", 7)
+    assert parsed and not timed_out
+    assert calls == [("\\boxed{3}", ["LatexExtractionConfig"], 7)]
+    assert backend.parse_gold("3", 7) == (parsed, False) and len(calls) == 1  # cached
+    assert backend.parse_gold("slow", 7)[1] is True
+    assert backend.parse_gold("slow", 7)[1] is True and len(calls) == 3  # not cached: parsed again
+    backend.parse_gold("4", 7)
+    backend.parse_gold("3", 7)  # "3" is now the most recently used of {"3", "4"}
+    backend.parse_gold("5", 7)  # evicts "4"
+    assert list(backend._gold_cache) == ["3", "5"]

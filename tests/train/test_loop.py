@@ -457,3 +457,20 @@ def test_confidence_metrics_of_an_estimator_without_confidences_leave_out_correc
         "ace/multiplier_mean_neg": 1.0,
         "ace/multiplier_max": 1.0,
     }
+
+
+def test_actor_stats_average_per_optimizer_step_and_entropy_per_response_token():
+    """``actor/pg_loss`` (and the other per-step sums) is the mean over optimizer steps; ``actor/entropy`` the
+    mean over the response tokens of every micro-batch (padding excluded), 0 when there were none."""
+    from acerl.train.algorithm import _ActorStats
+
+    stats = _ActorStats()
+    stats.sums["actor/pg_loss"] += [1.0, 3.0]
+    stats.add_entropy(torch.tensor([[1.0, 2.0, 9.0]]), torch.tensor([[1.0, 1.0, 0.0]]))
+    stats.add_entropy(torch.tensor([[3.0, 7.0]]), torch.tensor([[1.0, 0.0]]))
+    stats.add_entropy(None, torch.ones(1, 2))  # a later epoch: no entropy
+    assert stats.metrics() == {"actor/pg_loss": 2.0, "actor/entropy": 2.0}
+    one = _ActorStats()
+    one.add_entropy(torch.tensor([[0.5]]), torch.ones(1, 1))
+    assert one.metrics() == {"actor/entropy": 0.5}
+    assert _ActorStats().metrics() == {"actor/entropy": 0.0}

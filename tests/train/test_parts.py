@@ -33,8 +33,9 @@ def test_prompt_stream_epochs_and_resume():
     t.load_state_dict({"epoch": 1, "position": 2})
     assert t.next(7) == rest
     assert PromptStream(10, seed=4).next(10) != PromptStream(10, seed=3).next(10)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match="^the training set is empty$"):
         PromptStream(0, seed=0)
+    assert PromptStream(1, seed=0).next(3) == [0, 0, 0]  # one row is a training set
 
 
 def test_lr_schedules_match_verl_formulas():

@@ -83,6 +83,18 @@ def row_logprobs(model: torch.nn.Module, prompt: list[int], response: list[int],
     return torch.stack(out)
 
 
+def row_entropy(model: torch.nn.Module, prompt: list[int], response: list[int], temperature: float) -> list[float]:
+    """``[H(pi(. | x, y_<t))]_t``: the entropy of each response token's sampling distribution (at the sampling
+    temperature), from one unpadded forward pass."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + response])).logits[0]
+    out = []
+    for t in range(len(response)):
+        logp = torch.log_softmax(logits[len(prompt) + t - 1].double() / temperature, dim=-1)
+        out.append(float(-(logp.exp() * logp).sum()))
+    return out
+
+
 def overlong_penalty(length: int, max_length: int, buffer: int, factor: float) -> float:
     """DAPO's soft overlong punishment: 0 up to ``max_length - buffer`` tokens, then linear down to -factor."""
     start = max_length - buffer
@@ -164,6 +176,7 @@ class Expected:
     kl: float
     grads: list[torch.Tensor]
     clipped: bool
+    entropy: float  # token-mean entropy of the sampling policy over the response tokens
 
 
 def reference_step(policy, ref_model, sampled, setup, tokenizer, verifier) -> Expected:
@@ -199,8 +212,15 @@ def reference_step(policy, ref_model, sampled, setup, tokenizer, verifier) -> Ex
     grads = [torch.zeros_like(p) if gr is None else gr for p, gr in zip(params, grads, strict=True)]
     norm = math.sqrt(sum(float((gr.double() ** 2).sum()) for gr in grads))
     scale = min(1.0, h.grad_clip / (norm + 1e-6))
+    entropies = [e for r in rows for e in row_entropy(policy, r.prompt, r.response, h.temperature)]
     return Expected(
-        rows, batches, float(pg.detach()), float(kl.detach()), [gr * scale for gr in grads], scale < 1
+        rows,
+        batches,
+        float(pg.detach()),
+        float(kl.detach()),
+        [gr * scale for gr in grads],
+        scale < 1,
+        sum(entropies) / len(entropies),
     )
 
 
@@ -286,6 +306,8 @@ def test_one_step_equals_the_hand_written_reference(case: str, tiny_root: Path, 
     assert metrics["actor/pg_loss"] == pytest.approx(expected.pg, abs=1e-5)
     assert metrics["actor/kl_loss"] == pytest.approx(expected.kl, rel=1e-4)
     assert metrics["actor/kl_coef"] == setup.kl_loss_coef
+    # the entropy diagnostic (the paper's entropy dynamics): the sampling policy's, over response tokens
+    assert metrics["actor/entropy"] == pytest.approx(expected.entropy, rel=1e-5)
     # the logged norm is the one before clipping: the reference's, or above the clip where the step clipped
     grad_norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in expected.grads))
     if expected.clipped:
