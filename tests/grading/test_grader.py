@@ -238,3 +238,12 @@ def test_gold_parses_are_cached_lru_with_math_verify_s_timeout_and_a_timed_out_p
     backend.parse_gold("3", 7)  # "3" is now the most recently used of {"3", "4"}
     backend.parse_gold("5", 7)  # evicts "4"
     assert list(backend._gold_cache) == ["3", "5"]
+    # grade_answer: the grader's timeout reaches both parses; a gold whose parse timed out is a timeout
+    calls.clear()
+    assert backend.grade_answer("2", "6", 1) == (False, "ok", None)  # one second is a valid timeout
+    assert [timeout for _, _, timeout in calls] == [1, 1]  # the gold "6", then the answer
+    assert [configs for _, configs, _ in calls] == [
+        ["LatexExtractionConfig"],
+        ["ExprExtractionConfig", "LatexExtractionConfig"],
+    ]
+    assert backend.grade_answer("1", "slow", 3) == (False, "timeout", "math-verify timed out parsing gold 'slow'")
