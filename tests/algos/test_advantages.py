@@ -200,9 +200,7 @@ def test_grpo_input_validation():
 def test_token_inputs_validation_names_the_shapes():
     with pytest.raises(ValueError, match=r"^logprobs must be 2-D \(B, T\), got shape \(3,\)$"):
         token_confidence(torch.zeros(3), torch.zeros(3), torch.ones(3))
-    message = (
-        "logprobs, ref_logprobs and response_mask must share shape (B, T); got (2, 3), (2, 4), (2, 3)"
-    )
+    message = "logprobs, ref_logprobs and response_mask must share shape (B, T); got (2, 3), (2, 4), (2, 3)"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         token_confidence(torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3))
 

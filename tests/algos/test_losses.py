@@ -101,7 +101,9 @@ def test_agg_loss_errors():
     modes = "token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"
     with pytest.raises(ValueError, match=f"^unknown loss_agg_mode 'mean'; valid: {modes}$"):
         agg_loss(x, m, "mean")
-    with pytest.raises(ValueError, match=r"^agg_loss: batch_num_tokens \(global\) is required when dp_size > 1$"):
+    with pytest.raises(
+        ValueError, match=r"^agg_loss: batch_num_tokens \(global\) is required when dp_size > 1$"
+    ):
         agg_loss(x, m, "token-mean", dp_size=2)
     with pytest.raises(ValueError, match="^agg_loss: global_batch_size is required when dp_size > 1$"):
         agg_loss(x, m, "seq-mean-token-mean", dp_size=2)

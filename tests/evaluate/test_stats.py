@@ -237,7 +237,9 @@ def test_bootstrap_by_hand_in_chunks_defaults_one_replicate_and_a_statistic():
     spread = np.random.default_rng(7).random(40)
     assert bootstrap_ci(spread) == by_hand(spread, 10_000, 0)
     assert by_hand(spread, 10_000, 0) not in (by_hand(spread, 10_001, 0), by_hand(spread, 10_000, 1))
-    assert bootstrap_ci(values, n_boot=1, seed=2) == by_hand(values, 1, 2)  # one replicate: both ends equal it
+    assert bootstrap_ci(values, n_boot=1, seed=2) == by_hand(
+        values, 1, 2
+    )  # one replicate: both ends equal it
     median = lambda x: np.median(x, axis=1)  # noqa: E731
     assert bootstrap_ci(values, n_boot=300, seed=1, statistic=median) == by_hand(values, 300, 1, median)
     with pytest.raises(ValueError, match="^bootstrap_ci: n_boot must be >= 1, got 0$"):

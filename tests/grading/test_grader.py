@@ -201,7 +201,9 @@ def test_grading_off_the_main_thread_in_process_is_refused_with_the_fix():
 def test_grade_answer_needs_a_whole_number_of_seconds(bad):
     from acerl.grading.backend import grade_answer
 
-    with pytest.raises(ValueError, match=f"^mv_timeout_s must be a whole number of seconds >= 1, got {bad!r}$"):
+    with pytest.raises(
+        ValueError, match=f"^mv_timeout_s must be a whole number of seconds >= 1, got {bad!r}$"
+    ):
         grade_answer("1", "1", bad)
 
 
@@ -246,4 +248,8 @@ def test_gold_parses_are_cached_lru_with_math_verify_s_timeout_and_a_timed_out_p
         ["LatexExtractionConfig"],
         ["ExprExtractionConfig", "LatexExtractionConfig"],
     ]
-    assert backend.grade_answer("1", "slow", 3) == (False, "timeout", "math-verify timed out parsing gold 'slow'")
+    assert backend.grade_answer("1", "slow", 3) == (
+        False,
+        "timeout",
+        "math-verify timed out parsing gold 'slow'",
+    )

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config
 
+import acerl.train.algorithm as algorithm
 from acerl import paths
 from acerl.algos.advantages import grpo_estimator
 from acerl.config import Run
@@ -18,7 +19,6 @@ from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
 from acerl.settings import resolve, run_spec
 from acerl.train import train_run
-import acerl.train.algorithm as algorithm
 from acerl.train.algorithm import (
     _micro_inputs,
     batch_logprobs,

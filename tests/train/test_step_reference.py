@@ -83,7 +83,9 @@ def row_logprobs(model: torch.nn.Module, prompt: list[int], response: list[int],
     return torch.stack(out)
 
 
-def row_entropy(model: torch.nn.Module, prompt: list[int], response: list[int], temperature: float) -> list[float]:
+def row_entropy(
+    model: torch.nn.Module, prompt: list[int], response: list[int], temperature: float
+) -> list[float]:
     """``[H(pi(. | x, y_<t))]_t``: the entropy of each response token's sampling distribution (at the sampling
     temperature), from one unpadded forward pass."""
     with torch.no_grad():
