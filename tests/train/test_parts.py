@@ -6,6 +6,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 from pathlib import Path
 
@@ -234,3 +235,30 @@ def test_metrics_log_without_dvclive_writes_only_its_jsonl(tmp_path: Path, monke
         log.log(1, {"x": 0.5})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl"]
     assert read_metrics(tmp_path / "m.jsonl") == [{"step": 1, "x": 0.5}]
+
+
+def test_training_prompts_use_the_set_s_tokenizer_and_may_fill_max_prompt_length(monkeypatch):
+    """A prompt of exactly ``max_prompt_length`` tokens trains; one token more is refused with the row's id and
+    the key to change; the template gets the set's tokenizer (chat templates need it)."""
+    import acerl.train.data as data_module
+    from acerl.generate.base import encode_prompt
+    from acerl.models.tokenizer import build_char_tokenizer
+    from acerl.prompts import build_prompt
+    from acerl.train.data import TrainingSet
+
+    tokenizer = build_char_tokenizer()
+    seen: list[object] = []
+    monkeypatch.setattr(
+        data_module, "build_prompt", lambda p, t, tok: seen.append(tok) or build_prompt(p, t, tok)
+    )
+    row = {"id": "r7", "problem": "1+2", "answer": "3"}
+    n = len(encode_prompt(tokenizer, build_prompt("1+2", "plain", tokenizer)))
+    fits = TrainingSet([row], tokenizer, "plain", n, Path("train.parquet"))
+    assert len(fits.prompt_ids(0)) == n and seen == [tokenizer]
+    short = TrainingSet([row], tokenizer, "plain", n - 1, Path("train.parquet"))
+    message = (
+        f"train.parquet: row 'r7' has a {n}-token prompt, longer than max_prompt_length={n - 1} "
+        "(models.<model>.train.max_prompt_length)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        short.prompt_ids(0)
