@@ -253,3 +253,20 @@ def test_gold_parses_are_cached_lru_with_math_verify_s_timeout_and_a_timed_out_p
         "timeout",
         "math-verify timed out parsing gold 'slow'",
     )
+    # the comparison: the grader's timeout reaches verify; its own (logged) timeout and its errors are reported
+    real_verify = math_verify.verify
+    verify_timeouts: list[int] = []
+
+    def verify(gold, answer, timeout_seconds):
+        verify_timeouts.append(timeout_seconds)
+        if "7" in str(answer):
+            logging.getLogger("math_verify").warning("Timeout during comparison")
+            return False
+        if "8" in str(answer):
+            raise RuntimeError("boom")
+        return real_verify(gold, answer, timeout_seconds=timeout_seconds)
+
+    monkeypatch.setattr(math_verify, "verify", verify)
+    assert backend.grade_answer("6", "6", 4) == (True, "ok", None) and verify_timeouts == [4]
+    assert backend.grade_answer("7", "6", 4) == (False, "timeout", "math-verify's own timeout fired")
+    assert backend.grade_answer("8", "6", 4) == (False, "error", "RuntimeError: boom")
