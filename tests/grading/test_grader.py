@@ -270,3 +270,20 @@ def test_gold_parses_are_cached_lru_with_math_verify_s_timeout_and_a_timed_out_p
     assert backend.grade_answer("6", "6", 4) == (True, "ok", None) and verify_timeouts == [4]
     assert backend.grade_answer("7", "6", 4) == (False, "timeout", "math-verify's own timeout fired")
     assert backend.grade_answer("8", "6", 4) == (False, "error", "RuntimeError: boom")
+
+
+def test_grader_settings_defaults_and_their_checks():
+    """Defaults: 10 s per answer, 2 workers, no progress bar, math-verify's own timeout half the wall time
+    (whole seconds, at least 1); the checks name the setting and the value."""
+    with Grader(workers=0) as g:
+        assert (g.timeout_s, g.workers, g.mv_timeout_s, g.progress) == (10.0, 0, 5, False)
+    assert Grader.__init__.__defaults__ == (10.0, 2)
+    assert Grader(timeout_s=7, workers=0).mv_timeout_s == 3
+    assert Grader(timeout_s=1, workers=0, mv_timeout_s=1).mv_timeout_s == 1
+    assert Grader(timeout_s=0.5, workers=0).mv_timeout_s == 1
+    assert Grader(timeout_s=3, workers=0, progress=True).progress is True
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match=f"^timeout_s must be > 0, got {bad}$"):
+            Grader(timeout_s=bad, workers=0)
+    with pytest.raises(ValueError, match=r"^mv_timeout_s must be an int >= 1 \(signal.alarm"):
+        Grader(workers=0, mv_timeout_s=0)
