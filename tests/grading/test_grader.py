@@ -287,3 +287,8 @@ def test_grader_settings_defaults_and_their_checks():
             Grader(timeout_s=bad, workers=0)
     with pytest.raises(ValueError, match=r"^mv_timeout_s must be an int >= 1 \(signal.alarm"):
         Grader(workers=0, mv_timeout_s=0)
+
+
+def test_grader_passes_its_start_method_to_the_pool():
+    with Grader(timeout_s=5, workers=1, mp_context="spawn") as g:
+        assert g._pool is not None and g._pool._ctx.get_start_method() == "spawn"
