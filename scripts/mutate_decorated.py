@@ -98,6 +98,10 @@ def module_functions(module: ModuleType) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
+def timeout_s() -> float:
+    return float(os.environ.get("MUTATE_TIMEOUT_S", "300"))
+
+
 class MutantTimeout(Exception):  # noqa: N818 -- raised into a test that a mutant made hang
     pass
 
@@ -113,7 +117,7 @@ def run_with_timeout(pytest_args: list[str]) -> tuple[int, bool]:
         signal.setitimer(signal.ITIMER_REAL, 5.0)  # again, should the test swallow it
         raise MutantTimeout(f"the tests ran past {limit} s")
 
-    limit = float(os.environ.get("MUTATE_TIMEOUT_S", "300"))
+    limit = timeout_s()
     previous = signal.signal(signal.SIGALRM, interrupt)
     signal.setitimer(signal.ITIMER_REAL, limit)
     try:
@@ -148,7 +152,7 @@ def in_copy(module: ModuleType, original: Callable[..., Any], code: str, pytest_
             start_new_session=True,
         )
         try:
-            proc.wait(timeout=float(os.environ.get("MUTATE_TIMEOUT_S", "300")))
+            proc.wait(timeout=timeout_s())
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -165,7 +169,6 @@ def mutate_one(
         (module, name) if "." not in name else (getattr(module, name.split(".")[0]), name.split(".")[1])
     )
     member = vars(owner)[attr] if isinstance(owner, type) else getattr(owner, attr)
-    wrapper = type(member) if isinstance(member, (staticmethod, classmethod, property)) else None
     original = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
     func = cst.parse_module(textwrap.dedent(inspect.getsource(inspect.unwrap(original)))).body[0]
     assert isinstance(func, cst.FunctionDef)
@@ -185,39 +188,50 @@ def mutate_one(
         code = parsed.deep_replace(mutation.original_node, mutation.mutated_node).code
         if copy:
             status = in_copy(module, original, code, pytest_args)
-            record = {"i": i, "function": name, "status": status, "diff": changed_lines(bare.code, code)}
-            with results.open("a") as out:
-                out.write(json.dumps(record) + "\n")
-            print("MUTANT", json.dumps(record), flush=True)
-            continue
-        try:
-            mutant = compile_mutant(module, attr, code, decorators)
-        except Exception as error:  # noqa: BLE001 -- a mutant that does not compile is not run
-            status = f"invalid: {error!r}"
         else:
-            if isinstance(owner, type):
-                setattr(owner, attr, wrapper(mutant) if wrapper else mutant)
-            else:
-                rebind(original, mutant)
-            try:
-                exit_code, timed_out = run_with_timeout(pytest_args)
-            finally:
-                if isinstance(owner, type):
-                    setattr(owner, attr, member)
-                else:
-                    rebind(mutant, original)
-            status = "timeout" if timed_out else "survived" if exit_code == 0 else "killed"
+            status = run_in_process(module, owner, attr, member, original, code, decorators, pytest_args)
         record = {"i": i, "function": name, "status": status, "diff": changed_lines(bare.code, code)}
         with results.open("a") as out:
             out.write(json.dumps(record) + "\n")
         print("MUTANT", json.dumps(record), flush=True)
 
 
+def run_in_process(
+    module: ModuleType,
+    owner: Any,
+    attr: str,
+    member: Any,
+    original: Callable[..., Any],
+    code: str,
+    decorators: list[str],
+    pytest_args: list[str],
+) -> str:
+    """Compile the mutant ``code`` of ``owner.attr`` (``member`` as defined, ``original`` its function), put it
+    in place of the original, run the tests in this process, put the original back; the mutant's status."""
+    try:
+        mutant = compile_mutant(module, attr, code, decorators)
+    except Exception as error:  # noqa: BLE001 -- a mutant that does not compile is not run
+        return f"invalid: {error!r}"
+    wrapper = type(member) if isinstance(member, (staticmethod, classmethod, property)) else None
+    if isinstance(owner, type):
+        setattr(owner, attr, wrapper(mutant) if wrapper else mutant)
+    else:
+        rebind(original, mutant)
+    try:
+        exit_code, timed_out = run_with_timeout(pytest_args)
+    finally:
+        if isinstance(owner, type):
+            setattr(owner, attr, member)
+        else:
+            rebind(mutant, original)
+    return "timeout" if timed_out else "survived" if exit_code == 0 else "killed"
+
+
 def main(argv: list[str]) -> int:
-    copy = "--copy" in argv[: argv.index("--")]
-    if copy:
-        argv = [a for i, a in enumerate(argv) if not (a == "--copy" and i < argv.index("--"))]
-    module_name, names, results = argv[1], argv[2], Path(argv[3])
+    options = argv[1 : argv.index("--")]
+    copy = "--copy" in options
+    module_name, names, results_file = [a for a in options if a != "--copy"]
+    results = Path(results_file)
     pytest_args = ["-q", "-x", "-p", "no:cacheprovider", *argv[argv.index("--") + 1 :]]
     module = importlib.import_module(module_name)
     functions = module_functions(module) if names == "*" else names.split(",")

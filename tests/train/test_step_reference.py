@@ -73,28 +73,19 @@ CASES = {
 # --------------------------------------------------------------------------------------------------------------
 
 
-def row_logprobs(model: torch.nn.Module, prompt: list[int], response: list[int], temperature: float):
-    """``[log pi(y_t | x, y_<t)]_t`` from one unpadded forward pass of ``prompt + response``."""
+def row_logprobs(
+    model: torch.nn.Module, prompt: list[int], response: list[int], temperature: float
+) -> tuple[torch.Tensor, list[float]]:
+    """``[log pi(y_t | x, y_<t)]_t`` and ``[H(pi(. | x, y_<t))]_t`` (the entropy of each response token's
+    sampling distribution, detached) from one unpadded forward pass of ``prompt + response``."""
     logits = model(input_ids=torch.tensor([prompt + response])).logits[0]
-    out = []
+    out, entropy = [], []
     for t, token in enumerate(response):
         position = len(prompt) + t - 1  # the logits at position j predict token j + 1
-        out.append(torch.log_softmax(logits[position].double() / temperature, dim=-1)[token])
-    return torch.stack(out)
-
-
-def row_entropy(
-    model: torch.nn.Module, prompt: list[int], response: list[int], temperature: float
-) -> list[float]:
-    """``[H(pi(. | x, y_<t))]_t``: the entropy of each response token's sampling distribution (at the sampling
-    temperature), from one unpadded forward pass."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + response])).logits[0]
-    out = []
-    for t in range(len(response)):
-        logp = torch.log_softmax(logits[len(prompt) + t - 1].double() / temperature, dim=-1)
-        out.append(float(-(logp.exp() * logp).sum()))
-    return out
+        logp = torch.log_softmax(logits[position].double() / temperature, dim=-1)
+        out.append(logp[token])
+        entropy.append(float(-(logp.exp() * logp).sum()))
+    return torch.stack(out), entropy
 
 
 def overlong_penalty(length: int, max_length: int, buffer: int, factor: float) -> float:
@@ -184,11 +175,13 @@ class Expected:
 def reference_step(policy, ref_model, sampled, setup, tokenizer, verifier) -> Expected:
     h, fam = setup.hyper, setup.family
     rows, batches = reference_rows(sampled, setup, tokenizer, verifier)
-    new, ref = [], []
+    new, ref, entropies = [], [], []
     for r in rows:
-        new.append(row_logprobs(policy, r.prompt, r.response, h.temperature))
+        logprobs, entropy = row_logprobs(policy, r.prompt, r.response, h.temperature)
+        new.append(logprobs)
+        entropies.extend(entropy)
         with torch.no_grad():
-            ref.append(row_logprobs(ref_model, r.prompt, r.response, h.temperature))
+            ref.append(row_logprobs(ref_model, r.prompt, r.response, h.temperature)[0])
         # log pi_old: the policy before the update; c_i over the response tokens, divided by T_i
         r.confidence = float((new[-1].detach() - ref[-1]).sum()) / len(r.response)
     reference_advantages(rows, h.group_size, setup.estimator)
@@ -214,7 +207,6 @@ def reference_step(policy, ref_model, sampled, setup, tokenizer, verifier) -> Ex
     grads = [torch.zeros_like(p) if gr is None else gr for p, gr in zip(params, grads, strict=True)]
     norm = math.sqrt(sum(float((gr.double() ** 2).sum()) for gr in grads))
     scale = min(1.0, h.grad_clip / (norm + 1e-6))
-    entropies = [e for r in rows for e in row_entropy(policy, r.prompt, r.response, h.temperature)]
     return Expected(
         rows,
         batches,
