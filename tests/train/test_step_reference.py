@@ -84,7 +84,7 @@ def row_logprobs(
         position = len(prompt) + t - 1  # the logits at position j predict token j + 1
         logp = torch.log_softmax(logits[position].double() / temperature, dim=-1)
         out.append(logp[token])
-        entropy.append(float(-(logp.exp() * logp).sum()))
+        entropy.append(float(-(logp.exp() * logp).sum().detach()))
     return torch.stack(out), entropy
 
 
