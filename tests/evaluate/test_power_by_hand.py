@@ -68,8 +68,9 @@ def test_beta_prior_mean():
         ([0, 8, 0, 8, 0, 8], 8),  # all or nothing: the variance capped at 0.99 m (1 - m)
         ([0, 1, 1, 0, 1], 1),  # one sample per problem: no (1 - 1/n) correction
         ([5], 8),  # one problem: no spread
+        ([1, 2], 2),  # two problems of two samples: the smallest spread and the smallest correction
     ],
-    ids=["interior", "floor", "none-solved", "all-solved", "cap", "n-1", "one-problem"],
+    ids=["interior", "floor", "none-solved", "all-solved", "cap", "n-1", "one-problem", "two-of-two"],
 )
 def test_fit_beta_prior_by_hand(c, n):
     fitted = fit_beta_prior(np.array(c), n)
@@ -330,3 +331,15 @@ def test_method_components_by_hand():
     )
     with pytest.raises(ValueError, match=r"method_components: x \(4, 3\) and v \(4, 2\) must be equal"):
         method_components(np.array(x), np.array(v)[:, :2])
+
+
+def test_fit_beta_to_passk_stays_within_its_bounds_on_a_flat_curve():
+    """Problems either always or never solved: a flat Pass@k curve wants a, b -> 0; the fit stops at 1e-3."""
+    fitted = fit_beta_to_passk(np.array([1, 2, 4, 8, 16, 32]), np.full(6, 0.2))
+    assert fitted.a == pytest.approx(1e-3, rel=1e-6)
+    assert fitted.mean == pytest.approx(0.2, abs=0.005)
+
+
+def test_sampling_variance_is_never_negative():
+    """A nearly certain problem: E[x_hat^2] - E[x]^2 rounds to about -3e-10 here; a variance is floored at 0."""
+    assert beta_sampling_variance(BetaPrior(1e5, 1e4), 64, 32) == 0.0

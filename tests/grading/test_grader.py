@@ -292,3 +292,47 @@ def test_grader_settings_defaults_and_their_checks():
 def test_grader_passes_its_start_method_to_the_pool():
     with Grader(timeout_s=5, workers=1, mp_context="spawn") as g:
         assert g._pool is not None and g._pool._ctx.get_start_method() == "spawn"
+
+
+def _bar_lines(err: str) -> list[str]:
+    """tqdm's ``grading`` bar states on stderr (it redraws with carriage returns)."""
+    return [
+        part.strip() for part in err.replace("\r", "\n").splitlines() if part.strip().startswith("grading")
+    ]
+
+
+def test_progress_bar_counts_the_answered_items_and_follows_the_call_s_choice(capsys):
+    """The bar starts at the items answered without math-verify (no answer, fast path, cache) and ends at all
+    of them; ``progress`` of the call overrides the grader's, and :meth:`Grader.grade` never shows one."""
+    items = [("\\boxed{x+1}", "1+x"), ("\\boxed{3}", "3"), ("no answer", "3"), ("\\boxed{2x}", "x+x")]
+    with Grader(workers=0, progress=True) as g:
+        capsys.readouterr()
+        g.grade_many(items)
+        bars = _bar_lines(capsys.readouterr().err)
+        assert bars and bars[0].startswith("grading:") and "2/4" in bars[0] and "4/4" in bars[-1]
+        g.clear_cache()
+        g.grade_many(items, progress=False)
+        g.grade("\\boxed{y+1}", "1+y")  # a math-verify item
+        assert _bar_lines(capsys.readouterr().err) == []
+    with Grader(workers=0) as g:
+        g.grade_many(items)
+        assert _bar_lines(capsys.readouterr().err) == []
+        g.grade_many(items[:1] + [("\\boxed{z^2}", "z*z")], progress=True)
+        bars = _bar_lines(capsys.readouterr().err)
+        assert bars and "1/2" in bars[0] and "2/2" in bars[-1]  # the cached pair counts as done
+
+
+def test_worker_pids_of_an_in_process_grader_are_none():
+    with Grader(workers=0) as g:
+        g.grade("\\boxed{x+1}", "1+x")
+        assert g.worker_pids() == []
+
+
+def test_a_bad_item_names_its_types():
+    with Grader(workers=0) as g:
+        with pytest.raises(
+            TypeError, match=r"^item 1: expected \(response: str, gold: str\), got \(int, str\)$"
+        ):
+            g.grade_many([("\\boxed{3}", "3"), (3, "3")])  # type: ignore[list-item]
+        with pytest.raises(TypeError, match=r"got \(str, NoneType\)$"):
+            g.grade_many([("\\boxed{3}", None)])  # type: ignore[list-item]
