@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from acerl.grading import Grader, Verdict
+from acerl.grading.pool import POOL_ERROR
 
 
 @pytest.fixture(scope="module")
@@ -336,3 +337,34 @@ def test_a_bad_item_names_its_types():
             g.grade_many([("\\boxed{3}", "3"), (3, "3")])  # type: ignore[list-item]
         with pytest.raises(TypeError, match=r"got \(str, NoneType\)$"):
             g.grade_many([("\\boxed{3}", None)])  # type: ignore[list-item]
+
+
+def test_the_cache_keeps_verdicts_of_the_pair_but_not_the_pool_s_failures():
+    """A gold that does not parse is an ``error`` of the pair (cached: the next call is a hit); an ``error`` that
+    the pool reports (``POOL_ERROR``: closed mid-item, a worker that died) is not about the pair and is graded
+    again next time."""
+    with Grader(workers=0) as g:
+        first = g.grade("\\boxed{3}", " ")
+        assert first.status == "error" and g.stats.cache_hits == 0
+        assert g.grade("\\boxed{3}", " ") == first and g.stats.cache_hits == 1
+        g._cache_put(("2x", "x+x"), (False, "error", POOL_ERROR + "worker process died"))
+        g._cache_put(("3x", "x+x"), (False, "error", "gold: no parse"))
+        g._cache_put(("4x", "x+x"), (False, "timeout", POOL_ERROR + "a timeout, not a pool failure"))
+        assert g._cache_get(("2x", "x+x")) is None
+        assert g._cache_get(("3x", "x+x")) == (False, "error", "gold: no parse")
+        assert g._cache_get(("4x", "x+x")) == (False, "timeout", POOL_ERROR + "a timeout, not a pool failure")
+
+
+def test_the_cache_evicts_the_least_recently_used_verdict():
+    with Grader(workers=0, cache_size=2) as g:
+        for pair in (("a", "1"), ("b", "1"), ("c", "1")):
+            g._cache_put(pair, (False, "ok", None))
+        assert g._cache_get(("a", "1")) is None  # the oldest went
+        g._cache_get(("b", "1"))  # b used: c is now the oldest
+        g._cache_put(("d", "1"), (True, "ok", None))
+        assert g._cache_get(("c", "1")) is None
+        assert g._cache_get(("b", "1")) == (False, "ok", None) and g._cache_get(("d", "1")) == (
+            True,
+            "ok",
+            None,
+        )
