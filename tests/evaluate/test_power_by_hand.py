@@ -343,3 +343,19 @@ def test_fit_beta_to_passk_stays_within_its_bounds_on_a_flat_curve():
 def test_sampling_variance_is_never_negative():
     """A nearly certain problem: E[x_hat^2] - E[x]^2 rounds to about -3e-10 here; a variance is floored at 0."""
     assert beta_sampling_variance(BetaPrior(1e5, 1e4), 64, 32) == 0.0
+
+
+def test_two_seeds_are_a_design_of_their_own():
+    """Two seeds: the crossed interval still uses the ANOVA (not the pooled t interval of one seed), the paired
+    test has a p-value, and a target met exactly at ``max_seeds`` is found."""
+    d = [BOTH[0], BOTH[1]]
+    ms_s, ms_p, ms_e = _mean_squares(d)
+    combined = ms_s + ms_p - ms_e
+    df = combined**2 / (ms_s**2 / 1 + ms_p**2 / 3 + ms_e**2 / 3)
+    half = sps.t.ppf(0.975, df) * math.sqrt(combined / 8)
+    mean = sum(map(sum, d)) / 8
+    assert seeds_problems_ci(np.array(d)) == pytest.approx((mean - half, mean + half), rel=1e-12)
+    eff = paired_effect(np.array([0.02, 0.05]))
+    assert eff.pvalue == pytest.approx(sps.ttest_1samp([0.02, 0.05], 0.0).pvalue)
+    assert seeds_for_mde(0.05, mde_paired(0.05, 5), max_seeds=5) == 5
+    assert seeds_for_mde(0.05, mde_paired(0.05, 5) * 0.999, max_seeds=5) == 6
