@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -302,6 +303,11 @@ def _bar_lines(err: str) -> list[str]:
     ]
 
 
+def _in_items(bar: str) -> bool:
+    """The bar's rate is in items (``12.3item/s``, ``?item/s`` or ``1.25s/item``)."""
+    return re.search(r"[ ?.0-9](item/s|s/item)\]$", bar) is not None
+
+
 def test_progress_bar_counts_the_answered_items_and_follows_the_call_s_choice(capsys):
     """The bar starts at the items answered without math-verify (no answer, fast path, cache) and ends at all
     of them; ``progress`` of the call overrides the grader's, and :meth:`Grader.grade` never shows one."""
@@ -311,6 +317,8 @@ def test_progress_bar_counts_the_answered_items_and_follows_the_call_s_choice(ca
         g.grade_many(items)
         bars = _bar_lines(capsys.readouterr().err)
         assert bars and bars[0].startswith("grading:") and "2/4" in bars[0] and "4/4" in bars[-1]
+        assert [b.split("|")[-1].split()[0] for b in bars[:1]] == ["2/4"]  # counted one item at a time:
+        assert any("3/4" in b for b in bars) and _in_items(bars[-1])  # 3/4 on the way
         g.clear_cache()
         g.grade_many(items, progress=False)
         g.grade("\\boxed{y+1}", "1+y")  # a math-verify item
@@ -367,4 +375,39 @@ def test_the_cache_evicts_the_least_recently_used_verdict():
             True,
             "ok",
             None,
+        )
+
+
+def test_progress_bar_of_a_pool_grader_ends_at_every_item(capsys):
+    items = [("\\boxed{3}", "3"), ("\\boxed{x+1}", "1+x"), ("\\boxed{2x}", "x+x")]
+    with Grader(timeout_s=20, workers=1, progress=True) as g:
+        capsys.readouterr()
+        assert [v.correct for v in g.grade_many(items)] == [True, True, True]
+        bars = _bar_lines(capsys.readouterr().err)
+        assert bars and "1/3" in bars[0] and "3/3" in bars[-1] and _in_items(bars[-1])
+
+
+def test_stats_add_up_over_calls():
+    """Every counter accumulates over the grader's lifetime, one count per item of its kind."""
+    items = [("\\boxed{x+1}", "1+x"), ("\\boxed{3}", "3"), ("none", "3"), ("\\boxed{3}", " ")]
+    with Grader(workers=0) as g:
+        g.grade_many(items)
+        g.grade_many(items)
+        s = g.stats
+        assert (s.items, s.no_answer, s.fast_path, s.math_verify, s.cache_hits) == (8, 2, 2, 2, 2)
+        assert (s.errors, s.timeouts) == (2, 0)  # the gold " " does not parse, twice (cached the second time)
+        g._count(
+            [Verdict(False, "timeout", "x", "t"), Verdict(True, "ok", "3"), Verdict(False, "timeout", "y")],
+            0,
+            0,
+            2,
+        )
+        g._count([Verdict(False, "timeout", "z", "t")], 1, 0, 0)
+        assert (s.items, s.timeouts, s.errors, s.no_answer, s.math_verify, s.cache_hits) == (
+            12,
+            3,
+            2,
+            2,
+            4,
+            3,
         )
