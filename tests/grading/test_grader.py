@@ -317,8 +317,7 @@ def test_progress_bar_counts_the_answered_items_and_follows_the_call_s_choice(ca
         g.grade_many(items)
         bars = _bar_lines(capsys.readouterr().err)
         assert bars and bars[0].startswith("grading:") and "2/4" in bars[0] and "4/4" in bars[-1]
-        assert [b.split("|")[-1].split()[0] for b in bars[:1]] == ["2/4"]  # counted one item at a time:
-        assert any("3/4" in b for b in bars) and _in_items(bars[-1])  # 3/4 on the way
+        assert _in_items(bars[-1])  # (tqdm redraws at most every 0.1 s: no state between is certain)
         g.clear_cache()
         g.grade_many(items, progress=False)
         g.grade("\\boxed{y+1}", "1+y")  # a math-verify item
