@@ -1,0 +1,175 @@
+"""The evaluation pipeline's parts (acerl.evaluate.pipeline) one by one: the shard seeds, the tokenizer and
+prompt helpers, the sampler's loading and closing, and the messages of bad input. ``test_pipeline.py`` runs the
+stages end to end with a sampler it passes in; these tests cover what that leaves out (the seeds' derivation
+pinned, a sampler loaded from the configuration, the fixes named by errors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from acerl import paths
+from acerl.config import Run, load_config
+from acerl.evaluate import pipeline
+from acerl.evaluate.pipeline import (
+    _relative,
+    eval_shard_seed,
+    generation_rows,
+    load_sampler,
+    render_prompts,
+    rerun,
+    sample_run,
+    tokenizer_of,
+)
+from acerl.generate.base import Completion
+from acerl.io import write_jsonl
+from acerl.models.tiny import TinyModelConfig, build_tiny_model
+from acerl.models.tokenizer import build_char_tokenizer
+from acerl.seeds import EVAL_SEED_STREAM, name_part
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = Run("tiny", "grpo", 3)
+PINNED = [510991538, 1895177159, 793177634]
+"""The shard seeds of evaluation.seed 1234, synth_easy, run seed 0, shards 0-2 (every stored generation used them)."""
+
+
+def test_eval_shard_seed_is_the_seed_sequence_of_all_its_parts_and_pinned():
+    """The shard's seed mixes the stream, ``evaluation.seed``, the benchmark, the run's seed and the shard index
+    (numpy's SeedSequence); a change to the derivation changes every evaluation draw, so values are pinned."""
+    parts = [EVAL_SEED_STREAM, 1234, name_part("synth_easy"), 3, 2]
+    by_hand = int(np.random.SeedSequence(parts).generate_state(1, dtype=np.uint32)[0])
+    assert eval_shard_seed(1234, "synth_easy", 3, 2) == by_hand
+    assert EVAL_SEED_STREAM == 0
+    assert [eval_shard_seed(1234, "synth_easy", 0, i) for i in range(3)] == PINNED
+    base = eval_shard_seed(1234, "synth_easy", 3, 2)
+    others = {
+        eval_shard_seed(1235, "synth_easy", 3, 2),
+        eval_shard_seed(1234, "synth_hard", 3, 2),
+        eval_shard_seed(1234, "synth_easy", 4, 2),
+        eval_shard_seed(1234, "synth_easy", 3, 3),
+    }
+    assert base not in others and len(others) == 4  # every part matters
+
+
+def test_tokenizer_of_prefers_the_sampler_s_and_loads_the_folder_s_otherwise(tmp_path):
+    tok = build_char_tokenizer()
+    tok.save_pretrained(tmp_path)
+
+    class WithTokenizer:
+        tokenizer = object()
+
+    assert tokenizer_of(WithTokenizer(), tmp_path / "nowhere") is WithTokenizer.tokenizer
+    loaded = tokenizer_of(object(), tmp_path)
+    assert loaded.encode("1+2=3", add_special_tokens=False) == tok.encode("1+2=3", add_special_tokens=False)
+    with pytest.raises(Exception, match="nowhere"):
+        tokenizer_of(object(), tmp_path / "nowhere")
+
+
+def test_render_prompts_hands_the_tokenizer_to_chat_templates():
+    tok = build_char_tokenizer()
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    assert render_prompts(["1+1"], "llama_boxed", tok) == [
+        "<user>1+1\nPlease reason step by step, and put your final answer within \\boxed{}."
+    ]
+    assert render_prompts(["1+1", "2+2"], "plain", None) == [
+        "Problem: 1+1\nSolution:",
+        "Problem: 2+2\nSolution:",
+    ]
+
+
+class _Closing:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_load_sampler_passes_the_rule_and_device_and_closes_what_it_loaded(monkeypatch, tmp_path):
+    cfg = load_config(REPO / "config" / "config.yaml", ["compute.device=cpu"])
+    calls: list[dict] = []
+    made: list[_Closing] = []
+
+    def factory(cfg_, model_dir, **kwargs):
+        calls.append({"cfg": cfg_, "model_dir": model_dir, **kwargs})
+        made.append(_Closing())
+        return made[-1]
+
+    monkeypatch.setattr(pipeline, "sampler_from_config", factory)
+    with load_sampler(cfg, tmp_path, model="tiny", rule="diagnose", device="cuda:1") as smp:
+        assert smp is made[0] and made[0].closed == 0
+    assert made[0].closed == 1
+    assert calls == [
+        {"cfg": cfg, "model_dir": tmp_path, "model": "tiny", "rule": "diagnose", "device": "cuda:1"}
+    ]
+    given = _Closing()
+    with load_sampler(cfg, tmp_path, model="tiny", rule="sample", device=None, sampler=given) as smp:
+        assert smp is given
+    assert given.closed == 0 and len(calls) == 1  # a sampler passed in is the caller's to close
+    with pytest.raises(RuntimeError, match="inside"):
+        with load_sampler(cfg, tmp_path, model="tiny", rule="sample", device=None):
+            raise RuntimeError("inside")
+    assert made[1].closed == 1  # closed on an error too
+
+
+def test_sample_run_loads_the_run_s_policy_for_the_sample_rule(monkeypatch, tmp_path):
+    """Without a sampler, ``sample_run`` loads ``paths.policy_dir`` with ``rule="sample"`` and the device asked
+    for, through the configured backend (a real HF sampler on a random tiny model here)."""
+    cfg = load_config(
+        REPO / "config" / "config.yaml",
+        [
+            "evaluation.n=2",
+            "evaluation.ks=[1,2]",
+            "models.tiny.train.max_response_length=4",
+            "families.dapo.overlong.buffer=2",
+            "compute.device=cpu",
+        ],
+    )
+    tok = build_char_tokenizer()
+    model = build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2,
+                                             intermediate_size=32), tok, seed=0)  # fmt: skip
+    policy = paths.policy_dir(tmp_path, RUN)
+    model.save_pretrained(policy)
+    tok.save_pretrained(policy)
+    write_jsonl(paths.data_file(tmp_path, "synth_easy"), [{"id": "p0", "problem": "1+1", "answer": "2"}])
+    seen: list[tuple] = []
+    real = pipeline.sampler_from_config
+
+    def recording(cfg_, model_dir, **kwargs):
+        seen.append((Path(model_dir), kwargs["rule"], kwargs["device"]))
+        return real(cfg_, model_dir, **kwargs)
+
+    monkeypatch.setattr(pipeline, "sampler_from_config", recording)
+    out = sample_run(cfg, RUN, "synth_easy", tmp_path, progress=False, device="cpu")
+    assert out.is_file() and seen == [(policy, "sample", "cpu")]
+
+
+def test_sample_run_refuses_an_empty_benchmark_naming_its_file(tmp_path):
+    cfg = load_config(REPO / "config" / "config.yaml")
+    write_jsonl(paths.data_file(tmp_path, "synth_hard"), [])
+    with pytest.raises(ValueError, match=rf"^{paths.data_file(tmp_path, 'synth_hard')}: no problems$"):
+        sample_run(cfg, RUN, "synth_hard", tmp_path, progress=False)
+
+
+def test_generation_rows_refuse_lists_of_different_lengths():
+    done = [Completion(text="2", token_ids=[1], finish_reason="stop")]
+    with pytest.raises(ValueError, match="^2 problems, 1 prompts, 2 completion lists$"):
+        generation_rows([{"id": 1, "answer": 2}] * 2, ["p"], [done, done], {}, "m")
+    rows = generation_rows([{"id": 1, "answer": 2}], ["p"], [done], {"n": 1}, "models/x")
+    assert rows[0]["completions"] == [{"text": "2", "finish_reason": "stop", "num_tokens": 1}]
+    assert (rows[0]["id"], rows[0]["answer"], rows[0]["model_dir"]) == ("1", "2", "models/x")
+
+
+def test_relative_paths_inside_the_root_and_as_given_outside(tmp_path):
+    assert _relative(tmp_path / "models" / "x", tmp_path) == "models/x"
+    assert _relative(Path("/elsewhere/model"), tmp_path) == "/elsewhere/model"
+    assert _relative(tmp_path / "a", str(tmp_path)) == "a"
+
+
+def test_rerun_names_the_command_that_writes_the_output_again():
+    assert rerun("sample", RUN, "synth_easy") == (
+        "rerun `acerl sample --model tiny --method grpo --seed 3 --benchmark synth_easy` "
+        "(or the workflow, which reruns the job)"
+    )
