@@ -359,3 +359,16 @@ def test_two_seeds_are_a_design_of_their_own():
     assert eff.pvalue == pytest.approx(sps.ttest_1samp([0.02, 0.05], 0.0).pvalue)
     assert seeds_for_mde(0.05, mde_paired(0.05, 5), max_seeds=5) == 5
     assert seeds_for_mde(0.05, mde_paired(0.05, 5) * 0.999, max_seeds=5) == 6
+
+
+def test_the_smallest_crossed_design_two_seeds_by_two_problems():
+    """2 x 2: one degree of freedom for each mean square; every estimate is still defined."""
+    d = [[0.30, -0.10], [0.05, 0.20]]
+    ms_s, ms_p, ms_e = _mean_squares(d)
+    assert all(math.isfinite(m) and m > 0 for m in (ms_s, ms_p, ms_e))
+    assert per_problem_floor_sd(np.array(d)) == pytest.approx(math.sqrt(ms_e / 2))
+    comp = comparison_components(np.array(d), np.zeros((2, 2)))
+    assert (comp.total, comp.seed_problem) == pytest.approx((ms_s / 2, ms_e))
+    assert comp.problem == pytest.approx(max((ms_p - ms_e) / 2, 0.0))
+    lo, hi = seeds_problems_ci(np.array(d))
+    assert math.isfinite(lo) and math.isfinite(hi) and lo < 0.1125 < hi
