@@ -23,10 +23,12 @@ from acerl.evaluate.pipeline import (
     sample_run,
     tokenizer_of,
 )
-from acerl.generate.base import Completion
-from acerl.io import write_jsonl
+from acerl.generate import make_sampler
+from acerl.generate.base import Completion, SamplingParams
+from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
+from acerl.prompts import BOXED_INSTRUCTION
 from acerl.seeds import EVAL_SEED_STREAM, name_part
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,26 +116,34 @@ def test_load_sampler_passes_the_rule_and_device_and_closes_what_it_loaded(monke
     assert made[1].closed == 1  # closed on an error too
 
 
-def test_sample_run_loads_the_run_s_policy_for_the_sample_rule(monkeypatch, tmp_path):
+def test_sample_run_loads_the_run_s_policy_renders_chat_prompts_and_samples_with_the_shard_seed(
+    monkeypatch, tmp_path
+):
     """Without a sampler, ``sample_run`` loads ``paths.policy_dir`` with ``rule="sample"`` and the device asked
-    for, through the configured backend (a real HF sampler on a random tiny model here)."""
+    for, through the configured backend (a real HF sampler on a random tiny model here); a chat template gets
+    the policy's tokenizer; each shard is sampled with its own seed (:func:`eval_shard_seed`), which the row
+    records and which reproduces its completions."""
     cfg = load_config(
         REPO / "config" / "config.yaml",
         [
             "evaluation.n=2",
             "evaluation.ks=[1,2]",
+            "evaluation.shard_size=1",
             "models.tiny.train.max_response_length=4",
             "families.dapo.overlong.buffer=2",
+            "models.tiny.template=llama_boxed",
             "compute.device=cpu",
         ],
     )
     tok = build_char_tokenizer()
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
     model = build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2,
                                              intermediate_size=32), tok, seed=0)  # fmt: skip
     policy = paths.policy_dir(tmp_path, RUN)
     model.save_pretrained(policy)
     tok.save_pretrained(policy)
-    write_jsonl(paths.data_file(tmp_path, "synth_easy"), [{"id": "p0", "problem": "1+1", "answer": "2"}])
+    problems = [{"id": "p0", "problem": "1+1", "answer": "2"}, {"id": "p1", "problem": "2+3", "answer": "5"}]
+    write_jsonl(paths.data_file(tmp_path, "synth_easy"), problems)
     seen: list[tuple] = []
     real = pipeline.sampler_from_config
 
@@ -143,7 +153,19 @@ def test_sample_run_loads_the_run_s_policy_for_the_sample_rule(monkeypatch, tmp_
 
     monkeypatch.setattr(pipeline, "sampler_from_config", recording)
     out = sample_run(cfg, RUN, "synth_easy", tmp_path, progress=False, device="cpu")
-    assert out.is_file() and seen == [(policy, "sample", "cpu")]
+    rows = read_jsonl(out, required=("prompt", "sampling", "completions"))
+    assert seen == [(policy, "sample", "cpu")]
+    assert rows[1]["prompt"] == "<user>2+3\n" + BOXED_INSTRUCTION
+    sampler = make_sampler("hf", policy, device="cpu", batch_size=cfg.evaluation.batch_size)
+    for shard, row in enumerate(rows):
+        seed = eval_shard_seed(cfg.evaluation.seed, "synth_easy", RUN.seed, shard)
+        assert row["sampling"]["seed"] == seed
+        again = sampler.generate([row["prompt"]], SamplingParams(n=2, temperature=0.7, top_p=0.95,
+                                                                  max_new_tokens=4, seed=seed))  # fmt: skip
+        assert [c.text for c in again[0]] == [c["text"] for c in row["completions"]]
+    other = sampler.generate([rows[0]["prompt"]], SamplingParams(n=2, temperature=0.7, top_p=0.95,
+                                                                  max_new_tokens=4, seed=0))  # fmt: skip
+    assert [c.text for c in other[0]] != [c["text"] for c in rows[0]["completions"]]  # the seed matters
 
 
 def test_sample_run_refuses_an_empty_benchmark_naming_its_file(tmp_path):
