@@ -195,3 +195,51 @@ def test_rerun_names_the_command_that_writes_the_output_again():
         "rerun `acerl sample --model tiny --method grpo --seed 3 --benchmark synth_easy` "
         "(or the workflow, which reruns the job)"
     )
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Counting:
+    """A real sampler that records the prompts it samples and can stop the job after ``stop_after`` shards."""
+
+    def __init__(self, inner, stop_after: int | None = None) -> None:
+        self.inner, self.stop_after, self.calls = inner, stop_after, []
+        self.tokenizer = inner.tokenizer
+
+    def generate(self, prompts, params):
+        if self.stop_after is not None and len(self.calls) >= self.stop_after:
+            raise _Stop
+        self.calls.append(list(prompts))
+        return self.inner.generate(prompts, params)
+
+
+@pytest.mark.parametrize("change", ["problem id", "evaluation seed", "model files", "nothing"])
+def test_finished_shards_are_reused_only_for_the_same_items_seed_and_model(tmp_path, change):
+    """A killed sampling job leaves its finished shards; the rerun keeps them only if the problems (ids and
+    prompts), the sampling settings and the model folder are those the shards were made with."""
+    overrides = ["evaluation.n=2", "evaluation.shard_size=1", "evaluation.ks=[1,2]",
+                 "models.tiny.train.max_response_length=4", "families.dapo.overlong.buffer=2", "compute.device=cpu"]  # fmt: skip
+    cfg = load_config(REPO / "config" / "config.yaml", overrides)
+    tok = build_char_tokenizer()
+    model = build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2,
+                                             intermediate_size=32), tok, seed=0)  # fmt: skip
+    policy = paths.policy_dir(tmp_path, RUN)
+    model.save_pretrained(policy)
+    tok.save_pretrained(policy)
+    problems = [{"id": f"p{i}", "problem": f"{i}+1", "answer": str(i + 1)} for i in range(3)]
+    write_jsonl(paths.data_file(tmp_path, "synth_easy"), problems)
+    inner = make_sampler("hf", policy, device="cpu", batch_size=8)
+    with pytest.raises(_Stop):
+        sample_run(cfg, RUN, "synth_easy", tmp_path, sampler=_Counting(inner, stop_after=2), progress=False)
+    if change == "problem id":
+        problems[0]["id"] = "renamed"
+        write_jsonl(paths.data_file(tmp_path, "synth_easy"), problems)
+    elif change == "evaluation seed":
+        cfg = load_config(REPO / "config" / "config.yaml", [*overrides, "evaluation.seed=99"])
+    elif change == "model files":
+        (policy / "generation_config.json").write_text('{"note": "another model"}', encoding="utf-8")
+    rerun = _Counting(inner)
+    sample_run(cfg, RUN, "synth_easy", tmp_path, sampler=rerun, progress=False)
+    assert len(rerun.calls) == (1 if change == "nothing" else 3)
