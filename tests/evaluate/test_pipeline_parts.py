@@ -5,6 +5,7 @@ pinned, a sampler loaded from the configuration, the fixes named by errors)."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -12,19 +13,25 @@ import pytest
 
 from acerl import paths
 from acerl.config import Run, load_config
+from acerl.errors import BadInputError
 from acerl.evaluate import pipeline
 from acerl.evaluate.pipeline import (
+    SCORED_COLUMNS,
     _relative,
     eval_shard_seed,
     generation_rows,
+    grade_run,
     load_sampler,
+    passk_run,
     render_prompts,
     rerun,
     sample_run,
+    scored_frame,
     tokenizer_of,
 )
 from acerl.generate import make_sampler
 from acerl.generate.base import Completion, SamplingParams
+from acerl.grading import Verdict
 from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
@@ -243,3 +250,43 @@ def test_finished_shards_are_reused_only_for_the_same_items_seed_and_model(tmp_p
     rerun = _Counting(inner)
     sample_run(cfg, RUN, "synth_easy", tmp_path, sampler=rerun, progress=False)
     assert len(rerun.calls) == (1 if change == "nothing" else 3)
+
+
+def test_scored_frame_by_hand_and_its_checks():
+    rows = [
+        {"id": 7, "completions": [{"num_tokens": 3, "finish_reason": "stop"}, {"num_tokens": 4, "finish_reason": "length"}]},
+        {"id": "b", "completions": [{"num_tokens": 1, "finish_reason": "stop"}]},
+    ]  # fmt: skip
+    verdicts = [Verdict(True, "ok", "2"), Verdict(False, "no_answer", None), Verdict(False, "timeout", "x")]
+    df = scored_frame(rows, verdicts)
+    assert list(df.columns) == list(SCORED_COLUMNS)
+    assert df.astype(object).where(df.notna(), None).to_dict("records") == [
+        {"id": "7", "sample": 0, "correct": True, "status": "ok", "extracted": "2", "num_tokens": 3, "finish_reason": "stop"},
+        {"id": "7", "sample": 1, "correct": False, "status": "no_answer", "extracted": None, "num_tokens": 4, "finish_reason": "length"},
+        {"id": "b", "sample": 0, "correct": False, "status": "timeout", "extracted": "x", "num_tokens": 1, "finish_reason": "stop"},
+    ]  # fmt: skip
+    empty = scored_frame([], [])
+    assert list(empty.columns) == list(SCORED_COLUMNS) and len(empty) == 0
+    assert str(empty["num_tokens"].dtype) == "int64" and str(empty["id"].dtype) == "string"
+    with pytest.raises(ValueError, match="^more verdicts than completions$"):
+        scored_frame(rows, [*verdicts, Verdict(True, "ok", "2")])
+    with pytest.raises(StopIteration):
+        scored_frame(rows, verdicts[:2])
+
+
+def test_broken_stage_files_name_the_command_that_writes_them_again(tmp_path):
+    """A truncated generations file (grade) or an unreadable scored file (passk) is bad input whose message
+    names the file and the command of the step that writes it."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0"])
+    gen = paths.generations_file(tmp_path, "synth_easy", RUN)
+    gen.parent.mkdir(parents=True)
+    gen.write_bytes(gzip.compress(b'{"id": "p0", "answer": "2", "completions": []}\n')[:-6])
+    with pytest.raises(BadInputError) as err:
+        grade_run(cfg, RUN, "synth_easy", tmp_path)
+    assert str(gen) in str(err.value) and rerun("sample", RUN, "synth_easy") in str(err.value)
+    scored = paths.scored_file(tmp_path, "synth_easy", RUN)
+    scored.parent.mkdir(parents=True, exist_ok=True)
+    scored.write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(BadInputError) as err:
+        passk_run(cfg, RUN, "synth_easy", tmp_path)
+    assert str(scored) in str(err.value) and rerun("grade", RUN, "synth_easy") in str(err.value)

@@ -295,7 +295,11 @@ def test_comparison_components_by_hand_with_and_without_the_floors():
     assert floored.seed == 0.0  # MS_seed < MS_error in this design
     assert comparison_components(np.array(SEEDS), np.zeros((3, 4))).problem == 0.0
     one_problem = comparison_components(np.array(BOTH)[:, :1], np.full((3, 1), 0.2))
-    assert math.isnan(one_problem.total) and math.isnan(one_problem.problem)
+    assert all(
+        math.isnan(x)
+        for x in (one_problem.total, one_problem.seed, one_problem.seed_problem, one_problem.problem)
+    )
+    assert (one_problem.n_seeds, one_problem.n_problems) == (3, 1)
     assert one_problem.sampling == pytest.approx(0.2) and one_problem.n_seeds == 3
     with pytest.raises(ValueError, match=r"comparison_components: d \(4,\) and v \(4,\) must be equal"):
         comparison_components(np.zeros(4), np.zeros(4))
