@@ -9,6 +9,7 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from acerl import paths
@@ -23,6 +24,7 @@ from acerl.evaluate.pipeline import (
     grade_run,
     load_sampler,
     passk_run,
+    problem_counts,
     render_prompts,
     rerun,
     sample_run,
@@ -36,6 +38,8 @@ from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.prompts import BOXED_INSTRUCTION
+from acerl.provenance import software_stamp
+from acerl.records import read_json
 from acerl.seeds import EVAL_SEED_STREAM, name_part
 
 REPO = Path(__file__).resolve().parents[2]
@@ -290,3 +294,51 @@ def test_broken_stage_files_name_the_command_that_writes_them_again(tmp_path):
     with pytest.raises(BadInputError) as err:
         passk_run(cfg, RUN, "synth_easy", tmp_path)
     assert str(scored) in str(err.value) and rerun("grade", RUN, "synth_easy") in str(err.value)
+
+
+def test_problem_counts_keep_the_order_of_first_appearance_and_name_missing_columns():
+    scored = pd.DataFrame({"id": ["b", "a", "b", "a", "c"], "correct": [True, False, True, True, False]})
+    ids, n, c = problem_counts(scored)
+    assert ids == ["b", "a", "c"] and n.tolist() == [2, 2, 1] and c.tolist() == [2, 1, 0]
+    assert n.dtype == np.int64 and c.dtype == np.int64
+    with pytest.raises(ValueError, match=r"^scored frame lacks column\(s\) \['correct'\]$"):
+        problem_counts(scored[["id"]])
+
+
+def test_grade_and_passk_records_by_hand(tmp_path):
+    """grade_run keeps the stamps of what sampled (an older version here) beside its own; passk_run's record
+    names the benchmark, model, method and seed and holds each problem's counts and Pass@k by hand."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0", "evaluation.ks=[1,2]"])
+    old = {"acerl": "0.0.1", "git": "0" * 40}
+    rows = [
+        {"id": "q2", "answer": "4", "software": old,
+         "completions": [{"text": "\\boxed{4}", "num_tokens": 3, "finish_reason": "stop"},
+                         {"text": "\\boxed{5}", "num_tokens": 3, "finish_reason": "stop"}]},
+        {"id": "q1", "answer": "1", "software": old,
+         "completions": [{"text": "no", "num_tokens": 2, "finish_reason": "length"},
+                         {"text": "\\boxed{2}", "num_tokens": 3, "finish_reason": "stop"}]},
+    ]  # fmt: skip
+    write_jsonl(paths.generations_file(tmp_path, "synth_hard", RUN), rows)
+    scored = pd.read_parquet(grade_run(cfg, RUN, "synth_hard", tmp_path))
+    assert scored.attrs["software"] == [old, software_stamp()]
+    assert scored["correct"].tolist() == [True, False, False, False]
+    assert scored["status"].tolist() == ["ok", "ok", "no_answer", "ok"]
+    record = read_json(passk_run(cfg, RUN, "synth_hard", tmp_path))
+    assert {k: record[k] for k in ("benchmark", "model", "method", "seed", "ks", "num_problems")} == {
+        "benchmark": "synth_hard", "model": "tiny", "method": "grpo", "seed": 3, "ks": [1, 2], "num_problems": 2
+    }  # fmt: skip
+    assert record["problems"] == [{"id": "q2", "n": 2, "c": 1}, {"id": "q1", "n": 2, "c": 0}]
+    assert record["pass_at_k"] == {"1": pytest.approx(0.25), "2": pytest.approx(0.5)}
+    assert record["software"] == [old, software_stamp()]
+    curve = paths.passk_curve_file(tmp_path, "synth_hard", RUN).read_text(encoding="utf-8")
+    assert curve == f"k\tpass_at_k\n1\t{record['pass_at_k']['1']!r}\n2\t{record['pass_at_k']['2']!r}\n"
+    base = read_json(passk_run(cfg, Run("tiny", "base", 0), "synth_hard", _copy_scored(tmp_path, RUN)))
+    assert base["seed"] is None and base["method"] == "base"
+
+
+def _copy_scored(root: Path, run: Run) -> Path:
+    """The scored file of ``run`` copied to the base model's place (what passk_run of the base reads)."""
+    target = paths.scored_file(root, "synth_hard", Run("tiny", "base", 0))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(paths.scored_file(root, "synth_hard", run).read_bytes())
+    return root

@@ -376,3 +376,10 @@ def test_the_smallest_crossed_design_two_seeds_by_two_problems():
     assert comp.problem == pytest.approx(max((ms_p - ms_e) / 2, 0.0))
     lo, hi = seeds_problems_ci(np.array(d))
     assert math.isfinite(lo) and math.isfinite(hi) and lo < 0.1125 < hi
+
+
+def test_method_components_of_two_seeds():
+    x, v = np.array([[0.2, 0.9, 0.4], [0.5, 0.7, 0.1]]), np.full((2, 3), 0.01)
+    mc = method_components(x, v)
+    assert mc.between_seeds == pytest.approx(statistics.stdev([0.5, 0.43333333333333335]))
+    assert mc.training == pytest.approx(math.sqrt(max(mc.between_seeds**2 - 0.03 / 9, 0.0)))
