@@ -342,3 +342,36 @@ def _copy_scored(root: Path, run: Run) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(paths.scored_file(root, "synth_hard", run).read_bytes())
     return root
+
+
+def test_grade_run_grades_with_the_configured_grader_and_passk_reads_a_scored_file_without_stamps(
+    monkeypatch, tmp_path
+):
+    import acerl.grading
+
+    built: list[dict] = []
+
+    class Recording(acerl.grading.Grader):
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(acerl.grading, "Grader", Recording)
+    cfg = load_config(
+        REPO / "config" / "config.yaml", ["grading.workers=0", "grading.timeout_s=7", "evaluation.ks=[1]"]
+    )
+    rows = [
+        {
+            "id": "q",
+            "answer": "4",
+            "completions": [{"text": "\\boxed{4}", "num_tokens": 3, "finish_reason": "stop"}],
+        }
+    ]
+    write_jsonl(paths.generations_file(tmp_path, "synth_easy", RUN), rows)
+    scored_path = grade_run(cfg, RUN, "synth_easy", tmp_path)
+    assert built == [{"timeout_s": 7.0, "workers": 0}]
+    plain = pd.read_parquet(scored_path)
+    plain.attrs.clear()  # a scored file written before stamps were kept
+    plain.to_parquet(scored_path, index=False)
+    record = read_json(passk_run(cfg, RUN, "synth_easy", tmp_path))
+    assert record["software"] == [software_stamp()] and record["problems"] == [{"id": "q", "n": 1, "c": 1}]
