@@ -383,3 +383,7 @@ def test_method_components_of_two_seeds():
     mc = method_components(x, v)
     assert mc.between_seeds == pytest.approx(statistics.stdev([0.5, 0.43333333333333335]))
     assert mc.training == pytest.approx(math.sqrt(max(mc.between_seeds**2 - 0.03 / 9, 0.0)))
+    two_problems = method_components(x[:, :2], v[:, :2])
+    assert two_problems.problems == pytest.approx(
+        math.sqrt((statistics.variance([0.2, 0.9]) + statistics.variance([0.5, 0.7])) / 2 / 2)
+    )
