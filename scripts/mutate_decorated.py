@@ -3,7 +3,7 @@
 
 Usage::
 
-    PYTHONPATH=src python scripts/mutate_decorated.py [--copy] MODULE NAME[,NAME...] RESULTS.jsonl -- PYTEST_ARGS...
+    PYTHONPATH=src python scripts/mutate_decorated.py [--copy] [--recheck OLD.jsonl] MODULE NAME[,NAME...] RESULTS.jsonl -- PYTEST_ARGS...
 
 ``NAME`` is a module-level function or a method (``Class.method``); ``MODULE '*'`` takes every function and
 method defined in the module, in source order.
@@ -14,6 +14,11 @@ module attribute, registry entry and class attribute bound to the original funct
 then runs ``PYTEST_ARGS`` in this process (the tests are imported once) and the original is put back. One JSON
 line per mutant: the function, its index, status (``killed`` / ``survived``) and the changed lines. A results
 file is resumed.
+
+``--recheck OLD.jsonl`` runs only the mutants that ``OLD.jsonl`` records as survived (regenerated from the
+current source; one whose changed lines differ from the recorded ones is skipped, the function having changed)
+and writes their new status to ``RESULTS.jsonl``: after adding tests, it says which survivors they close. The
+tests are first run on the unmutated code, so a failing or flaky selection cannot pass for a kill.
 
 ``--copy`` is for code that runs in other processes (the grading pool's workers, started by a fork server or
 spawned, import the module afresh and never see an in-process rebinding): each mutant is written into a copy
@@ -161,10 +166,17 @@ def in_copy(module: ModuleType, original: Callable[..., Any], code: str, pytest_
 
 
 def mutate_one(
-    module: ModuleType, name: str, results: Path, pytest_args: list[str], done: set, copy: bool = False
+    module: ModuleType,
+    name: str,
+    results: Path,
+    pytest_args: list[str],
+    done: set,
+    copy: bool = False,
+    only: dict[tuple[str, int], list[str]] | None = None,
 ) -> None:
     """Make, run and record the mutants of ``name`` (``function`` or ``Class.method``) of ``module``
-    (``copy``: each in a fresh process on a copy of the package, :func:`in_copy`)."""
+    (``copy``: each in a fresh process on a copy of the package, :func:`in_copy`; ``only``: just these
+    ``(name, index)`` mutants, each given with the changed lines it had, which must still match)."""
     owner, attr = (
         (module, name) if "." not in name else (getattr(module, name.split(".")[0]), name.split(".")[1])
     )
@@ -183,9 +195,12 @@ def mutate_one(
         print(f"{name}: skipped (zero-argument super())", flush=True)
         return
     for i, mutation in enumerate(mutations):
-        if (name, i) in done:
+        if (name, i) in done or (only is not None and (name, i) not in only):
             continue
         code = parsed.deep_replace(mutation.original_node, mutation.mutated_node).code
+        if only is not None and changed_lines(bare.code, code) != only[(name, i)]:
+            print(f"{name} #{i}: skipped (the function changed since the recorded run)", flush=True)
+            continue
         if copy:
             status = in_copy(module, original, code, pytest_args)
         else:
@@ -227,14 +242,27 @@ def run_in_process(
     return "timeout" if timed_out else "survived" if exit_code == 0 else "killed"
 
 
+def survivors(path: Path) -> dict[tuple[str, int], list[str]]:
+    """``(function, index) -> changed lines`` of the mutants recorded as ``survived`` in a results file."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["function"], r["i"]): r["diff"] for r in records if r["status"] == "survived"}
+
+
 def main(argv: list[str]) -> int:
     options = argv[1 : argv.index("--")]
     copy = "--copy" in options
+    only = None
+    if "--recheck" in options:
+        at = options.index("--recheck")
+        only = survivors(Path(options[at + 1]))
+        del options[at : at + 2]
     module_name, names, results_file = [a for a in options if a != "--copy"]
     results = Path(results_file)
     pytest_args = ["-q", "-x", "-p", "no:cacheprovider", *argv[argv.index("--") + 1 :]]
     module = importlib.import_module(module_name)
     functions = module_functions(module) if names == "*" else names.split(",")
+    if only is not None:
+        functions = [f for f in functions if any(name == f for name, _ in only)]
     if pytest.main(pytest_args) != 0:
         print("the tests fail on the unmutated code", file=sys.stderr)
         return 2
@@ -244,7 +272,7 @@ def main(argv: list[str]) -> int:
             record = json.loads(line)
             done.add((record["function"], record["i"]))
     for name in functions:
-        mutate_one(module, name, results, pytest_args, done, copy)
+        mutate_one(module, name, results, pytest_args, done, copy, only)
     return 0
 
 
