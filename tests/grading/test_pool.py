@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from acerl.grading import Grader
+from acerl.grading.pool import WorkerPool
 
 # Inputs from grading.md that take math-verify seconds (or, on some versions, forever).
 HANGING_DFRAC = "\\boxed{\\dfrac{5^{\\left(5^{\\left(5^{\\left(5^5\\right)}\\right)} - 4\\right)} - 5}{16}}"
@@ -132,3 +133,19 @@ def test_close_leaves_no_processes():
     assert all(_gone(pid) for pid in pids)
     with pytest.raises(RuntimeError, match="closed"):
         g.grade("\\boxed{x+1}", "2+x")
+
+
+def test_pool_settings_and_their_checks():
+    """The fork server by default, 300 s to start a worker; one worker at least, and never ``fork``."""
+    p = WorkerPool(1, 5, 2)
+    try:
+        assert p._ctx.get_start_method() == "forkserver" and p.start_timeout_s == 300.0
+        assert (p.n_workers, p.timeout_s, p.mv_timeout_s) == (1, 5.0, 2)
+    finally:
+        p.close()
+    with pytest.raises(ValueError, match=r"^WorkerPool needs n_workers >= 1, got 0$"):
+        WorkerPool(0, 5, 2)
+    with pytest.raises(
+        ValueError, match=r"^mp_context must be 'spawn' or 'forkserver' \(fork is unsafe here\), got 'fork'$"
+    ):
+        WorkerPool(1, 5, 2, mp_context="fork")  # type: ignore[arg-type]
