@@ -198,14 +198,15 @@ def mutate_one(
         if (name, i) in done or (only is not None and (name, i) not in only):
             continue
         code = parsed.deep_replace(mutation.original_node, mutation.mutated_node).code
-        if only is not None and changed_lines(bare.code, code) != only[(name, i)]:
+        diff = changed_lines(bare.code, code)
+        if only is not None and diff != only[(name, i)]:
             print(f"{name} #{i}: skipped (the function changed since the recorded run)", flush=True)
             continue
         if copy:
             status = in_copy(module, original, code, pytest_args)
         else:
             status = run_in_process(module, owner, attr, member, original, code, decorators, pytest_args)
-        record = {"i": i, "function": name, "status": status, "diff": changed_lines(bare.code, code)}
+        record = {"i": i, "function": name, "status": status, "diff": diff}
         with results.open("a") as out:
             out.write(json.dumps(record) + "\n")
         print("MUTANT", json.dumps(record), flush=True)
@@ -242,10 +243,14 @@ def run_in_process(
     return "timeout" if timed_out else "survived" if exit_code == 0 else "killed"
 
 
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a results file (one JSON object per line)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def survivors(path: Path) -> dict[tuple[str, int], list[str]]:
     """``(function, index) -> changed lines`` of the mutants recorded as ``survived`` in a results file."""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {(r["function"], r["i"]): r["diff"] for r in records if r["status"] == "survived"}
+    return {(r["function"], r["i"]): r["diff"] for r in read_records(path) if r["status"] == "survived"}
 
 
 def main(argv: list[str]) -> int:
@@ -266,11 +271,7 @@ def main(argv: list[str]) -> int:
     if pytest.main(pytest_args) != 0:
         print("the tests fail on the unmutated code", file=sys.stderr)
         return 2
-    done = set()
-    if results.exists():
-        for line in results.read_text().splitlines():
-            record = json.loads(line)
-            done.add((record["function"], record["i"]))
+    done = {(r["function"], r["i"]) for r in read_records(results)} if results.exists() else set()
     for name in functions:
         mutate_one(module, name, results, pytest_args, done, copy, only)
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_pipeline import Interrupted, Recording
 
 from acerl import paths
 from acerl.config import Run, load_config
@@ -46,6 +47,15 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = Run("tiny", "grpo", 3)
 PINNED = [510991538, 1895177159, 793177634]
 """The shard seeds of evaluation.seed 1234, synth_easy, run seed 0, shards 0-2 (every stored generation used them)."""
+
+
+def _tiny_policy(root: Path, tok) -> Path:
+    """A random 1-layer tiny Llama and ``tok`` saved as the policy folder of ``RUN`` under ``root``."""
+    config = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=32)
+    policy = paths.policy_dir(root, RUN)
+    build_tiny_model(config, tok, seed=0).save_pretrained(policy)
+    tok.save_pretrained(policy)
+    return policy
 
 
 def test_eval_shard_seed_is_the_seed_sequence_of_all_its_parts_and_pinned():
@@ -148,11 +158,7 @@ def test_sample_run_loads_the_run_s_policy_renders_chat_prompts_and_samples_with
     )
     tok = build_char_tokenizer()
     tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
-    model = build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2,
-                                             intermediate_size=32), tok, seed=0)  # fmt: skip
-    policy = paths.policy_dir(tmp_path, RUN)
-    model.save_pretrained(policy)
-    tok.save_pretrained(policy)
+    policy = _tiny_policy(tmp_path, tok)
     problems = [{"id": "p0", "problem": "1+1", "answer": "2"}, {"id": "p1", "problem": "2+3", "answer": "5"}]
     write_jsonl(paths.data_file(tmp_path, "synth_easy"), problems)
     seen: list[tuple] = []
@@ -209,24 +215,6 @@ def test_rerun_names_the_command_that_writes_the_output_again():
     )
 
 
-class _Stop(Exception):
-    pass
-
-
-class _Counting:
-    """A real sampler that records the prompts it samples and can stop the job after ``stop_after`` shards."""
-
-    def __init__(self, inner, stop_after: int | None = None) -> None:
-        self.inner, self.stop_after, self.calls = inner, stop_after, []
-        self.tokenizer = inner.tokenizer
-
-    def generate(self, prompts, params):
-        if self.stop_after is not None and len(self.calls) >= self.stop_after:
-            raise _Stop
-        self.calls.append(list(prompts))
-        return self.inner.generate(prompts, params)
-
-
 @pytest.mark.parametrize("change", ["problem id", "evaluation seed", "model files", "nothing"])
 def test_finished_shards_are_reused_only_for_the_same_items_seed_and_model(tmp_path, change):
     """A killed sampling job leaves its finished shards; the rerun keeps them only if the problems (ids and
@@ -234,17 +222,12 @@ def test_finished_shards_are_reused_only_for_the_same_items_seed_and_model(tmp_p
     overrides = ["evaluation.n=2", "evaluation.shard_size=1", "evaluation.ks=[1,2]",
                  "models.tiny.train.max_response_length=4", "families.dapo.overlong.buffer=2", "compute.device=cpu"]  # fmt: skip
     cfg = load_config(REPO / "config" / "config.yaml", overrides)
-    tok = build_char_tokenizer()
-    model = build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2,
-                                             intermediate_size=32), tok, seed=0)  # fmt: skip
-    policy = paths.policy_dir(tmp_path, RUN)
-    model.save_pretrained(policy)
-    tok.save_pretrained(policy)
+    policy = _tiny_policy(tmp_path, build_char_tokenizer())
     problems = [{"id": f"p{i}", "problem": f"{i}+1", "answer": str(i + 1)} for i in range(3)]
     write_jsonl(paths.data_file(tmp_path, "synth_easy"), problems)
     inner = make_sampler("hf", policy, device="cpu", batch_size=8)
-    with pytest.raises(_Stop):
-        sample_run(cfg, RUN, "synth_easy", tmp_path, sampler=_Counting(inner, stop_after=2), progress=False)
+    with pytest.raises(Interrupted):
+        sample_run(cfg, RUN, "synth_easy", tmp_path, sampler=Recording(inner, fail_after=2), progress=False)
     if change == "problem id":
         problems[0]["id"] = "renamed"
         write_jsonl(paths.data_file(tmp_path, "synth_easy"), problems)
@@ -252,7 +235,7 @@ def test_finished_shards_are_reused_only_for_the_same_items_seed_and_model(tmp_p
         cfg = load_config(REPO / "config" / "config.yaml", [*overrides, "evaluation.seed=99"])
     elif change == "model files":
         (policy / "generation_config.json").write_text('{"note": "another model"}', encoding="utf-8")
-    rerun = _Counting(inner)
+    rerun = Recording(inner)
     sample_run(cfg, RUN, "synth_easy", tmp_path, sampler=rerun, progress=False)
     assert len(rerun.calls) == (1 if change == "nothing" else 3)
 
