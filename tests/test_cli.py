@@ -155,6 +155,33 @@ def test_closed_stdout_ends_quietly_like_a_unix_tool() -> None:
     assert err == ""
 
 
+def test_python_dash_m_acerl_grades_with_worker_processes(tmp_path: Path) -> None:
+    """``python -m acerl`` is the command where no console script is installed (a ``--target`` install on a
+    GPU machine): ``acerl grade`` through it starts the grader's worker processes and writes every verdict."""
+    run = ["--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
+    gen = paths.generations_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0))
+    completions = [{"text": f"\\boxed{{{i}}}", "finish_reason": "stop", "num_tokens": 5} for i in range(4)]
+    write_jsonl(gen, [{"id": f"q{j}", "answer": "3", "completions": completions} for j in range(3)])
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "acerl", "grade", *run, "--root", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    scored = pd.read_parquet(paths.scored_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0)))
+    assert len(scored) == 3 * 4
+    assert scored["correct"].sum() == 3  # one completion per question, boxed{3}, is right
+
+
+def test_acerl_main_module_is_inert_when_reimported() -> None:
+    """A worker process re-imports the main script under ``__mp_main__`` (multiprocessing's spawn/forkserver
+    start): ``acerl/__main__.py`` must not run the command again there."""
+    import runpy
+
+    namespace = runpy.run_path(str(REPO / "src" / "acerl" / "__main__.py"), run_name="__mp_main__")
+    assert namespace["main"] is main  # imported, not called: calling it would parse pytest's argv and exit
+
+
 def _truncate(path: Path) -> None:
     """Cut ``path`` to half its size: a copy or a write cut short (a full disk)."""
     data = path.read_bytes()
