@@ -165,7 +165,11 @@ def test_python_dash_m_acerl_grades_with_worker_processes(tmp_path: Path) -> Non
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     proc = subprocess.run(
         [sys.executable, "-m", "acerl", "grade", *run, "--root", str(tmp_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     scored = pd.read_parquet(paths.scored_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0)))
