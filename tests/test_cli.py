@@ -4,6 +4,7 @@ training command; a closed stdout ends quietly; hub models come from the local H
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import shlex
@@ -15,7 +16,7 @@ import pandas as pd
 import pytest
 
 from acerl import paths
-from acerl.cli import build_parser, config_files, main
+from acerl.cli import UNGUARDED_SCRIPT, build_parser, config_files, main, reimported_in_a_worker
 from acerl.config import Run, load_config
 from acerl.errors import BadInputError, MissingInputError, SourceUnavailableError
 from acerl.io import write_jsonl
@@ -155,26 +156,42 @@ def test_closed_stdout_ends_quietly_like_a_unix_tool() -> None:
     assert err == ""
 
 
-def test_python_dash_m_acerl_grades_with_worker_processes(tmp_path: Path) -> None:
-    """``python -m acerl`` is the command where no console script is installed (a ``--target`` install on a
-    GPU machine): ``acerl grade`` through it starts the grader's worker processes and writes every verdict."""
-    run = ["--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
-    gen = paths.generations_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0))
-    completions = [{"text": f"\\boxed{{{i}}}", "finish_reason": "stop", "num_tokens": 5} for i in range(4)]
-    write_jsonl(gen, [{"id": f"q{j}", "answer": "3", "completions": completions} for j in range(3)])
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "acerl", "grade", *run, "--root", str(tmp_path)],
+def _write_root_generations(root: Path, run: Run) -> None:
+    """Three questions (gold 3) x four completions \\boxed{\\sqrt{i^2}}, i = 0..3: square roots are past the
+    grader's fast path, so math-verify grades them in the worker processes; one completion per question is right."""
+    completions = [
+        {"text": f"\\boxed{{\\sqrt{{{i * i}}}}}", "finish_reason": "stop", "num_tokens": 9} for i in range(4)
+    ]
+    write_jsonl(
+        paths.generations_file(root, "synth_easy", run),
+        [{"id": f"q{j}", "answer": "3", "completions": completions} for j in range(3)],
+    )
+
+
+GRADE_JOB = ["grade", "--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
+
+
+def _grade_in_subprocess(root: Path, *launcher: str) -> subprocess.CompletedProcess[str]:
+    """``acerl grade`` of the square-root generations under ``root``, started as ``launcher`` (a fresh process)."""
+    _write_root_generations(root, Run("tiny", "grpo", 0))
+    return subprocess.run(
+        [sys.executable, *launcher, *GRADE_JOB, "--root", str(root)],
         cwd=REPO,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_python_dash_m_acerl_grades_with_worker_processes(tmp_path: Path) -> None:
+    """``python -m acerl`` is the command where no console script is installed (a ``--target`` install on a
+    GPU machine): ``acerl grade`` through it starts the grader's worker processes and writes every verdict."""
+    proc = _grade_in_subprocess(tmp_path, "-m", "acerl")
     assert proc.returncode == 0, proc.stderr
     scored = pd.read_parquet(paths.scored_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0)))
     assert len(scored) == 3 * 4
-    assert scored["correct"].sum() == 3  # one completion per question, boxed{3}, is right
+    assert scored["correct"].sum() == 3  # \\sqrt{9} in each question
 
 
 def test_acerl_main_module_is_inert_when_reimported() -> None:
@@ -184,6 +201,28 @@ def test_acerl_main_module_is_inert_when_reimported() -> None:
 
     namespace = runpy.run_path(str(REPO / "src" / "acerl" / "__main__.py"), run_name="__mp_main__")
     assert namespace["main"] is main  # imported, not called: calling it would parse pytest's argv and exit
+
+
+def test_unguarded_script_is_refused_in_workers_not_rerun(tmp_path: Path) -> None:
+    """A hand-made ``acerl`` script without the ``__main__`` guard (seen on a GPU machine): each grader worker
+    re-imports it while starting; the command must not run again there (it once retrained a whole run inside a
+    worker) but say which guard is missing, and the parent's error points to that message."""
+    script = tmp_path / "acerl-unguarded"
+    script.write_text("import sys\nfrom acerl.cli import main\nsys.exit(main())\n")
+    proc = _grade_in_subprocess(tmp_path, str(script))
+    assert proc.returncode != 0
+    assert UNGUARDED_SCRIPT in proc.stderr
+    assert "grader worker died while starting" in proc.stderr
+    assert "stderr above" in proc.stderr
+    assert not paths.scored_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0)).exists()
+
+
+def test_main_refuses_to_run_while_a_worker_imports_it(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    assert reimported_in_a_worker()
+    code, out, err = run_main(capsys, "config", "runs")
+    assert (code, out) == (2, "")
+    assert err.strip() == UNGUARDED_SCRIPT
 
 
 def _truncate(path: Path) -> None:

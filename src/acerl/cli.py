@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import sys
 import traceback
@@ -393,7 +394,24 @@ def _quiet_broken_pipe() -> int:
     return EXIT_BROKEN_PIPE
 
 
+UNGUARDED_SCRIPT = (
+    "acerl: this process is a worker starting up, and the script that runs acerl called main() while Python "
+    'imported it: add the `if __name__ == "__main__":` guard to that script, or run `python -m acerl` or the '
+    "`acerl` that pip installs"
+)
+
+
+def reimported_in_a_worker() -> bool:
+    """True while a spawn/forkserver child process imports the parent's main script (``multiprocessing`` marks
+    the process as inheriting for exactly that window): a script calling :func:`main` without the
+    ``if __name__ == "__main__":`` guard would otherwise run the whole command again inside every grader worker."""
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
 def main(argv: list[str] | None = None) -> int:
+    if reimported_in_a_worker():
+        print(UNGUARDED_SCRIPT, file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     try:

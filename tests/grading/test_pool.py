@@ -135,6 +135,23 @@ def test_close_leaves_no_processes():
         g.grade("\\boxed{x+1}", "2+x")
 
 
+def test_a_broken_dispatcher_fails_the_waiting_caller_instead_of_grading_it_wrong(monkeypatch):
+    """When the pool itself breaks (here its worker start, as when every worker dies while starting), the batch
+    being graded raises in the caller; scoring its items ``error`` would train on, or report, zero rewards."""
+
+    def broken_start(self):
+        raise RuntimeError("grader worker died while starting (exit code 1), 3 times")
+
+    monkeypatch.setattr(WorkerPool, "_maintain_workers", broken_start)
+    with Grader(timeout_s=5, workers=1) as g:
+        with pytest.raises(RuntimeError, match="(?s)grader workers failed: .*died while starting"):
+            g.grade_many([("\\boxed{x+1}", "1+x"), ("\\boxed{x+2}", "2+x")])
+        with pytest.raises(RuntimeError, match="grader workers failed"):  # and every later batch
+            g.grade("\\boxed{x+3}", "3+x")
+        assert g.grade("\\boxed{7}", "7").correct  # the fast path needs no worker
+        assert g._cache == {}  # nothing of the failure was cached as a verdict
+
+
 def test_pool_settings_and_their_checks():
     """The fork server by default, 300 s to start a worker; one worker at least, and never ``fork``."""
     p = WorkerPool(1, 5, 2)

@@ -83,20 +83,29 @@ class Job:
     pairs: list[Pair]
     outcomes: dict[Pair, Outcome] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
+    failure: str | None = None
+    """Why the pool stopped before grading every pair (the dispatcher's traceback); :meth:`wait` raises it."""
 
     def resolve(self, pair: Pair, outcome: Outcome) -> None:
         self.outcomes[pair] = outcome
         if len(self.outcomes) == len(self.pairs):
             self.done.set()
 
+    def fail(self, failure: str) -> None:
+        self.failure = failure
+        self.done.set()
+
     def wait(
         self, on_progress: Callable[[int], None] | None = None, poll_s: float = 0.2
     ) -> dict[Pair, Outcome]:
-        """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting."""
+        """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting. Raises
+        ``RuntimeError`` if the pool's dispatcher failed (workers that cannot start, say) before it finished."""
         while not self.done.wait(poll_s if on_progress else None):
             on_progress(len(self.outcomes))  # type: ignore[misc]
         if on_progress:
             on_progress(len(self.outcomes))
+        if self.failure is not None:
+            raise RuntimeError(f"grader workers failed: {self.failure}")
         return self.outcomes
 
 
@@ -218,7 +227,12 @@ class WorkerPool:
                 self._stopped = True
                 self._take_submissions()
             for task in list(self._tasks.values()):
-                self._finish(task, (False, "error", reason))
+                if self._failure is None:
+                    self._finish(task, (False, "error", reason))
+                else:  # the pool broke, not the item: the waiting caller fails rather than score it wrong
+                    self._tasks.pop(task.pair, None)
+                    for job in task.jobs:
+                        job.fail(self._failure)
 
     def _take_submissions(self) -> bool:
         """Move submitted jobs into the pending queue; False once close() was called."""
@@ -340,7 +354,8 @@ class WorkerPool:
             self._start_failures += 1
             if self._start_failures >= MAX_START_FAILURES:
                 raise RuntimeError(
-                    f"grader worker died while starting (exit code {code}), {self._start_failures} times"
+                    f"grader worker died while starting (exit code {code}), {self._start_failures} times; "
+                    "its own message, if any, is in this process's stderr above"
                 )
         self._replace(worker, kill=True)
 
