@@ -225,6 +225,28 @@ def test_main_refuses_to_run_while_a_worker_imports_it(capsys, monkeypatch: pyte
     assert err.strip() == UNGUARDED_SCRIPT
 
 
+@pytest.mark.parametrize(
+    ("completions", "needle"),
+    [
+        ([{"text": "3", "finish_reason": "stop"}], "completion 0: missing key(s) 'num_tokens'"),
+        (
+            [{"text": "3", "finish_reason": "stop", "num_tokens": 1}, "3"],
+            "completion 1: missing key(s) 'text'",
+        ),
+        ("3", "'completions' is a str, expected a list"),
+    ],
+)
+def test_malformed_completion_is_one_line_exit_4(capsys, tmp_path: Path, completions, needle) -> None:
+    run = ["--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
+    gen = paths.generations_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0))
+    write_jsonl(gen, [{"id": "q7", "answer": "3", "completions": completions}])
+    code, _, err = run_main(capsys, "grade", *run, "--root", str(tmp_path))
+    assert code == BadInputError.exit_code == 4
+    assert_one_line(
+        err, "acerl grade: bad input:", str(gen), "row id 'q7'", needle, f"acerl sample {' '.join(run)}"
+    )
+
+
 def _truncate(path: Path) -> None:
     """Cut ``path`` to half its size: a copy or a write cut short (a full disk)."""
     data = path.read_bytes()

@@ -39,7 +39,7 @@ from acerl.generate.shards import (
     remove_shards,
     run_sharded,
 )
-from acerl.io import atomic_path, read_jsonl, write_jsonl, write_text
+from acerl.io import DataFormatError, atomic_path, read_jsonl, write_jsonl, write_text
 from acerl.prompts import build_prompt
 from acerl.provenance import software_stamp, stamps_in
 from acerl.records import passk_record, write_passk_record
@@ -263,6 +263,29 @@ def sample_run(
 
 
 # ----------------------------------------------------------------------------------------------- grade
+COMPLETION_KEYS = ("text", "finish_reason", "num_tokens")
+"""What grading reads of each completion of a generations row."""
+
+
+def check_completions(rows: Sequence[dict[str, Any]], path: Path, remake: str) -> None:
+    """Every row's ``completions`` is a list of objects holding :data:`COMPLETION_KEYS`; else a one-line
+    :class:`~acerl.io.DataFormatError` naming the file, the row's id and the completion, and ``remake``."""
+    for row in rows:
+        completions = row["completions"]
+        if not isinstance(completions, list):
+            kind = type(completions).__name__
+            raise DataFormatError(
+                f"{path}: row id {row['id']!r}: 'completions' is a {kind}, expected a list; {remake}"
+            )
+        for j, comp in enumerate(completions):
+            missing = [key for key in COMPLETION_KEYS if not isinstance(comp, dict) or key not in comp]
+            if missing:
+                raise DataFormatError(
+                    f"{path}: row id {row['id']!r}, completion {j}: missing key(s) "
+                    f"{', '.join(map(repr, missing))}; {remake}"
+                )
+
+
 def scored_frame(rows: Sequence[dict[str, Any]], verdicts: Sequence[Any]) -> pd.DataFrame:
     """One row per sample (:data:`SCORED_COLUMNS`) from generation rows and their verdicts in flattened order
     (problem-major, then sample index)."""
@@ -316,9 +339,9 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     gen_file = paths.generations_file(root, benchmark, run)
     if not gen_file.is_file():
         raise MissingInputError(f"generations file not found: {gen_file} (run the sample step first)")
-    rows = read_jsonl(
-        gen_file, required=("id", "answer", "completions"), remake=rerun("sample", run, benchmark)
-    )
+    remake = rerun("sample", run, benchmark)
+    rows = read_jsonl(gen_file, required=("id", "answer", "completions"), remake=remake)
+    check_completions(rows, gen_file, remake)
     items = [(str(c["text"]), str(row["answer"])) for row in rows for c in row["completions"]]
     with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:
         verdicts = grader.grade_many(items)
