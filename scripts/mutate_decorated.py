@@ -253,17 +253,39 @@ def survivors(path: Path) -> dict[tuple[str, int], list[str]]:
     return {(r["function"], r["i"]): r["diff"] for r in read_records(path) if r["status"] == "survived"}
 
 
-def main(argv: list[str]) -> int:
+USAGE = (
+    "usage: mutate_decorated.py [--copy] [--recheck OLD.jsonl] MODULE NAME[,NAME...]|'*' RESULTS.jsonl "
+    "-- PYTEST_ARGS..."
+)
+
+
+def parse_args(argv: list[str]) -> tuple[bool, Path | None, str, str, Path, list[str]]:
+    """``(copy, recheck file, module, names, results file, pytest arguments)``; a usage error exits with the
+    usage line and what is wrong, not a traceback."""
+    if "--" not in argv:
+        raise SystemExit(f"{USAGE}\nmissing `--` before the pytest arguments")
     options = argv[1 : argv.index("--")]
     copy = "--copy" in options
-    only = None
+    options = [a for a in options if a != "--copy"]
+    recheck = None
     if "--recheck" in options:
         at = options.index("--recheck")
-        only = survivors(Path(options[at + 1]))
+        if at + 1 >= len(options):
+            raise SystemExit(f"{USAGE}\n--recheck needs the results file of the earlier run")
+        recheck = Path(options[at + 1])
+        if not recheck.is_file():
+            raise SystemExit(f"{USAGE}\n--recheck {recheck}: no such results file")
         del options[at : at + 2]
-    module_name, names, results_file = [a for a in options if a != "--copy"]
-    results = Path(results_file)
-    pytest_args = ["-q", "-x", "-p", "no:cacheprovider", *argv[argv.index("--") + 1 :]]
+    if len(options) != 3 or any(a.startswith("--") for a in options):
+        raise SystemExit(f"{USAGE}\nexpected MODULE, NAMES and RESULTS.jsonl, got {options}")
+    module_name, names, results_file = options
+    return copy, recheck, module_name, names, Path(results_file), argv[argv.index("--") + 1 :]
+
+
+def main(argv: list[str]) -> int:
+    copy, recheck, module_name, names, results, selection = parse_args(argv)
+    only = None if recheck is None else survivors(recheck)
+    pytest_args = ["-q", "-x", "-p", "no:cacheprovider", *selection]
     module = importlib.import_module(module_name)
     functions = module_functions(module) if names == "*" else names.split(",")
     if only is not None:

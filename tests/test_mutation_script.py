@@ -121,3 +121,24 @@ def test_a_recheck_skips_mutants_of_a_function_that_changed(tmp_path):
     new = _records(tmp_path / "new.jsonl") if (tmp_path / "new.jsonl").exists() else []
     old = {(r["i"], tuple(r["diff"])) for r in _records(tmp_path / "weak.jsonl")}
     assert all((r["i"], tuple(r["diff"])) in old for r in new)  # only mutants that are still the same
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (
+            ["demo.core", "clip", "out.jsonl", "tests/test_weak.py"],
+            "missing `--` before the pytest arguments",
+        ),
+        (["demo.core", "out.jsonl", "--", "tests/test_weak.py"], "expected MODULE, NAMES and RESULTS.jsonl"),
+        (
+            ["--recheck", "nowhere.jsonl", "demo.core", "clip", "o.jsonl", "--", "t.py"],
+            "no such results file",
+        ),
+        (["demo.core", "clip", "o.jsonl", "--recheck", "--", "t.py"], "--recheck needs the results file"),
+    ],
+)
+def test_usage_errors_say_what_is_wrong(tmp_path, args, why):
+    run = _run(tmp_path, *args)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.startswith("usage: mutate_decorated.py") and why in run.stderr
