@@ -1,10 +1,13 @@
 """The checkpoint folder's bookkeeping on files we make (acerl.train.checkpoint): which folders count as
 checkpoints, which one is the latest, and what makes one incomplete. The kill-and-resume tests
 (``test_resume.py``) run whole trainings with at most two checkpoints kept; these cover the cases they do not reach
-(a third checkpoint, steps of different widths, a folder that only looks like a checkpoint)."""
+(a third checkpoint, steps of different widths, a folder that only looks like a checkpoint), and save, load,
+fall-back and supersede in this process, where the resume tests' killed trainings run in subprocesses."""
 
 from __future__ import annotations
 
+import logging
+import re
 import zipfile
 from pathlib import Path
 
@@ -12,6 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from acerl import paths
+from acerl.config import Run
 from acerl.errors import BadInputError
 from acerl.train.checkpoint import (
     LATEST_FILE,
@@ -22,7 +27,12 @@ from acerl.train.checkpoint import (
     check_complete,
     checkpoint_name,
     find_latest,
+    latest_usable,
     list_checkpoints,
+    load_checkpoint,
+    read_trainer_state,
+    save_checkpoint,
+    supersede_stale_state,
 )
 
 
@@ -88,3 +98,113 @@ def test_check_complete_accepts_a_checkpoint_without_reference_and_refuses_a_tru
     (worse / OPTIMIZER_FILE).write_bytes((worse / OPTIMIZER_FILE).read_bytes()[:-30])  # ... cut short
     with pytest.raises(BadInputError, match=OPTIMIZER_FILE):
         check_complete(worse)
+
+
+# ------------------------------------------------------------------- save, load, fall back (in this process)
+def _modules(seed: int) -> tuple[torch.nn.Module, torch.nn.Module, torch.optim.Optimizer]:
+    """A policy, a reference that differs from it, and an AdamW that has taken one step (non-empty state)."""
+    torch.manual_seed(seed)
+    model, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    return model, ref, optimizer
+
+
+def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+
+
+def test_save_and_load_round_trip_with_an_ema_reference(tmp_path):
+    model, ref, optimizer = _modules(0)
+    path = save_checkpoint(tmp_path, 4, model, optimizer, {"epoch": 1}, keep=2, ref_model=ref)
+    assert path == tmp_path / checkpoint_name(4)
+    assert (tmp_path / LATEST_FILE).read_text() == checkpoint_name(4) + "\n"
+    model2, ref2, optimizer2 = _modules(1)
+    assert not _same(model2, model) and not _same(ref2, ref)
+    state = load_checkpoint(path, model2, optimizer2, ref_model=ref2)  # the default device, the CPU
+    assert state == {"epoch": 1, "step": 4} == read_trainer_state(path)
+    assert _same(model2, model) and _same(ref2, ref) and not _same(ref2, model)
+    saved, loaded = optimizer.state_dict()["state"][0], optimizer2.state_dict()["state"][0]
+    assert all(torch.equal(saved[k], loaded[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+
+
+def test_save_keeps_the_newest_checkpoints(tmp_path):
+    model, _, optimizer = _modules(0)
+    for step in (1, 2, 3, 4):
+        save_checkpoint(tmp_path, step, model, optimizer, {}, keep=2)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 4]
+
+
+def test_loading_a_reference_the_checkpoint_does_not_have_says_so(tmp_path):
+    model, ref, optimizer = _modules(0)
+    path = save_checkpoint(tmp_path, 2, model, optimizer, {}, keep=2)
+    with pytest.raises(FileNotFoundError, match=f"{path} has no {REF_FILE}; it was not written with an EMA"):
+        load_checkpoint(path, model, optimizer, ref_model=ref)
+
+
+def test_loading_into_another_architecture_fails(tmp_path):
+    """``strict``: a checkpoint of other parameter names is refused, not loaded half-way (one check per file). The
+    run spec check (:func:`supersede_stale_state`) keeps a changed architecture from getting this far."""
+    model, ref, optimizer = _modules(0)
+    path = save_checkpoint(tmp_path, 2, model, optimizer, {}, keep=2, ref_model=ref)
+    other = torch.nn.Sequential(torch.nn.Linear(3, 2))  # the same shapes under the names 0.weight, 0.bias
+    with pytest.raises(BadInputError, match=rf"^{re.escape(str(path / MODEL_FILE))} .*Missing key"):
+        load_checkpoint(path, other, torch.optim.AdamW(other.parameters()))
+    with pytest.raises(BadInputError, match=rf"^{re.escape(str(path / REF_FILE))} .*Missing key"):
+        load_checkpoint(path, model, optimizer, ref_model=other)
+
+
+@pytest.mark.parametrize("name", [MODEL_FILE, REF_FILE, OPTIMIZER_FILE, STATE_FILE])
+def test_a_corrupt_file_is_a_bad_input_naming_it_and_the_folder_to_delete(tmp_path, name):
+    model, ref, optimizer = _modules(0)
+    path = save_checkpoint(tmp_path, 2, model, optimizer, {}, keep=2, ref_model=ref)
+    (path / name).write_bytes(b"\x00" * 64)
+    with pytest.raises(BadInputError) as err:
+        load_checkpoint(path, model, optimizer, ref_model=ref)
+    message = str(err.value)
+    assert message.startswith(f"{path / name} is unreadable (truncated or corrupt")
+    assert f"delete {path} and rerun the same command" in message
+
+
+def test_fallback_to_an_older_checkpoint_is_logged_and_only_then(tmp_path, caplog):
+    for step in (2, 4):
+        _checkpoint(tmp_path, step)
+    with caplog.at_level(logging.WARNING, logger="acerl.train.checkpoint"):
+        assert latest_usable(tmp_path) == tmp_path / checkpoint_name(4)
+    assert caplog.records == []  # the newest is complete: nothing to say
+    newest = tmp_path / checkpoint_name(4) / MODEL_FILE
+    newest.write_bytes(newest.read_bytes()[:10])
+    with caplog.at_level(logging.WARNING, logger="acerl.train.checkpoint"):
+        assert latest_usable(tmp_path) == tmp_path / checkpoint_name(2)
+    (record,) = caplog.records
+    assert record.getMessage().startswith(f"{newest} is unreadable")
+    assert record.getMessage().endswith(
+        f"; resuming from the previous complete checkpoint {tmp_path / checkpoint_name(2)} instead"
+    )
+
+
+def test_stale_state_is_moved_aside_under_a_utc_stamp_and_named(tmp_path, caplog):
+    run = Run("tiny", "ace_grpo", 3)
+    ckpts, diag = paths.checkpoints_dir(tmp_path, run), paths.diag_dir(tmp_path, run)
+    newest = _checkpoint(ckpts, 6)
+    (diag / "step_000002").mkdir(parents=True)
+    extra = tmp_path / "verl_snapshots"
+    extra.mkdir()
+    (extra / "a.pt").write_bytes(b"x")
+    absent = tmp_path / "never_made"
+    with caplog.at_level(logging.WARNING, logger="acerl.train.checkpoint"):
+        moved = supersede_stale_state(tmp_path, run, newest, also=(extra, absent))
+    assert [p.parent for p in moved] == [ckpts.parent, diag.parent, tmp_path]
+    for folder, target in zip((ckpts, diag, extra), moved, strict=True):
+        assert re.fullmatch(rf"{folder.name}\.superseded-\d{{8}}T\d{{6}}Z", target.name), target.name
+        assert target.is_dir() and not folder.exists()
+    assert (moved[0] / checkpoint_name(6) / STATE_FILE).is_file()  # moved, not deleted
+    assert (moved[2] / "a.pt").read_bytes() == b"x" and not absent.exists()
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert message.startswith(f"{run.id}: checkpoint {newest} was written with other settings")
+    assert f"moved to {', '.join(map(str, moved))}: delete it" in message
+    assert supersede_stale_state(tmp_path, run, newest) == []  # nothing left to move
