@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -11,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from acerl.grading import Grader
-from acerl.grading.pool import WorkerPool
+from acerl.grading.pool import POOL_ERROR, WorkerPool
 
 # Inputs from grading.md that take math-verify seconds (or, on some versions, forever).
 HANGING_DFRAC = "\\boxed{\\dfrac{5^{\\left(5^{\\left(5^{\\left(5^5\\right)}\\right)} - 4\\right)} - 5}{16}}"
@@ -135,7 +136,7 @@ def test_close_leaves_no_processes():
         g.grade("\\boxed{x+1}", "2+x")
 
 
-def test_a_broken_dispatcher_fails_the_waiting_caller_instead_of_grading_it_wrong(monkeypatch):
+def test_a_broken_dispatcher_fails_the_waiting_caller_instead_of_grading_it_wrong(monkeypatch, caplog):
     """When the pool itself breaks (here its worker start, as when every worker dies while starting), the batch
     being graded raises in the caller; scoring its items ``error`` would train on, or report, zero rewards."""
 
@@ -150,6 +151,11 @@ def test_a_broken_dispatcher_fails_the_waiting_caller_instead_of_grading_it_wron
             g.grade("\\boxed{x+3}", "3+x")
         assert g.grade("\\boxed{7}", "7").correct  # the fast path needs no worker
         assert g._cache == {}  # nothing of the failure was cached as a verdict
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage().startswith("grader dispatcher crashed:\nTraceback (most recent call last):")
+    assert record.getMessage().endswith(
+        "RuntimeError: grader worker died while starting (exit code 1), 3 times\n"
+    )
 
 
 def test_pool_settings_and_their_checks():
@@ -166,3 +172,30 @@ def test_pool_settings_and_their_checks():
         ValueError, match=r"^mp_context must be 'spawn' or 'forkserver' \(fork is unsafe here\), got 'fork'$"
     ):
         WorkerPool(1, 5, 2, mp_context="fork")  # type: ignore[arg-type]
+
+
+def test_progress_is_reported_while_a_batch_waits(one_worker):
+    """``Job.wait(on_progress)`` polls every 0.2 s: a batch held up by a slow item reports many times, from 0
+    done to all done (the progress bar of a long grading job moves)."""
+    calls: list[int] = []
+    job = one_worker._pool.submit([("\\boxed{10^{10^{10}}}", "8"), ("\\boxed{x+6}", "6+x")])
+    outcomes = job.wait(calls.append)
+    assert len(outcomes) == 2 and calls[-1] == 2
+    assert len(calls) >= 6 and calls == sorted(calls)  # the hard limit (3 s) ends the slow item
+
+
+def test_closing_with_items_in_flight_scores_them_error_and_says_why():
+    """A grader closed while a caller waits (an interrupted job's cleanup): the caller gets ``error`` verdicts
+    that say so, not a hang; a pool failure is not cached as the pair's verdict."""
+    g = Grader(timeout_s=60, workers=1, mv_timeout_s=30)
+    assert g.grade("\\boxed{x+1}", "1+x").correct  # the worker is up
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(v=g.grade_many([("\\boxed{10^{10^{10}}}", "9")])))
+    thread.start()
+    time.sleep(1.0)
+    g.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    (verdict,) = result["v"]
+    assert (verdict.correct, verdict.status) == (False, "error")
+    assert verdict.error == POOL_ERROR + "closed before this item was graded"

@@ -230,7 +230,6 @@ class WorkerPool:
                 if self._failure is None:
                     self._finish(task, (False, "error", reason))
                 else:  # the pool broke, not the item: the waiting caller fails rather than score it wrong
-                    self._tasks.pop(task.pair, None)
                     for job in task.jobs:
                         job.fail(self._failure)
 
