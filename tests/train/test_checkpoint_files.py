@@ -6,8 +6,10 @@ fall-back and supersede in this process, where the resume tests' killed training
 
 from __future__ import annotations
 
+import calendar
 import logging
 import re
+import time
 import zipfile
 from pathlib import Path
 
@@ -204,7 +206,43 @@ def test_stale_state_is_moved_aside_under_a_utc_stamp_and_named(tmp_path, caplog
     assert (moved[0] / checkpoint_name(6) / STATE_FILE).is_file()  # moved, not deleted
     assert (moved[2] / "a.pt").read_bytes() == b"x" and not absent.exists()
     (record,) = caplog.records
-    message = record.getMessage()
-    assert message.startswith(f"{run.id}: checkpoint {newest} was written with other settings")
-    assert f"moved to {', '.join(map(str, moved))}: delete it" in message
+    assert record.getMessage() == (
+        f"{run.id}: checkpoint {newest} was written with other settings (the run spec changed); starting again "
+        f"from step 0. The old state was moved to {', '.join(map(str, moved))}: delete it once you no longer "
+        "need it"
+    )
     assert supersede_stale_state(tmp_path, run, newest) == []  # nothing left to move
+
+
+def test_the_supersede_stamp_is_utc_whatever_the_local_zone(tmp_path, monkeypatch):
+    run = Run("tiny", "grpo", 0)
+    _checkpoint(paths.checkpoints_dir(tmp_path, run), 2)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
+    time.tzset()
+    try:
+        before = time.time()
+        (moved,) = supersede_stale_state(tmp_path, run, tmp_path)
+        after = time.time()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    stamp = moved.name.rsplit("-", 1)[1]
+    when = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))  # read as UTC
+    assert int(before) <= when <= after
+
+
+class _NotAllowed:
+    """Anything outside torch's weights-only allowlist: loading it needs full unpickling, which runs code."""
+
+
+@pytest.mark.parametrize("name", [STATE_FILE, OPTIMIZER_FILE])
+def test_checkpoint_files_load_weights_only(tmp_path, name):
+    """The trainer state and optimizer files are read with ``weights_only``: a file holding any other object is
+    refused as unreadable instead of being unpickled (no code from a checkpoint folder runs)."""
+    model, _, optimizer = _modules(0)
+    path = save_checkpoint(tmp_path, 2, model, optimizer, {}, keep=2)
+    torch.save({"step": 2, "payload": _NotAllowed()}, path / name)
+    with pytest.raises(
+        BadInputError, match=rf"^{re.escape(str(path / name))} is unreadable .*Weights only load"
+    ):
+        load_checkpoint(path, model, optimizer)
