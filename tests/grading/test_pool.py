@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from acerl.grading import Grader
-from acerl.grading.pool import POOL_ERROR, WorkerPool
+from acerl.grading.pool import MAX_ATTEMPTS, POOL_ERROR, WorkerPool
 
 # Inputs from grading.md that take math-verify seconds (or, on some versions, forever).
 HANGING_DFRAC = "\\boxed{\\dfrac{5^{\\left(5^{\\left(5^{\\left(5^5\\right)}\\right)} - 4\\right)} - 5}{16}}"
@@ -100,7 +100,7 @@ def test_stuck_worker_is_killed_and_replaced(one_worker):
     assert one_worker.worker_pids() == [second_pid]
 
 
-def test_worker_that_dies_is_replaced(one_worker):
+def test_worker_that_dies_is_replaced(one_worker, caplog):
     assert one_worker.grade("\\boxed{x+3}", "3+x").correct
     (idle_pid,) = one_worker.worker_pids()
     os.kill(idle_pid, signal.SIGKILL)  # dies while idle
@@ -110,11 +110,15 @@ def test_worker_that_dies_is_replaced(one_worker):
 
     result = {}
     thread = threading.Thread(target=lambda: result.update(v=one_worker.grade("\\boxed{10^{10^{10}}}", "7")))
-    thread.start()
-    time.sleep(0.5)
-    os.kill(busy_pid, signal.SIGKILL)  # dies while grading: the item is retried on a new worker ...
-    thread.join()
+    caplog.clear()  # the idle worker's death may be seen only when the next item reaches it, and logged then
+    with caplog.at_level(logging.WARNING, logger="acerl.grading.pool"):
+        thread.start()
+        time.sleep(0.5)
+        os.kill(busy_pid, signal.SIGKILL)  # dies while grading: the item is retried on a new worker ...
+        thread.join()
     assert result["v"].status == "timeout" and "killed" in result["v"].error  # ... which the hard limit kills
+    deaths = [r.getMessage() for r in caplog.records if "died" in r.getMessage()]
+    assert deaths == [f"grader worker {busy_pid} died (exit code -9) on ('10^{{10^{{10}}}}', '7')"]
     assert one_worker.grade("\\boxed{x+5}", "5+x").correct
     assert _gone(busy_pid) and busy_pid not in one_worker.worker_pids()
 
@@ -199,3 +203,34 @@ def test_closing_with_items_in_flight_scores_them_error_and_says_why():
     (verdict,) = result["v"]
     assert (verdict.correct, verdict.status) == (False, "error")
     assert verdict.error == POOL_ERROR + "closed before this item was graded"
+
+
+def test_an_item_whose_worker_dies_every_time_is_error_after_its_attempts():
+    """A worker killed under the same item on each of its ``MAX_ATTEMPTS`` attempts: the item is ``error``, saying
+    how the worker died and how often, and is not tried again (which the long hard limit would turn into a
+    ``timeout``)."""
+    g = Grader(timeout_s=30, workers=1, mv_timeout_s=60)
+    try:
+        assert g.grade("\\boxed{x+1}", "1+x").correct  # the worker is up
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(v=g.grade("\\boxed{10^{10^{10}}}", "11")))
+        thread.start()
+        killed: list[int] = []
+        for _ in range(MAX_ATTEMPTS):
+            deadline = time.monotonic() + 20
+            while (
+                not (pids := [p for p in g.worker_pids() if p not in killed]) and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            time.sleep(0.5)  # the item reaches the (new) worker
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids[0])
+        thread.join(timeout=60)
+        verdict = result["v"]
+        assert (verdict.correct, verdict.status) == (False, "error")
+        assert (
+            verdict.error
+            == f"{POOL_ERROR}worker process died (exit code -9), {MAX_ATTEMPTS} times on this item"
+        )
+    finally:
+        g.close()
