@@ -205,6 +205,18 @@ def test_closing_with_items_in_flight_scores_them_error_and_says_why():
     assert verdict.error == POOL_ERROR + "closed before this item was graded"
 
 
+def _busy_worker(g: Grader, not_in: list[int], timeout_s: float = 20) -> int:
+    """The pid of a live worker that holds an item (read from the dispatcher's table), once there is one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy = [w.process.pid for w in list(g._pool._workers) if w.task is not None and w.process.is_alive()]
+        busy = [pid for pid in busy if pid not in not_in]
+        if busy:
+            return busy[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no worker took the item within {timeout_s} s")
+
+
 def test_an_item_whose_worker_dies_every_time_is_error_after_its_attempts():
     """A worker killed under the same item on each of its ``MAX_ATTEMPTS`` attempts: the item is ``error``, saying
     how the worker died and how often, and is not tried again (which the long hard limit would turn into a
@@ -217,14 +229,9 @@ def test_an_item_whose_worker_dies_every_time_is_error_after_its_attempts():
         thread.start()
         killed: list[int] = []
         for _ in range(MAX_ATTEMPTS):
-            deadline = time.monotonic() + 20
-            while (
-                not (pids := [p for p in g.worker_pids() if p not in killed]) and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
-            time.sleep(0.5)  # the item reaches the (new) worker
-            os.kill(pids[0], signal.SIGKILL)
-            killed.append(pids[0])
+            pid = _busy_worker(g, not_in=killed)  # the (new) worker that holds the item
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
         thread.join(timeout=60)
         verdict = result["v"]
         assert (verdict.correct, verdict.status) == (False, "error")
