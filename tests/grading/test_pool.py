@@ -241,3 +241,14 @@ def test_an_item_whose_worker_dies_every_time_is_error_after_its_attempts():
         )
     finally:
         g.close()
+
+
+def test_a_worker_outlives_sigterm_for_the_parent_to_finish_its_step(one_worker):
+    """Preemption signals every process of a job: the worker stays up so the trainer can grade the rest of its
+    step and checkpoint (a worker dying under it now fails the step, and the checkpoint with it)."""
+    assert one_worker.grade("\\boxed{x+7}", "7+x").correct
+    (pid,) = one_worker.worker_pids()
+    os.kill(pid, signal.SIGTERM)
+    time.sleep(0.5)
+    assert one_worker.grade("\\boxed{x+8}", "8+x").correct
+    assert one_worker.worker_pids() == [pid]

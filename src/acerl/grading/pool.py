@@ -54,6 +54,9 @@ MAX_ATTEMPTS = 2
 def worker_main(conn: Connection, mv_timeout_s: int) -> None:
     """Worker process: grade pairs received on ``conn`` until ``None`` or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then kills us
+    # A scheduler's preemption (SLURM's scancel --signal=TERM) signals every process of the job: the trainer
+    # finishes its step and checkpoints, which needs its grader; the pool stops workers by message or SIGKILL.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         logging.getLogger("math_verify").propagate = False  # its timeout warnings echo whole responses
         from acerl.grading.backend import grade_answer, warm_up
