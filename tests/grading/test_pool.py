@@ -140,28 +140,6 @@ def test_close_leaves_no_processes():
         g.grade("\\boxed{x+1}", "2+x")
 
 
-def test_a_broken_dispatcher_fails_the_waiting_caller_instead_of_grading_it_wrong(monkeypatch, caplog):
-    """When the pool itself breaks (here its worker start, as when every worker dies while starting), the batch
-    being graded raises in the caller; scoring its items ``error`` would train on, or report, zero rewards."""
-
-    def broken_start(self):
-        raise RuntimeError("grader worker died while starting (exit code 1), 3 times")
-
-    monkeypatch.setattr(WorkerPool, "_maintain_workers", broken_start)
-    with Grader(timeout_s=5, workers=1) as g:
-        with pytest.raises(RuntimeError, match="(?s)grader workers failed: .*died while starting"):
-            g.grade_many([("\\boxed{x+1}", "1+x"), ("\\boxed{x+2}", "2+x")])
-        with pytest.raises(RuntimeError, match="grader workers failed"):  # and every later batch
-            g.grade("\\boxed{x+3}", "3+x")
-        assert g.grade("\\boxed{7}", "7").correct  # the fast path needs no worker
-        assert g._cache == {}  # nothing of the failure was cached as a verdict
-    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert record.getMessage().startswith("grader dispatcher crashed:\nTraceback (most recent call last):")
-    assert record.getMessage().endswith(
-        "RuntimeError: grader worker died while starting (exit code 1), 3 times\n"
-    )
-
-
 def test_pool_settings_and_their_checks():
     """The fork server by default, 300 s to start a worker; one worker at least, and never ``fork``."""
     p = WorkerPool(1, 5, 2)
@@ -241,14 +219,3 @@ def test_an_item_whose_worker_dies_every_time_is_error_after_its_attempts():
         )
     finally:
         g.close()
-
-
-def test_a_worker_outlives_sigterm_for_the_parent_to_finish_its_step(one_worker):
-    """Preemption signals every process of a job: the worker stays up so the trainer can grade the rest of its
-    step and checkpoint (a worker dying under it now fails the step, and the checkpoint with it)."""
-    assert one_worker.grade("\\boxed{x+7}", "7+x").correct
-    (pid,) = one_worker.worker_pids()
-    os.kill(pid, signal.SIGTERM)
-    time.sleep(0.5)
-    assert one_worker.grade("\\boxed{x+8}", "8+x").correct
-    assert one_worker.worker_pids() == [pid]

@@ -54,9 +54,6 @@ MAX_ATTEMPTS = 2
 def worker_main(conn: Connection, mv_timeout_s: int) -> None:
     """Worker process: grade pairs received on ``conn`` until ``None`` or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then kills us
-    # A scheduler's preemption (SLURM's scancel --signal=TERM) signals every process of the job: the trainer
-    # finishes its step and checkpoints, which needs its grader; the pool stops workers by message or SIGKILL.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         logging.getLogger("math_verify").propagate = False  # its timeout warnings echo whole responses
         from acerl.grading.backend import grade_answer, warm_up
@@ -86,29 +83,20 @@ class Job:
     pairs: list[Pair]
     outcomes: dict[Pair, Outcome] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
-    failure: str | None = None
-    """Why the pool stopped before grading every pair (the dispatcher's traceback); :meth:`wait` raises it."""
 
     def resolve(self, pair: Pair, outcome: Outcome) -> None:
         self.outcomes[pair] = outcome
         if len(self.outcomes) == len(self.pairs):
             self.done.set()
 
-    def fail(self, failure: str) -> None:
-        self.failure = failure
-        self.done.set()
-
     def wait(
         self, on_progress: Callable[[int], None] | None = None, poll_s: float = 0.2
     ) -> dict[Pair, Outcome]:
-        """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting. Raises
-        ``RuntimeError`` if the pool's dispatcher failed (workers that cannot start, say) before it finished."""
+        """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting."""
         while not self.done.wait(poll_s if on_progress else None):
             on_progress(len(self.outcomes))  # type: ignore[misc]
         if on_progress:
             on_progress(len(self.outcomes))
-        if self.failure is not None:
-            raise RuntimeError(f"grader workers failed: {self.failure}")
         return self.outcomes
 
 
@@ -230,11 +218,7 @@ class WorkerPool:
                 self._stopped = True
                 self._take_submissions()
             for task in list(self._tasks.values()):
-                if self._failure is None:
-                    self._finish(task, (False, "error", reason))
-                else:  # the pool broke, not the item: the waiting caller fails rather than score it wrong
-                    for job in task.jobs:
-                        job.fail(self._failure)
+                self._finish(task, (False, "error", reason))
 
     def _take_submissions(self) -> bool:
         """Move submitted jobs into the pending queue; False once close() was called."""
@@ -356,8 +340,7 @@ class WorkerPool:
             self._start_failures += 1
             if self._start_failures >= MAX_START_FAILURES:
                 raise RuntimeError(
-                    f"grader worker died while starting (exit code {code}), {self._start_failures} times; "
-                    "its own message, if any, is in this process's stderr above"
+                    f"grader worker died while starting (exit code {code}), {self._start_failures} times"
                 )
         self._replace(worker, kill=True)
 
