@@ -206,13 +206,15 @@ def test_acerl_main_module_is_inert_when_reimported() -> None:
 def test_unguarded_script_is_refused_in_workers_not_rerun(tmp_path: Path) -> None:
     """A hand-made ``acerl`` script without the ``__main__`` guard (seen on a GPU machine): each grader worker
     re-imports it while starting; the command must not run again there (it once retrained a whole run inside a
-    worker) but say which guard is missing."""
+    worker) but say which guard is missing, and the parent's error points to that message."""
     script = tmp_path / "acerl-unguarded"
     script.write_text("import sys\nfrom acerl.cli import main\nsys.exit(main())\n")
     proc = _grade_in_subprocess(tmp_path, str(script))
+    assert proc.returncode != 0
     assert UNGUARDED_SCRIPT in proc.stderr
-    assert proc.stderr.count(UNGUARDED_SCRIPT) == 3  # each start of a worker, then the pool gives up
     assert "grader worker died while starting" in proc.stderr
+    assert "stderr above" in proc.stderr
+    assert not paths.scored_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0)).exists()
 
 
 def test_main_refuses_to_run_while_a_worker_imports_it(capsys, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,8 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import forkserver
+from types import SimpleNamespace
 
 import pytest
 
@@ -140,6 +142,28 @@ def test_close_leaves_no_processes():
         g.grade("\\boxed{x+1}", "2+x")
 
 
+def test_a_broken_dispatcher_fails_the_waiting_caller_instead_of_grading_it_wrong(monkeypatch, caplog):
+    """When the pool itself breaks (here its worker start, as when every worker dies while starting), the batch
+    being graded raises in the caller; scoring its items ``error`` would train on, or report, zero rewards."""
+
+    def broken_start(self):
+        raise RuntimeError("grader worker died while starting (exit code 1), 3 times")
+
+    monkeypatch.setattr(WorkerPool, "_maintain_workers", broken_start)
+    with Grader(timeout_s=5, workers=1) as g:
+        with pytest.raises(RuntimeError, match="(?s)grader workers failed: .*died while starting"):
+            g.grade_many([("\\boxed{x+1}", "1+x"), ("\\boxed{x+2}", "2+x")])
+        with pytest.raises(RuntimeError, match="grader workers failed"):  # and every later batch
+            g.grade("\\boxed{x+3}", "3+x")
+        assert g.grade("\\boxed{7}", "7").correct  # the fast path needs no worker
+        assert g._cache == {}  # nothing of the failure was cached as a verdict
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage().startswith("grader dispatcher crashed:\nTraceback (most recent call last):")
+    assert record.getMessage().endswith(
+        "RuntimeError: grader worker died while starting (exit code 1), 3 times\n"
+    )
+
+
 def test_pool_settings_and_their_checks():
     """The fork server by default, 300 s to start a worker; one worker at least, and never ``fork``."""
     p = WorkerPool(1, 5, 2)
@@ -217,5 +241,88 @@ def test_an_item_whose_worker_dies_every_time_is_error_after_its_attempts():
             verdict.error
             == f"{POOL_ERROR}worker process died (exit code -9), {MAX_ATTEMPTS} times on this item"
         )
+    finally:
+        g.close()
+
+
+def test_a_preemption_signal_to_every_process_leaves_the_pool_grading():
+    """Preemption signals every process of a job (SLURM's ``scancel --signal=TERM``): the workers and the fork
+    server stay up, so the trainer grades the rest of its step and checkpoints. A fork server killed by the
+    signal broke the next worker start, and with it the pool, in the SLURM preemption test under load."""
+    handler = signal.getsignal(signal.SIGTERM)
+    with Grader(timeout_s=10, workers=2) as g:
+        assert all(v.correct for v in g.grade_many([(f"\\boxed{{x+{i}}}", f"{i}+x") for i in range(4)]))
+        server = forkserver._forkserver._forkserver_pid
+        workers = g.worker_pids()
+        assert server is not None and len(workers) == 2
+        for pid in (server, *workers):
+            os.kill(pid, signal.SIGTERM)
+        time.sleep(0.5)
+        assert not any(_gone(pid) for pid in (server, *workers))
+        os.kill(workers[0], signal.SIGKILL)  # a replacement is forked by the same fork server
+        verdicts = g.grade_many([(f"\\boxed{{x+{i}}}", f"{i}+x") for i in range(4, 12)])
+        assert [v.status for v in verdicts] == ["ok"] * 8 and all(v.correct for v in verdicts)
+        assert forkserver._forkserver._forkserver_pid == server and not _gone(server)
+        assert workers[1] in g.worker_pids() and workers[0] not in g.worker_pids()
+    assert signal.getsignal(signal.SIGTERM) is handler  # the parent's own handling is untouched
+
+
+class _StartFails:
+    """A ``Process`` whose ``start()`` raises as when the fork server dies under the request, ``times`` times."""
+
+    def __init__(self, ctx, times: int) -> None:
+        self.ctx, self.left, self.calls = ctx, times, 0
+
+    def __call__(self, *args, **kwargs):
+        process = self.ctx.Process(*args, **kwargs)
+        self.calls += 1
+        if self.left > 0:
+            self.left -= 1
+
+            def start():
+                raise EOFError("unexpected EOF")
+
+            process.start = start
+        return process
+
+
+def _fail_starts(g: Grader, times: int) -> _StartFails:
+    """Make the first ``times`` worker starts of ``g``'s pool raise; returns the counter of starts."""
+    ctx = g._pool._ctx
+    starts = _StartFails(ctx, times)
+    g._pool._ctx = SimpleNamespace(
+        Process=starts,
+        Pipe=ctx.Pipe,
+        get_start_method=ctx.get_start_method,
+        set_forkserver_preload=ctx.set_forkserver_preload,
+    )
+    return starts
+
+
+def test_a_worker_that_cannot_be_started_is_tried_again(caplog):
+    """A fork server that dies under a start request (``EOFError`` reading the new pid) costs a retry, not the
+    pool: the next start makes a new fork server."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        starts = _fail_starts(g, times=2)
+        assert g.grade("\\boxed{x+1}", "1+x").correct
+        assert starts.calls == 3
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == ["grader worker could not be started, retrying: EOFError('unexpected EOF')"] * 2
+    finally:
+        g.close()
+
+
+def test_a_worker_that_never_starts_fails_the_batch(caplog):
+    """Three failed starts in a row break the pool: the waiting batch raises with the reason."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        starts = _fail_starts(g, times=3)
+        with pytest.raises(
+            RuntimeError,
+            match=r"(?s)grader workers failed: .*grader worker could not be started, 3 times: EOFError",
+        ):
+            g.grade("\\boxed{x+1}", "1+x")
+        assert starts.calls == 3
     finally:
         g.close()

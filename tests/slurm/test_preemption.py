@@ -152,6 +152,9 @@ def test_preempted_training_resumes_from_its_checkpoint(
         job_id = _wait(lambda: _running_train_job(log), proc, log, "the running train_policy job")
         scancel = ["scancel", "--signal=TERM", job_id] if mode == "signal" else ["scancel", job_id]
         subprocess.run(["timeout", "-k", "2", "20", *scancel], check=True)
+        first_log = _keep_log_while_queued(
+            job_id, wf / "logs" / "train_policy" / run.model / run.method / f"seed{run.seed}.log", tmp_path
+        )
         rc = proc.wait(timeout=RUN_S + 2 * KILL_GRACE_S)
     finally:
         if proc.poll() is None:
@@ -170,7 +173,10 @@ def test_preempted_training_resumes_from_its_checkpoint(
     # the retry resumed from a checkpoint, not from step 0
     train_log = (wf / "logs" / "train_policy" / run.model / run.method / f"seed{run.seed}.log").read_text()
     resumed = RESUME.search(train_log)
-    assert resumed, f"no resume message in the training log of the retry:\n{tail(train_log, 30)}"
+    assert resumed, (
+        f"no resume message in the training log of the retry:\n{tail(train_log, 30)}\n"
+        f"the interrupted attempt's training log ended:\n{tail(first_log.read_text(), 30)}"
+    )
     step = int(resumed.group(2))
     # (with proctrack/cgroup the trainer never sees the SIGTERM and trains on until SIGKILL after KillWait,
     # possibly to its last checkpoint: then the retry only writes the final policy)
@@ -189,6 +195,29 @@ def test_preempted_training_resumes_from_its_checkpoint(
         range(1, TOTAL_STEPS + 1)
     )
     assert (paths.policy_dir(wf, run) / "config.json").is_file()
+
+
+def _keep_log_while_queued(job_id: str, log: Path, tmp_path: Path) -> Path:
+    """Copy ``log`` until job ``job_id`` has left the queue; the retry's job then rewrites it.
+
+    The copy is the interrupted attempt's training log, for the failure message.
+    """
+    kept = tmp_path / "interrupted_attempt.log"
+    kept.write_text("")
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["timeout", "-k", "2", "10", "squeue", "-h", "-j", job_id, "-o", "%T"],
+            capture_output=True,
+            text=True,
+        )
+        if log.is_file():
+            shutil.copyfile(log, kept)
+        gone = (out.returncode == 0 and not out.stdout.strip()) or "Invalid job id" in out.stderr
+        if gone:  # (a squeue that failed or timed out under load says nothing: ask again)
+            break
+        time.sleep(0.2)
+    return kept
 
 
 def _slurm_log(wf: Path, job_id: str) -> str:

@@ -43,10 +43,13 @@ Pair = tuple[str, str]
 """``(extracted answer, gold)``."""
 
 MAX_START_FAILURES = 3
-PRELOAD = ["math_verify", "acerl.grading.backend"]
-"""Modules the fork server imports once, so that forked workers start with them loaded."""
+PRELOAD = ["math_verify", "acerl.grading.backend", "acerl.grading.fork_server_signals"]
+"""Modules the fork server imports once, so that forked workers start with them loaded (the last makes the
+fork server and its workers ignore SIGTERM)."""
 POOL_ERROR = "grader pool: "
 """Prefix of the error of an item the pool could not grade for reasons of its own (not cached)."""
+START_RETRY_S = 0.1
+"""Pause before starting a worker again after a start that raised (the fork server died under it)."""
 MAX_ATTEMPTS = 2
 """A pair whose worker dies under it is retried once on a new worker (the death may have another cause)."""
 
@@ -54,6 +57,11 @@ MAX_ATTEMPTS = 2
 def worker_main(conn: Connection, mv_timeout_s: int) -> None:
     """Worker process: grade pairs received on ``conn`` until ``None`` or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then kills us
+    # A scheduler's preemption (SLURM's scancel --signal=TERM) signals every process of the job: the trainer
+    # finishes its step and checkpoints, which needs its grader; the pool stops workers by message or SIGKILL.
+    # (Forked workers inherit this from the fork server already, acerl.grading.fork_server_signals; spawned
+    # ones need it here.)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         logging.getLogger("math_verify").propagate = False  # its timeout warnings echo whole responses
         from acerl.grading.backend import grade_answer, warm_up
@@ -83,20 +91,29 @@ class Job:
     pairs: list[Pair]
     outcomes: dict[Pair, Outcome] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
+    failure: str | None = None
+    """Why the pool stopped before grading every pair (the dispatcher's traceback); :meth:`wait` raises it."""
 
     def resolve(self, pair: Pair, outcome: Outcome) -> None:
         self.outcomes[pair] = outcome
         if len(self.outcomes) == len(self.pairs):
             self.done.set()
 
+    def fail(self, failure: str) -> None:
+        self.failure = failure
+        self.done.set()
+
     def wait(
         self, on_progress: Callable[[int], None] | None = None, poll_s: float = 0.2
     ) -> dict[Pair, Outcome]:
-        """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting."""
+        """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting. Raises
+        ``RuntimeError`` if the pool's dispatcher failed (workers that cannot start, say) before it finished."""
         while not self.done.wait(poll_s if on_progress else None):
             on_progress(len(self.outcomes))  # type: ignore[misc]
         if on_progress:
             on_progress(len(self.outcomes))
+        if self.failure is not None:
+            raise RuntimeError(f"grader workers failed: {self.failure}")
         return self.outcomes
 
 
@@ -218,7 +235,11 @@ class WorkerPool:
                 self._stopped = True
                 self._take_submissions()
             for task in list(self._tasks.values()):
-                self._finish(task, (False, "error", reason))
+                if self._failure is None:
+                    self._finish(task, (False, "error", reason))
+                else:  # the pool broke, not the item: the waiting caller fails rather than score it wrong
+                    for job in task.jobs:
+                        job.fail(self._failure)
 
     def _take_submissions(self) -> bool:
         """Move submitted jobs into the pending queue; False once close() was called."""
@@ -251,7 +272,18 @@ class WorkerPool:
         process = self._ctx.Process(
             target=worker_main, args=(child_conn, self.mv_timeout_s), name="acerl-grader", daemon=True
         )
-        process.start()
+        try:
+            process.start()
+        except (OSError, EOFError) as exc:  # the fork server died under the request (SIGKILL, OOM killer)
+            parent_conn.close()
+            child_conn.close()
+            self._start_failures += 1
+            if self._start_failures >= MAX_START_FAILURES:
+                raise RuntimeError(
+                    f"grader worker could not be started, {self._start_failures} times: {exc!r}"
+                ) from exc
+            logger.warning("grader worker could not be started, retrying: %r", exc)
+            return  # _maintain_workers starts one again; the next start makes a new fork server
         child_conn.close()
         self._workers.append(_Worker(process, parent_conn, time.monotonic()))
 
@@ -287,6 +319,8 @@ class WorkerPool:
         now = time.monotonic()
         deadlines = [w.deadline for w in self._workers if w.task is not None]
         deadlines += [w.started_at + self.start_timeout_s for w in self._workers if not w.ready]
+        if self._tasks and len(self._workers) < self.n_workers:  # a start failed: try again shortly
+            deadlines.append(now + START_RETRY_S)
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         conns: list[Any] = [self._wake_r] + [w.conn for w in self._workers]
         for conn in wait(conns, timeout):
@@ -340,7 +374,8 @@ class WorkerPool:
             self._start_failures += 1
             if self._start_failures >= MAX_START_FAILURES:
                 raise RuntimeError(
-                    f"grader worker died while starting (exit code {code}), {self._start_failures} times"
+                    f"grader worker died while starting (exit code {code}), {self._start_failures} times; "
+                    "its own message, if any, is in this process's stderr above"
                 )
         self._replace(worker, kill=True)
 
