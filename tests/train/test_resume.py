@@ -24,6 +24,7 @@ from acerl.config import Run
 from acerl.errors import BadInputError
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
 from acerl.train.checkpoint import LATEST_FILE, find_latest, list_checkpoints
+from acerl.train.signals import TrainingPreempted
 
 STEPS, SAVE_EVERY = 4, 2
 
@@ -124,6 +125,36 @@ def test_preemption_signal_checkpoints_and_exits_75(
         _assert_same(
             _uninterrupted(tmp_path, tiny_root_template, method), _resume_in_process(tiny_root, method)
         )
+
+
+class _SigtermAtCall(DigitVerifier):
+    """Sends this process SIGTERM while grading its ``n``-th batch (one batch a step for GRPO-family runs)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def grade_many(self, items, *, progress=None):
+        if self.calls + 1 == self.n:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().grade_many(items, progress=progress)
+
+
+def test_an_ema_reference_is_restored_on_resume(tiny_root: Path, tiny_root_template: Path, tmp_path: Path):
+    """An ACE run with the EMA reference, preempted at step 2 and resumed, equals an unbroken run: the resumed
+    reference is the checkpoint's moved EMA (ACE's confidences and the KL use it), not the base model again."""
+    run = Run("tiny", "ace_grpo", 0)
+    cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={STEPS}")
+    ema = {"reference": "ema", "ref_ema_decay": 0.5, "progress": False}
+    with pytest.raises(TrainingPreempted):
+        train_run(cfg, run, tiny_root, verifier=_SigtermAtCall(2), **ema)
+    assert [step for step, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
+    final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), **ema)
+    resumed = load_file(str(final / "model.safetensors")), _records(tiny_root, run)
+    reference = tmp_path / "reference"
+    shutil.copytree(tiny_root_template, reference)
+    final = train_run(cfg, run, reference, verifier=DigitVerifier(), **ema)
+    _assert_same((load_file(str(final / "model.safetensors")), _records(reference, run)), resumed)
 
 
 def _truncate(path: Path) -> None:
