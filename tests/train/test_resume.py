@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import random
@@ -140,7 +141,9 @@ class _SigtermAtCall(DigitVerifier):
         return super().grade_many(items, progress=progress)
 
 
-def test_an_ema_reference_is_restored_on_resume(tiny_root: Path, tiny_root_template: Path, tmp_path: Path):
+def test_an_ema_reference_is_restored_on_resume(
+    tiny_root: Path, tiny_root_template: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
     """An ACE run with the EMA reference, preempted at step 2 and resumed, equals an unbroken run: the resumed
     reference is the checkpoint's moved EMA (ACE's confidences and the KL use it), not the base model again."""
     run = Run("tiny", "ace_grpo", 0)
@@ -149,7 +152,10 @@ def test_an_ema_reference_is_restored_on_resume(tiny_root: Path, tiny_root_templ
     with pytest.raises(TrainingPreempted):
         train_run(cfg, run, tiny_root, verifier=_SigtermAtCall(2), **ema)
     assert [step for step, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
-    final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), **ema)
+    with caplog.at_level(logging.INFO, logger="acerl.train.run"):
+        final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), **ema)
+    ckpt = paths.checkpoints_dir(tiny_root, run) / "step_000002"
+    assert f"resuming from {ckpt} (step 2)" in [r.getMessage() for r in caplog.records]
     resumed = load_file(str(final / "model.safetensors")), _records(tiny_root, run)
     reference = tmp_path / "reference"
     shutil.copytree(tiny_root_template, reference)
