@@ -369,3 +369,22 @@ def test_a_checkpoint_with_the_sampling_generator_state_still_resumes(
     resumed = load_file(str(final / "model.safetensors"))
     assert all(torch.equal(weights[k], resumed[k]) for k in weights)
     assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]
+
+
+def test_what_a_checkpoint_must_match_to_resume():
+    """The comparable spec: the run spec less its diagnostic steps (which only add saved policies: a study that
+    adds diagnostics resumes its runs) plus the trainer's result version under ``code_version`` (the stored
+    format: a checkpoint of older trainer code is superseded, not resumed)."""
+    from acerl.stage_versions import STAGE_VERSIONS
+    from acerl.train.run import _comparable_spec
+
+    spec = {"method": "ace_grpo", "seed": 0, "total_steps": 4, "diagnostic_steps": [0, 2]}
+    text = _comparable_spec(spec)
+    assert _comparable_spec({**spec, "diagnostic_steps": []}) == text
+    assert _comparable_spec({**spec, "total_steps": 5}) != text
+    assert json.loads(text) == {
+        "method": "ace_grpo",
+        "seed": 0,
+        "total_steps": 4,
+        "code_version": STAGE_VERSIONS["train_policy"],
+    }
