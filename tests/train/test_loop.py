@@ -4,6 +4,7 @@ through the advantages, dynamic sampling, gradient accumulation, EMA reference, 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -262,15 +263,32 @@ def test_ema_reference_moves_and_is_checkpointed(tiny_root: Path, verifier: Digi
         resolve(cfg, run, reference="bogus")  # type: ignore[arg-type]
 
 
-def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier):
+def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier, caplog: pytest.LogCaptureFixture):
     cfg = make_config("models.tiny.train.total_steps=1")
     run = Run("tiny", "grpo", 1)
     final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
     stamp = {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")}
     calls = verifier.calls
-    assert train_run(cfg, run, tiny_root, verifier=verifier, progress=False) == final
+    with caplog.at_level(logging.INFO, logger="acerl.train.run"):
+        assert train_run(cfg, run, tiny_root, verifier=verifier, progress=False) == final
     assert verifier.calls == calls
     assert {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")} == stamp
+    assert [r.getMessage() for r in caplog.records] == [
+        f"tiny/grpo/seed1: final policy {final} exists; nothing to do"
+    ]
+
+
+def test_a_final_folder_without_its_config_is_not_a_finished_run(tiny_root: Path, verifier: DigitVerifier):
+    """Only a final folder with its ``config.json`` means the run is done (the trainer writes the folder
+    atomically); one without it (a copy cut short, a folder made by hand) is trained over."""
+    cfg = make_config("models.tiny.train.total_steps=1")
+    run = Run("tiny", "grpo", 1)
+    final = paths.policy_dir(tiny_root, run)
+    final.mkdir(parents=True)
+    assert train_run(cfg, run, tiny_root, verifier=verifier, progress=False) == final
+    assert (
+        verifier.calls > 0 and (final / "config.json").is_file() and (final / "model.safetensors").is_file()
+    )
 
 
 def test_bad_settings_fail_early(tiny_root: Path):
