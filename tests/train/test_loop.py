@@ -492,3 +492,14 @@ def test_actor_stats_average_per_optimizer_step_and_entropy_per_response_token()
     one.add_entropy(torch.tensor([[0.5]]), torch.ones(1, 1))
     assert one.metrics() == {"actor/entropy": 0.5}
     assert _ActorStats().metrics() == {"actor/entropy": 0.0}
+
+
+def test_the_trainer_overrides_reach_the_run(tiny_root: Path, verifier: DigitVerifier):
+    """``train_run``'s ``reference``, ``ref_ema_decay`` and ``old_logprobs`` arguments override the config: the
+    written run spec (the run's cache identity) carries them."""
+    cfg = make_config("models.tiny.train.total_steps=1")
+    run = Run("tiny", "grpo", 2)
+    overrides = {"reference": "ema", "ref_ema_decay": 0.25, "old_logprobs": "rollout"}
+    train_run(cfg, run, tiny_root, verifier=verifier, progress=False, **overrides)
+    spec = json.loads(paths.run_spec_file(tiny_root, run).read_text())
+    assert spec["trainer"] == overrides
