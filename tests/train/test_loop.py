@@ -269,6 +269,7 @@ def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier, caplog
     final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
     stamp = {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")}
     calls = verifier.calls
+    caplog.clear()
     with caplog.at_level(logging.INFO, logger="acerl.train.run"):
         assert train_run(cfg, run, tiny_root, verifier=verifier, progress=False) == final
     assert verifier.calls == calls
