@@ -122,6 +122,7 @@ def test_preempted_training_resumes_from_its_checkpoint(
     assert cfg.models[run.model].train.total_steps == TOTAL_STEPS
 
     log = tmp_path / "snakemake.log"
+    train_log_file = wf / "logs" / "train_policy" / run.model / run.method / f"seed{run.seed}.log"
     cmd = [
         str(SNAKEMAKE),
         "--profile",
@@ -152,9 +153,7 @@ def test_preempted_training_resumes_from_its_checkpoint(
         job_id = _wait(lambda: _running_train_job(log), proc, log, "the running train_policy job")
         scancel = ["scancel", "--signal=TERM", job_id] if mode == "signal" else ["scancel", job_id]
         subprocess.run(["timeout", "-k", "2", "20", *scancel], check=True)
-        first_log = _keep_log_while_queued(
-            job_id, wf / "logs" / "train_policy" / run.model / run.method / f"seed{run.seed}.log", tmp_path
-        )
+        first_log = _keep_log_while_queued(job_id, train_log_file, tmp_path)
         rc = proc.wait(timeout=RUN_S + 2 * KILL_GRACE_S)
     finally:
         if proc.poll() is None:
@@ -171,7 +170,7 @@ def test_preempted_training_resumes_from_its_checkpoint(
     )
 
     # the retry resumed from a checkpoint, not from step 0
-    train_log = (wf / "logs" / "train_policy" / run.model / run.method / f"seed{run.seed}.log").read_text()
+    train_log = train_log_file.read_text()
     resumed = RESUME.search(train_log)
     assert resumed, (
         f"no resume message in the training log of the retry:\n{tail(train_log, 30)}\n"
