@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from acerl.grading import Grader
-from acerl.grading.pool import MAX_ATTEMPTS, POOL_ERROR, WorkerPool
+from acerl.grading.pool import MAX_ATTEMPTS, MAX_START_FAILURES, POOL_ERROR, WorkerPool
 
 # Inputs from grading.md that take math-verify seconds (or, on some versions, forever).
 HANGING_DFRAC = "\\boxed{\\dfrac{5^{\\left(5^{\\left(5^{\\left(5^5\\right)}\\right)} - 4\\right)} - 5}{16}}"
@@ -267,29 +268,35 @@ def test_a_preemption_signal_to_every_process_leaves_the_pool_grading():
     assert signal.getsignal(signal.SIGTERM) is handler  # the parent's own handling is untouched
 
 
-class _StartFails:
-    """A ``Process`` whose ``start()`` raises as when the fork server dies under the request, ``times`` times."""
+class _FaultyStarts:
+    """The pool's ``Process`` factory with its first ``times`` workers broken: ``how="raise"``, ``start()`` raises
+    as when the fork server dies under the request; ``how="die"``, the process exits with code 3 before it
+    says it is ready (as a worker whose imports crash the interpreter)."""
 
-    def __init__(self, ctx, times: int) -> None:
-        self.ctx, self.left, self.calls = ctx, times, 0
+    def __init__(self, ctx, times: int, how: str) -> None:
+        self.ctx, self.left, self.how, self.calls = ctx, times, how, 0
 
     def __call__(self, *args, **kwargs):
-        process = self.ctx.Process(*args, **kwargs)
         self.calls += 1
-        if self.left > 0:
-            self.left -= 1
+        if self.left == 0:
+            return self.ctx.Process(*args, **kwargs)
+        self.left -= 1
+        if self.how == "die":
+            return self.ctx.Process(target=os._exit, args=(3,), name=kwargs.get("name"), daemon=True)
+        process = self.ctx.Process(*args, **kwargs)
 
-            def start():
-                raise EOFError("unexpected EOF")
+        def start():
+            raise EOFError("unexpected EOF")
 
-            process.start = start
+        process.start = start
         return process
 
 
-def _fail_starts(g: Grader, times: int) -> _StartFails:
-    """Make the first ``times`` worker starts of ``g``'s pool raise; returns the counter of starts."""
+def _fail_starts(g: Grader, times: int, how: str = "raise") -> _FaultyStarts:
+    """Break the first ``times`` worker starts of ``g``'s pool (see :class:`_FaultyStarts`); returns the counter
+    of starts."""
     ctx = g._pool._ctx
-    starts = _StartFails(ctx, times)
+    starts = _FaultyStarts(ctx, times, how)
     g._pool._ctx = SimpleNamespace(
         Process=starts,
         Pipe=ctx.Pipe,
@@ -324,5 +331,34 @@ def test_a_worker_that_never_starts_fails_the_batch(caplog):
         ):
             g.grade("\\boxed{x+1}", "1+x")
         assert starts.calls == 3
+    finally:
+        g.close()
+
+
+def test_a_worker_that_dies_while_starting_is_started_again(caplog):
+    """A worker that dies before it is ready (a crash in its imports) counts as a failed start: up to
+    ``MAX_START_FAILURES - 1`` in a row cost retries, not the batch."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        starts = _fail_starts(g, times=MAX_START_FAILURES - 1, how="die")
+        assert g.grade("\\boxed{x+1}", "1+x").correct
+        assert starts.calls == MAX_START_FAILURES
+    finally:
+        g.close()
+
+
+def test_a_worker_that_dies_while_starting_every_time_fails_the_batch():
+    """``MAX_START_FAILURES`` deaths before ready in a row break the pool, saying how the workers died and where
+    their own messages went; the waiting batch raises rather than scoring its items."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        starts = _fail_starts(g, times=MAX_START_FAILURES + 1, how="die")
+        message = (
+            f"grader worker died while starting (exit code 3), {MAX_START_FAILURES} times; "
+            "its own message, if any, is in this process's stderr above"
+        )
+        with pytest.raises(RuntimeError, match=r"(?s)grader workers failed: .*" + re.escape(message)):
+            g.grade("\\boxed{x+1}", "1+x")
+        assert starts.calls == MAX_START_FAILURES
     finally:
         g.close()

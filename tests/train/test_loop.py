@@ -497,10 +497,15 @@ def test_actor_stats_average_per_optimizer_step_and_entropy_per_response_token()
 
 def test_the_trainer_overrides_reach_the_run(tiny_root: Path, verifier: DigitVerifier):
     """``train_run``'s ``reference``, ``ref_ema_decay`` and ``old_logprobs`` arguments override the config: the
-    written run spec (the run's cache identity) carries them."""
+    written run spec (the run's cache identity) carries them, in canonical JSON."""
     cfg = make_config("models.tiny.train.total_steps=1")
     run = Run("tiny", "grpo", 2)
     overrides = {"reference": "ema", "ref_ema_decay": 0.25, "old_logprobs": "rollout"}
     train_run(cfg, run, tiny_root, verifier=verifier, progress=False, **overrides)
-    spec = json.loads(paths.run_spec_file(tiny_root, run).read_text())
+    text = paths.run_spec_file(tiny_root, run).read_text()
+    spec = json.loads(text)
     assert spec["trainer"] == overrides
+    # One canonical form (sorted keys at every level, two-space indent, a final newline): the file is a tracked
+    # output, so its bytes must not follow the order in which the code happens to build the spec.
+    assert text == json.dumps(spec, indent=2, sort_keys=True) + "\n"
+    assert list(spec) == sorted(spec) and list(spec["trainer"]) == sorted(spec["trainer"]) != list(overrides)

@@ -163,6 +163,26 @@ def test_an_ema_reference_is_restored_on_resume(
     _assert_same((load_file(str(final / "model.safetensors")), _records(reference, run)), resumed)
 
 
+def test_checkpoints_fall_on_every_save_step_and_the_last(tiny_root: Path, verifier: DigitVerifier):
+    """Checkpoints at multiples of ``save_every`` and at the last step whatever ``save_every`` says (a crash while
+    the final policy is written then resumes at the end, not retrains the tail)."""
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=3", "models.tiny.train.save_every=2")
+    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    assert [s for s, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2, 3]
+
+
+def test_a_preemption_signal_in_the_last_step_finishes_the_run(tiny_root: Path):
+    """SIGTERM during the last step: there is nothing left to hand back, so the run checkpoints, writes its
+    final policy and returns (no exit 75, which would make the scheduler requeue a finished run)."""
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=5")
+    final = train_run(cfg, run, tiny_root, verifier=_SigtermAtCall(2), progress=False)
+    assert (final / "model.safetensors").is_file()
+    assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]
+    assert [s for s, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
+
+
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -296,9 +316,12 @@ def test_cli_sigterm_exit_code(tiny_root: Path):
     assert find_latest(paths.checkpoints_dir(tiny_root, Run("tiny", "grpo", 0))).name == f"step_{n:06d}"
 
 
-def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, caplog):
+@pytest.mark.parametrize("later_launch", [False, True], ids=["last launch wrote it", "a later launch crashed"])
+def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, caplog, later_launch: bool):
     """A checkpoint made by other versions of a deciding package (acerl.provenance) resumes with one warning line;
-    software.json then lists both launches, and the run spec (what decides the result) is unchanged."""
+    software.json then lists both launches, and the run spec (what decides the result) is unchanged. The
+    checkpoint's own stamp decides, not the last launch recorded: a launch with today's packages that crashed
+    before its first checkpoint did not make the state being continued."""
     from acerl.provenance import software_stamp
     from acerl.train.checkpoint import STATE_FILE, read_trainer_state
 
@@ -313,7 +336,7 @@ def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, 
     old["packages"]["transformers"] = "0.0.1"
     torch.save({**state, "software": old}, ckpt / STATE_FILE)
     software_file = paths.software_file(tiny_root, run)
-    software_file.write_text(json.dumps({"launches": [old]}))
+    software_file.write_text(json.dumps({"launches": [old, software_stamp()] if later_launch else [old]}))
     shutil.rmtree(final)
     with caplog.at_level("WARNING"):
         train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
