@@ -316,7 +316,9 @@ def test_cli_sigterm_exit_code(tiny_root: Path):
     assert find_latest(paths.checkpoints_dir(tiny_root, Run("tiny", "grpo", 0))).name == f"step_{n:06d}"
 
 
-@pytest.mark.parametrize("later_launch", [False, True], ids=["last launch wrote it", "a later launch crashed"])
+@pytest.mark.parametrize(
+    "later_launch", [False, True], ids=["last launch wrote it", "a later launch crashed"]
+)
 def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, caplog, later_launch: bool):
     """A checkpoint made by other versions of a deciding package (acerl.provenance) resumes with one warning line;
     software.json then lists both launches, and the run spec (what decides the result) is unchanged. The
