@@ -164,7 +164,8 @@ def init_state(
     root: Path, run: Run, settings: RunSettings, device: torch.device
 ) -> tuple[TrainState, TrainingSet]:
     """The step-0 state of ``run``: policy and reference loaded from the base model folder, a fresh AdamW,
-    the sampling generator seeded with the run seed, and the training set."""
+    the prompt streams seeded from the run seed, the sampling generator (which every batch reseeds from the run
+    seed, step and attempt, :func:`acerl.train.rollouts.collect_rollouts`) and the training set."""
     base = paths.base_model_dir(root, run.model)
     if not (base / "config.json").is_file():
         raise MissingInputError(
@@ -187,7 +188,7 @@ def init_state(
         tokenizer=tokenizer,
         optimizer=optimizer,
         scheduler=scheduler,
-        generator=torch.Generator(device=device).manual_seed(run.seed),
+        generator=torch.Generator(device=device),
         stream=PromptStream(len(data), seed=run.seed),
         fill_stream=PromptStream(len(data), seed=derive_seed(FILL_SEED_STREAM, run.seed)),
     )
