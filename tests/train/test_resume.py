@@ -163,13 +163,25 @@ def test_an_ema_reference_is_restored_on_resume(
     _assert_same((load_file(str(final / "model.safetensors")), _records(reference, run)), resumed)
 
 
-def test_checkpoints_fall_on_every_save_step_and_the_last(tiny_root: Path, verifier: DigitVerifier):
+def test_checkpoints_and_diagnostic_snapshots_fall_on_their_steps(tiny_root: Path, verifier: DigitVerifier):
     """Checkpoints at multiples of ``save_every`` and at the last step whatever ``save_every`` says (a crash while
-    the final policy is written then resumes at the end, not retrains the tail)."""
+    the final policy is written then resumes at the end, not retrains the tail). The diagnostic snapshots at
+    ``diagnostic_steps`` (here 0, 2 and 3: ``every=2``, the last step): step 0 is the base model, the last the
+    final policy."""
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=3", "models.tiny.train.save_every=2")
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
     assert [s for s, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2, 3]
+    steps = (0, 2, 3)
+    assert sorted(p.name for p in paths.diag_dir(tiny_root, run).iterdir()) == [
+        paths.diag_step_dir(tiny_root, run, s).name for s in steps
+    ]
+    snap = {s: load_file(str(paths.diag_step_dir(tiny_root, run, s) / "model.safetensors")) for s in steps}
+    base = load_file(str(paths.base_model_dir(tiny_root, "tiny") / "model.safetensors"))
+    trained = load_file(str(final / "model.safetensors"))
+    k = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(snap[0][k], base[k]) and torch.equal(snap[3][k], trained[k])
+    assert not torch.equal(snap[2][k], base[k]) and not torch.equal(snap[2][k], trained[k])
 
 
 def test_a_preemption_signal_in_the_last_step_finishes_the_run(tiny_root: Path):
@@ -369,6 +381,23 @@ def test_two_identical_runs_write_identical_checkpoints(tiny_root_template: Path
     assert Path("step_000002", "trainer_state.pt") in written[0]
     assert written[0].keys() == written[1].keys()
     assert [f for f in written[0] if written[0][f] != written[1][f]] == []
+    # The recorded global states are those of the run's own seed stream after building the model (which draws
+    # its throw-away initial weights from torch's), untouched by the steps: the states of a fresh start seeded
+    # with another seed or stream would be shared with other runs or other uses.
+    from acerl.seeds import GLOBAL_SEED_STREAM, derive_seed
+    from acerl.settings import resolve
+    from acerl.train.checkpoint import get_rng_states, read_trainer_state, seed_rng_states
+    from acerl.train.run import init_state
+
+    seed_rng_states(derive_seed(GLOBAL_SEED_STREAM, run.seed))
+    init_state(tmp_path / "second", run, resolve(cfg, run), torch.device("cpu"))
+    want = get_rng_states()
+    got = read_trainer_state(paths.checkpoints_dir(tmp_path / "second", run) / "step_000002")["rng"]
+    assert got["python"] == want["python"] and torch.equal(got["torch"], want["torch"])
+    assert torch.equal(got["numpy"]["keys"], want["numpy"]["keys"])
+    assert {k: v for k, v in got["numpy"].items() if k != "keys"} == {
+        k: v for k, v in want["numpy"].items() if k != "keys"
+    }
 
 
 def test_a_checkpoint_with_the_sampling_generator_state_still_resumes(
