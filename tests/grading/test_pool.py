@@ -89,12 +89,18 @@ def test_threads_share_the_pool(pool):
     assert [v.correct for v in verdicts] == expected
 
 
-def test_stuck_worker_is_killed_and_replaced(one_worker):
+def test_stuck_worker_is_killed_and_replaced(one_worker, caplog):
     assert one_worker.grade("\\boxed{x+2}", "2+x").correct
     (first_pid,) = one_worker.worker_pids()
     items = [("\\boxed{9^{9^{9^9}}}", "3")] + [(r, g) for r, g, _ in NORMAL]
-    verdicts = one_worker.grade_many(items)
-    assert verdicts[0].status == "timeout" and "killed" in verdicts[0].error
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="acerl.grading.pool"):
+        verdicts = one_worker.grade_many(items)
+    timed_out = verdicts[0]
+    assert (timed_out.correct, timed_out.status) == (False, "timeout")
+    assert timed_out.error == "no verdict within 3 s: worker killed"
+    kills = [r.getMessage() for r in caplog.records if "killing" in r.getMessage()]
+    assert kills == [f"grading '9^{{9^{{9^9}}}}' took over 3.0 s: killing worker {first_pid}"]
     assert [(v.correct, v.status) for v in verdicts[1:]] == [(ok, "ok") for _, _, ok in NORMAL]
     (second_pid,) = one_worker.worker_pids()
     assert second_pid != first_pid and _gone(first_pid)  # killed and reaped: no zombie

@@ -172,8 +172,6 @@ class WorkerPool:
         self._tasks: dict[Pair, _Task] = {}
         self._next_task_id = 0
         self._start_failures = 0
-        self.n_killed = 0
-        self.n_restarted = 0
 
     # ------------------------------------------------------------------ caller side
     def submit(self, pairs: list[Pair]) -> Job:
@@ -390,7 +388,6 @@ class WorkerPool:
                     self.timeout_s,
                     worker.process.pid,
                 )
-                self.n_killed += 1
                 self._finish(
                     task, (False, "timeout", f"no verdict within {self.timeout_s:g} s: worker killed")
                 )
@@ -403,7 +400,6 @@ class WorkerPool:
         self._stop_worker(worker, kill=kill)
         self._workers.remove(worker)
         if self._tasks:
-            self.n_restarted += 1
             self._start_worker()
 
     def _requeue(self, task: _Task) -> None:
