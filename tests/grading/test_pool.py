@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import forkserver
+from multiprocessing.connection import wait
 from types import SimpleNamespace
 
 import pytest
@@ -277,7 +278,8 @@ def test_a_preemption_signal_to_every_process_leaves_the_pool_grading():
 class _FaultyStarts:
     """The pool's ``Process`` factory with its first ``times`` workers broken: ``how="raise"``, ``start()`` raises
     as when the fork server dies under the request; ``how="die"``, the process exits with code 3 before it
-    says it is ready (as a worker whose imports crash the interpreter)."""
+    says it is ready (as a worker whose imports crash the interpreter); ``how="hang"``, it never says it is
+    ready (as one stuck in its imports on a full file system)."""
 
     def __init__(self, ctx, times: int, how: str) -> None:
         self.ctx, self.left, self.how, self.calls = ctx, times, how, 0
@@ -289,6 +291,9 @@ class _FaultyStarts:
         self.left -= 1
         if self.how == "die":
             return self.ctx.Process(target=os._exit, args=(3,), name=kwargs.get("name"), daemon=True)
+        if self.how == "hang":  # holds its end of the pipe (or the pool would see it closed) and says nothing
+            conn = kwargs["args"][0]
+            return self.ctx.Process(target=wait, args=([conn], 60), name=kwargs.get("name"), daemon=True)
         process = self.ctx.Process(*args, **kwargs)
 
         def start():
@@ -366,5 +371,21 @@ def test_a_worker_that_dies_while_starting_every_time_fails_the_batch():
         with pytest.raises(RuntimeError, match=r"(?s)grader workers failed: .*" + re.escape(message)):
             g.grade("\\boxed{x+1}", "1+x")
         assert starts.calls == MAX_START_FAILURES
+    finally:
+        g.close()
+
+
+def test_a_worker_that_never_says_it_is_ready_fails_the_batch_after_the_start_limit():
+    """A worker silent past ``start_timeout_s`` breaks the pool with that reason (it is not waited on for good), is
+    killed with the pool, and the waiting batch raises."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        g._pool.start_timeout_s = 0.5
+        _fail_starts(g, times=1, how="hang")
+        with pytest.raises(
+            RuntimeError, match=r"(?s)grader workers failed: .*grader worker did not start within 0.5 s"
+        ):
+            g.grade("\\boxed{x+1}", "1+x")
+        assert g.worker_pids() == []
     finally:
         g.close()

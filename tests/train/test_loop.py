@@ -509,3 +509,27 @@ def test_the_trainer_overrides_reach_the_run(tiny_root: Path, verifier: DigitVer
     # output, so its bytes must not follow the order in which the code happens to build the spec.
     assert text == json.dumps(spec, indent=2, sort_keys=True) + "\n"
     assert list(spec) == sorted(spec) and list(spec["trainer"]) == sorted(spec["trainer"]) != list(overrides)
+
+
+def test_a_run_without_a_verifier_grades_with_the_configured_grader(tiny_root: Path, monkeypatch):
+    """Without a ``verifier`` the run builds its grader from ``cfg.grading`` (the CLI's and the workflow's path):
+    the real math-verify pool, with the configured hard limit and workers, closed when the run ends."""
+    import acerl.grading
+    from acerl.grading import Grader
+
+    built: list[Grader] = []
+
+    class Recorded(Grader):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(acerl.grading, "Grader", Recorded)
+    cfg = make_config("models.tiny.train.total_steps=1", "grading.timeout_s=7", "grading.workers=1")
+    run = Run("tiny", "grpo", 0)
+    train_run(cfg, run, tiny_root, progress=False)
+    (grader,) = built
+    assert (grader.timeout_s, grader._pool.n_workers) == (7.0, 1)
+    assert grader._pool.worker_pids() == []  # closed with the run
+    (record,) = read_jsonl_records(paths.train_metrics_file(tiny_root, run))
+    assert 0.0 <= record["train/pass_rate"] <= 1.0
