@@ -277,7 +277,8 @@ def test_a_preemption_signal_to_every_process_leaves_the_pool_grading():
 
 class _FaultyStarts:
     """The pool's ``Process`` factory with its first ``times`` workers broken: ``how="raise"``, ``start()`` raises
-    as when the fork server dies under the request; ``how="die"``, the process exits with code 3 before it
+    as when the fork server dies under the request; ``how="say"``, the worker reports that its start failed,
+    as ``worker_main`` does when its imports raise; ``how="die"``, the process exits with code 3 before it
     says it is ready (as a worker whose imports crash the interpreter); ``how="hang"``, it never says it is
     ready (as one stuck in its imports on a full file system)."""
 
@@ -289,6 +290,10 @@ class _FaultyStarts:
         if self.left == 0:
             return self.ctx.Process(*args, **kwargs)
         self.left -= 1
+        if self.how == "say":  # reports a failed start as worker_main does when its imports raise
+            conn = kwargs["args"][0]
+            failure = ("start_failed", "ImportError: no module named sympy")
+            return self.ctx.Process(target=conn.send, args=(failure,), name=kwargs.get("name"), daemon=True)
         if self.how == "die":
             return self.ctx.Process(target=os._exit, args=(3,), name=kwargs.get("name"), daemon=True)
         if self.how == "hang":  # holds its end of the pipe (or the pool would see it closed) and says nothing
@@ -387,5 +392,48 @@ def test_a_worker_that_never_says_it_is_ready_fails_the_batch_after_the_start_li
         ):
             g.grade("\\boxed{x+1}", "1+x")
         assert g.worker_pids() == []
+    finally:
+        g.close()
+
+
+def test_a_worker_whose_start_fails_says_why_and_is_started_again(caplog):
+    """A worker whose imports raise reports it (``start_failed``, with the traceback): the pool logs it and starts
+    another, up to ``MAX_START_FAILURES - 1`` in a row; ``MAX_START_FAILURES`` fail the batch with the reason."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        starts = _fail_starts(g, times=MAX_START_FAILURES - 1, how="say")
+        with caplog.at_level(logging.WARNING, logger="acerl.grading.pool"):
+            assert g.grade("\\boxed{x+1}", "1+x").correct
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        retry = "grader worker failed to start, retrying:\nImportError: no module named sympy"
+        assert warnings == [retry] * (MAX_START_FAILURES - 1) and starts.calls == MAX_START_FAILURES
+    finally:
+        g.close()
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        _fail_starts(g, times=MAX_START_FAILURES, how="say")
+        reason = (
+            f"grader worker failed to start {MAX_START_FAILURES} times:\nImportError: no module named sympy"
+        )
+        with pytest.raises(RuntimeError, match=r"(?s)grader workers failed: .*" + re.escape(reason)):
+            g.grade("\\boxed{x+1}", "1+x")
+    finally:
+        g.close()
+
+
+def test_a_worker_that_starts_resets_the_count_of_failed_starts():
+    """Failed starts count in a row: once a worker is ready the count starts again, so a pool that recovered
+    is not broken by the next few failures (here two before the first ready worker and two after)."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        starts = _fail_starts(g, times=MAX_START_FAILURES - 1, how="die")
+        assert g.grade("\\boxed{x+1}", "1+x").correct
+        (pid,) = g.worker_pids()
+        starts.left = MAX_START_FAILURES - 1
+        os.kill(
+            pid, signal.SIGKILL
+        )  # dies while idle: replaced when work comes, by workers that die starting
+        assert g.grade("\\boxed{x+2}", "2+x").correct
+        assert starts.calls == 2 * MAX_START_FAILURES
     finally:
         g.close()

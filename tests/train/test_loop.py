@@ -266,7 +266,10 @@ def test_ema_reference_moves_and_is_checkpointed(tiny_root: Path, verifier: Digi
 def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier, caplog: pytest.LogCaptureFixture):
     cfg = make_config("models.tiny.train.total_steps=1")
     run = Run("tiny", "grpo", 1)
-    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="acerl.train.run"):
+        final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    assert [r.getMessage() for r in caplog.records] == [f"tiny/grpo/seed1: final policy written to {final}"]
     stamp = {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")}
     calls = verifier.calls
     caplog.clear()
