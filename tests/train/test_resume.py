@@ -265,6 +265,12 @@ def test_keep_checkpoints_rotation(tiny_root: Path, verifier: DigitVerifier):
     ckpt_dir = paths.checkpoints_dir(tiny_root, run)
     assert [s for s, _ in list_checkpoints(ckpt_dir)] == [2, 3]
     assert (ckpt_dir / LATEST_FILE).read_text().strip() == "step_000003"
+    # the frozen initial reference is the base model, read again on resume: not saved with each checkpoint
+    assert sorted(p.name for p in (ckpt_dir / "step_000003").iterdir()) == [
+        "model.safetensors",
+        "optimizer.pt",
+        "trainer_state.pt",
+    ]
     state = torch.load(ckpt_dir / "step_000003" / "trainer_state.pt", weights_only=True)
     assert state["step"] == 3 and set(state) >= {"scheduler", "data", "rng", "spec"}
 
