@@ -278,7 +278,8 @@ def test_a_preemption_signal_to_every_process_leaves_the_pool_grading():
 class _FaultyStarts:
     """The pool's ``Process`` factory with its first ``times`` workers broken: ``how="raise"``, ``start()`` raises
     as when the fork server dies under the request; ``how="say"``, the worker reports that its start failed,
-    as ``worker_main`` does when its imports raise; ``how="die"``, the process exits with code 3 before it
+    as ``worker_main`` does when its imports raise; ``how="stray"``, it sends a verdict for an item it was never
+    given; ``how="die"``, the process exits with code 3 before it
     says it is ready (as a worker whose imports crash the interpreter); ``how="hang"``, it never says it is
     ready (as one stuck in its imports on a full file system)."""
 
@@ -290,10 +291,17 @@ class _FaultyStarts:
         if self.left == 0:
             return self.ctx.Process(*args, **kwargs)
         self.left -= 1
-        if self.how == "say":  # reports a failed start as worker_main does when its imports raise
+        if self.how in ("say", "stray"):  # one message, then exit
             conn = kwargs["args"][0]
-            failure = ("start_failed", "ImportError: no module named sympy")
-            return self.ctx.Process(target=conn.send, args=(failure,), name=kwargs.get("name"), daemon=True)
+            message = (
+                (
+                    "start_failed",
+                    "ImportError: no module named sympy",
+                )  # as worker_main when its imports raise
+                if self.how == "say"
+                else (7, (True, "ok", None))  # a verdict for an item it was never given
+            )
+            return self.ctx.Process(target=conn.send, args=(message,), name=kwargs.get("name"), daemon=True)
         if self.how == "die":
             return self.ctx.Process(target=os._exit, args=(3,), name=kwargs.get("name"), daemon=True)
         if self.how == "hang":  # holds its end of the pipe (or the pool would see it closed) and says nothing
@@ -435,5 +443,20 @@ def test_a_worker_that_starts_resets_the_count_of_failed_starts():
         )  # dies while idle: replaced when work comes, by workers that die starting
         assert g.grade("\\boxed{x+2}", "2+x").correct
         assert starts.calls == 2 * MAX_START_FAILURES
+    finally:
+        g.close()
+
+
+def test_a_verdict_for_an_item_a_worker_was_not_given_breaks_the_pool():
+    """The pipe protocol is checked, not trusted: a worker answering an item it does not hold (a bug on either
+    side) stops the pool with that reason rather than resolving some other item with its verdict."""
+    g = Grader(timeout_s=10, workers=1)
+    try:
+        _fail_starts(g, times=1, how="stray")
+        with pytest.raises(
+            RuntimeError,
+            match=r"(?s)grader workers failed: .*grader worker \d+ answered task 7, which it was not given",
+        ):
+            g.grade("\\boxed{x+1}", "1+x")
     finally:
         g.close()
