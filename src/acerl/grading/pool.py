@@ -275,8 +275,7 @@ class WorkerPool:
         except (OSError, EOFError) as exc:  # the fork server died under the request (SIGKILL, OOM killer)
             parent_conn.close()
             child_conn.close()
-            self._start_failures += 1
-            if self._start_failures >= MAX_START_FAILURES:
+            if self._failed_start():
                 raise RuntimeError(
                     f"grader worker could not be started, {self._start_failures} times: {exc!r}"
                 ) from exc
@@ -338,9 +337,9 @@ class WorkerPool:
             worker.ready = True
             self._start_failures = 0
         elif message[0] == "start_failed":
-            self._start_failures += 1
+            broken = self._failed_start()
             self._replace(worker, kill=True)
-            if self._start_failures >= MAX_START_FAILURES:
+            if broken:
                 raise RuntimeError(
                     f"grader worker failed to start {self._start_failures} times:\n{message[1]}"
                 )
@@ -368,13 +367,11 @@ class WorkerPool:
                     f"{POOL_ERROR}worker process died (exit code {code}), {task.attempts} times on this item"
                 )
                 self._finish(task, (False, "error", message))
-        elif not worker.ready:
-            self._start_failures += 1
-            if self._start_failures >= MAX_START_FAILURES:
-                raise RuntimeError(
-                    f"grader worker died while starting (exit code {code}), {self._start_failures} times; "
-                    "its own message, if any, is in this process's stderr above"
-                )
+        elif not worker.ready and self._failed_start():
+            raise RuntimeError(
+                f"grader worker died while starting (exit code {code}), {self._start_failures} times; "
+                "its own message, if any, is in this process's stderr above"
+            )
         self._replace(worker, kill=True)
 
     def _enforce_deadlines(self) -> None:
@@ -394,6 +391,12 @@ class WorkerPool:
                 self._replace(worker, kill=True)
             elif not worker.ready and now >= worker.started_at + self.start_timeout_s:
                 raise RuntimeError(f"grader worker did not start within {self.start_timeout_s:g} s")
+
+    def _failed_start(self) -> bool:
+        """Count a worker start that failed (raised, reported ``start_failed`` or died before ready); True once
+        ``MAX_START_FAILURES`` have failed in a row (a worker that says it is ready resets the count)."""
+        self._start_failures += 1
+        return self._start_failures >= MAX_START_FAILURES
 
     def _replace(self, worker: _Worker, kill: bool) -> None:
         """Remove ``worker`` (killing and reaping it); a new one is started when work is pending."""
