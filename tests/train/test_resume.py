@@ -275,7 +275,9 @@ def test_keep_checkpoints_rotation(tiny_root: Path, verifier: DigitVerifier):
     assert state["step"] == 3 and set(state) >= {"scheduler", "data", "rng", "spec"}
 
 
-def test_changed_settings_start_over_and_keep_the_old_state(tiny_root: Path, verifier: DigitVerifier):
+def test_changed_settings_start_over_and_keep_the_old_state(
+    tiny_root: Path, verifier: DigitVerifier, caplog: pytest.LogCaptureFixture
+):
     """A rerun with other settings (what Snakemake or DVC do after a config change) trains from step 0; the
     checkpoints of the old settings are moved aside, not resumed and not deleted."""
     run = Run("tiny", "grpo", 0)
@@ -288,13 +290,20 @@ def test_changed_settings_start_over_and_keep_the_old_state(tiny_root: Path, ver
         "models.tiny.train.total_steps=2", "models.tiny.train.save_every=1", "models.tiny.train.lr=0.5"
     )
     calls = verifier.calls
-    train_run(changed, run, tiny_root, verifier=verifier, progress=False)
+    with caplog.at_level(logging.WARNING, logger="acerl.train.checkpoint"):
+        train_run(changed, run, tiny_root, verifier=verifier, progress=False)
     assert verifier.calls > calls  # trained again, not resumed at step 2 of 2
     assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]
     assert [s for s, _ in list_checkpoints(ckpt_dir)] == [1, 2]
     assert (ckpt_dir / "step_000002" / "model.safetensors").read_bytes() != old_weights
     (superseded,) = paths.run_dir(tiny_root, run).glob("checkpoints.superseded-*")
     assert (superseded / "step_000002" / "model.safetensors").read_bytes() == old_weights
+    (diag,) = paths.run_dir(tiny_root, run).glob("diag.superseded-*")
+    (warning,) = [r.getMessage() for r in caplog.records if "other settings" in r.getMessage()]
+    assert warning.startswith(
+        f"tiny/grpo/seed0: checkpoint {ckpt_dir / 'step_000002'} was written with other settings"
+    )
+    assert warning.endswith(f"moved to {superseded}, {diag}: delete it once you no longer need it")
 
 
 @pytest.mark.slow
@@ -362,6 +371,7 @@ def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, 
         train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
     lines = [r.getMessage() for r in caplog.records if "other package versions" in r.getMessage()]
     assert len(lines) == 1 and "transformers 0.0.1 ->" in lines[0]
+    assert lines[0].startswith(f"tiny/grpo/seed0: checkpoint {ckpt} was made with other package versions")
     assert json.loads(software_file.read_text())["launches"] == [old, software_stamp()]
     assert paths.run_spec_file(tiny_root, run).read_text() == spec
 
