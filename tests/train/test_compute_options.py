@@ -205,3 +205,18 @@ def test_cuda_without_a_gpu_is_a_config_error() -> None:
     assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
     with pytest.raises(ConfigError, match=r"compute\.device.*no CUDA GPU"):
         resolve_device("cuda")
+
+
+def test_a_base_model_stored_in_bf16_trains_with_fp32_master_weights(tiny_root: Path) -> None:
+    """Released checkpoints (Qwen2.5-Math, Llama 3.1) are stored in bf16: the trainer loads the policy and the
+    reference in fp32 whatever the folder holds (``compute.precision: bf16`` is autocast over fp32 weights)."""
+    from acerl.io import save_hf_folder
+    from acerl.models.loading import load_model_folder
+
+    base = paths.base_model_dir(tiny_root, "tiny")
+    model, tokenizer = load_model_folder(base)
+    save_hf_folder(base, model.to(torch.bfloat16), tokenizer)
+    assert {t.dtype for t in load_file(str(base / "model.safetensors")).values()} == {torch.bfloat16}
+    state, _ = init_state(tiny_root, RUN, resolve(make_config(), RUN), torch.device("cpu"))
+    assert {p.dtype for p in state.model.parameters()} == {torch.float32}
+    assert {p.dtype for p in state.ref_model.parameters()} == {torch.float32}
