@@ -35,6 +35,13 @@ def derive_seed(*parts: int) -> int:
     Uses numpy's ``SeedSequence`` hash: the same parts always give the same seed (across processes and
     machines), and nearby parts (shard 3 vs 4, run seed 0 vs 1) give unrelated seeds. Negative parts are
     allowed (mapped to their 64-bit two's complement).
+
+    The hash reads the parts as one string of 32-bit words, so trailing zero parts do not count
+    (``derive_seed(s, 0) == derive_seed(s)``) and a part of 2**32 or more is two words
+    (``derive_seed(5, 2**32) == derive_seed(5, 0, 1)``). Each stream mixes a fixed number of parts, small
+    integers and :func:`name_part`'s 64-bit names, so its seeds differ whenever their parts do (but for a name
+    whose part falls below 2**32, a 1 in 2**32 chance); keep it so when adding a stream (changing the hash would
+    change every result).
     """
     if not parts:
         raise ValueError("derive_seed needs at least one integer part")
