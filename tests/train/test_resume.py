@@ -149,8 +149,13 @@ def test_an_ema_reference_is_restored_on_resume(
     run = Run("tiny", "ace_grpo", 0)
     cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={STEPS}")
     ema = {"reference": "ema", "ref_ema_decay": 0.5, "progress": False}
-    with pytest.raises(TrainingPreempted):
+    with pytest.raises(TrainingPreempted) as preempted:
         train_run(cfg, run, tiny_root, verifier=_SigtermAtCall(2), **ema)
+    assert (preempted.value.step, preempted.value.signum, preempted.value.code) == (2, signal.SIGTERM, 75)
+    assert (
+        str(preempted.value)
+        == "training preempted by SIGTERM after step 2 (checkpoint written; exit code 75)"
+    )
     assert [step for step, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
     with caplog.at_level(logging.INFO, logger="acerl.train.run"):
         final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), **ema)
