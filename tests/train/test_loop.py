@@ -303,7 +303,8 @@ def test_bad_settings_fail_early(tiny_root: Path):
     with pytest.raises(ValueError, match="base model"):
         resolve(make_config(), Run("tiny", "base", 0))
     cfg = make_config("models.tiny.train.max_prompt_length=8", "models.tiny.train.total_steps=1")
-    with pytest.raises(ValueError, match="max_prompt_length"):
+    too_long = rf"^{paths.data_file(tiny_root, 'train')}: row .+ has a \d+-token prompt, longer than max_prompt_length=8 "
+    with pytest.raises(ValueError, match=too_long):  # names the file, the row and the key to change
         train_run(cfg, Run("tiny", "grpo", 0), tiny_root, verifier=DigitVerifier(), progress=False)
 
 
