@@ -120,9 +120,13 @@ def write_text(path: Path | str, text: str) -> Path:
     return Path(path)
 
 
-def write_json(path: Path | str, obj: Any, *, indent: int = 1, ensure_ascii: bool = True) -> Path:
-    """Write ``obj`` as indented JSON plus a newline, atomically; strict JSON (NaN/inf are rejected)."""
-    return write_text(path, json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii, allow_nan=False) + "\n")
+def write_json(
+    path: Path | str, obj: Any, *, indent: int = 1, ensure_ascii: bool = True, sort_keys: bool = False
+) -> Path:
+    """Write ``obj`` as indented JSON plus a newline, atomically; strict JSON (NaN/inf are rejected).
+    ``sort_keys`` for files whose bytes must not follow the order a dict was built in (run specs, records)."""
+    text = json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii, allow_nan=False, sort_keys=sort_keys)
+    return write_text(path, text + "\n")
 
 
 def write_jsonl(path: Path | str, rows: Iterable[Mapping[str, Any]]) -> Path:

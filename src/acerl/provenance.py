@@ -133,7 +133,7 @@ def record_launch(
     when the state it continues was made by other versions of the deciding packages (``previous``: that state's
     stamp, e.g. the checkpoint's; default the last launch recorded in ``path``) and appends the running stamp
     when it differs from the last one, so a run trained across package versions says so. Returns the list."""
-    from acerl.io import write_text
+    from acerl.io import write_json
 
     launches: list[dict[str, Any]] = []
     if resuming and path.is_file():
@@ -148,7 +148,7 @@ def record_launch(
     now = software_stamp()
     if not launches or launches[-1] != now:
         launches.append(now)
-    write_text(path, json.dumps({"launches": launches}, indent=2, sort_keys=True) + "\n")
+    write_json(path, {"launches": launches}, indent=2, sort_keys=True)
     return launches
 
 

@@ -10,7 +10,6 @@ algorithm itself is :mod:`acerl.train.algorithm`. See docs/training.md.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -22,7 +21,7 @@ from tqdm.auto import tqdm
 from acerl import paths
 from acerl.config import Config, Run, spec_json
 from acerl.errors import MissingInputError
-from acerl.io import read_jsonl, save_hf_folder, write_text
+from acerl.io import read_jsonl, save_hf_folder, write_json
 from acerl.models.loading import load_model_folder
 from acerl.provenance import record_launch, software_stamp
 from acerl.runtime import configure_torch, resolve_device
@@ -127,7 +126,7 @@ def train_run(
     for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
         remove_stale_temps(folder)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text(paths.run_spec_file(root, run), json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    write_json(paths.run_spec_file(root, run), spec, indent=2, sort_keys=True)
 
     ckpt = latest_usable(ckpt_dir)
     saved_state = read_trainer_state(ckpt) if ckpt is not None else {}

@@ -36,7 +36,7 @@ from acerl import paths
 from acerl.config import AceEstimator, Config, Run
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
-from acerl.io import write_text
+from acerl.io import write_json, write_text
 from acerl.provenance import record_launch
 from acerl.settings import resolve, run_spec
 from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE
@@ -611,9 +611,7 @@ def train_run_verl(
 
     logs = paths.verl_logs_dir(root, run)
     logs.mkdir(parents=True, exist_ok=True)
-    write_text(
-        paths.run_spec_file(root, run), json.dumps(run_spec(cfg, run), indent=2, sort_keys=True) + "\n"
-    )
+    write_json(paths.run_spec_file(root, run), run_spec(cfg, run), indent=2, sort_keys=True)
     record_launch(
         paths.software_file(root, run),
         resuming=latest_step(paths.checkpoints_dir(root, run)) is not None,
