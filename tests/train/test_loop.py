@@ -554,3 +554,20 @@ def test_the_training_set_needs_a_problem_and_an_answer_per_row_and_nothing_else
     train_file.write_text("".join(json.dumps(r) + "\n" for r in broken))
     with pytest.raises(DataFormatError, match=rf"^{train_file}:2: missing required key\(s\) 'answer' "):
         init_state(tiny_root, Run("tiny", "grpo", 0), settings, torch.device("cpu"))
+
+
+def test_the_prompt_streams_are_seeded_from_the_run_seed(tiny_root: Path):
+    """The step's prompts come from a stream seeded with the run seed (runs of two methods with one seed see the
+    same prompts) and dynamic sampling's extra batches from a second stream with its own derived seed."""
+    from acerl.seeds import FILL_SEED_STREAM, derive_seed
+    from acerl.train.data import PromptStream
+
+    run = Run("tiny", "dapo", 1)  # seed 1: derive_seed(stream, 0) == derive_seed(stream)
+    state, data = init_state(tiny_root, run, resolve(make_config(), run), torch.device("cpu"))
+    main, fill = (
+        PromptStream(len(data), seed=1),
+        PromptStream(len(data), seed=derive_seed(FILL_SEED_STREAM, 1)),
+    )
+    assert (state.stream.seed, state.fill_stream.seed) == (main.seed, fill.seed)
+    drawn = state.stream.next(8), state.fill_stream.next(8)
+    assert drawn == (main.next(8), fill.next(8)) and drawn[0] != drawn[1]
