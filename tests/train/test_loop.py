@@ -571,3 +571,19 @@ def test_the_prompt_streams_are_seeded_from_the_run_seed(tiny_root: Path):
     assert (state.stream.seed, state.fill_stream.seed) == (main.seed, fill.seed)
     drawn = state.stream.next(8), state.fill_stream.next(8)
     assert drawn == (main.next(8), fill.next(8)) and drawn[0] != drawn[1]
+
+
+def test_a_mini_batch_that_does_not_divide_the_step_is_warned_about(caplog: pytest.LogCaptureFixture):
+    """``prompts_per_step`` not a multiple of ``mini_batch_size``: allowed (the last optimizer step of each
+    training step sees fewer prompts), with one warning naming both keys; none when it divides."""
+    from acerl.train.run import _warn_short_mini_batch
+
+    run = Run("tiny", "grpo", 0)
+    with caplog.at_level(logging.WARNING, logger="acerl.train.run"):
+        _warn_short_mini_batch(resolve(make_config(), run))  # 4 prompts, mini-batches of 2
+        assert caplog.records == []
+        _warn_short_mini_batch(resolve(make_config("models.tiny.train.mini_batch_size=3"), run))
+    assert [r.getMessage() for r in caplog.records] == [
+        "models.tiny.train.prompts_per_step (4) is not a multiple of mini_batch_size (3): "
+        "the last mini-batch of each step is smaller"
+    ]
