@@ -8,7 +8,9 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from types import SimpleNamespace
@@ -276,12 +278,15 @@ def test_a_preemption_signal_to_every_process_leaves_the_pool_grading():
 
 
 class _FaultyStarts:
-    """The pool's ``Process`` factory with its first ``times`` workers broken: ``how="raise"``, ``start()`` raises
-    as when the fork server dies under the request; ``how="say"``, the worker reports that its start failed,
-    as ``worker_main`` does when its imports raise; ``how="stray"``, it sends a verdict for an item it was never
-    given; ``how="die"``, the process exits with code 3 before it
-    says it is ready (as a worker whose imports crash the interpreter); ``how="hang"``, it never says it is
-    ready (as one stuck in its imports on a full file system)."""
+    """The pool's ``Process`` factory with its first ``times`` workers broken, ``how``:
+
+    - ``raise``: ``start()`` raises, as when the fork server dies under the request;
+    - ``say``: the worker reports that its start failed, as ``worker_main`` does when its imports raise;
+    - ``stray``: it sends a verdict for an item it was never given;
+    - ``die``: it exits with code 3 before it says it is ready (as a worker whose imports crash the interpreter);
+    - ``hang``: it holds its end of the pipe (or the pool would see it closed) and never says it is ready (as one
+      stuck in its imports on a full file system).
+    """
 
     def __init__(self, ctx, times: int, how: str) -> None:
         self.ctx, self.left, self.how, self.calls = ctx, times, how, 0
@@ -291,172 +296,131 @@ class _FaultyStarts:
         if self.left == 0:
             return self.ctx.Process(*args, **kwargs)
         self.left -= 1
-        if self.how in ("say", "stray"):  # one message, then exit
-            conn = kwargs["args"][0]
-            message = (
-                (
-                    "start_failed",
-                    "ImportError: no module named sympy",
-                )  # as worker_main when its imports raise
-                if self.how == "say"
-                else (7, (True, "ok", None))  # a verdict for an item it was never given
-            )
-            return self.ctx.Process(target=conn.send, args=(message,), name=kwargs.get("name"), daemon=True)
-        if self.how == "die":
-            return self.ctx.Process(target=os._exit, args=(3,), name=kwargs.get("name"), daemon=True)
-        if self.how == "hang":  # holds its end of the pipe (or the pool would see it closed) and says nothing
-            conn = kwargs["args"][0]
-            return self.ctx.Process(target=wait, args=([conn], 60), name=kwargs.get("name"), daemon=True)
-        process = self.ctx.Process(*args, **kwargs)
+        if self.how == "raise":
+            process = self.ctx.Process(*args, **kwargs)
 
-        def start():
-            raise EOFError("unexpected EOF")
+            def start():
+                raise EOFError("unexpected EOF")
 
-        process.start = start
-        return process
+            process.start = start
+            return process
+        conn = kwargs["args"][0]
+        target, target_args = {
+            "say": (conn.send, (("start_failed", "ImportError: no module named sympy"),)),
+            "stray": (conn.send, ((7, (True, "ok", None)),)),
+            "die": (os._exit, (3,)),
+            "hang": (wait, ([conn], 60)),
+        }[self.how]
+        return self.ctx.Process(target=target, args=target_args, name=kwargs.get("name"), daemon=True)
 
 
-def _fail_starts(g: Grader, times: int, how: str = "raise") -> _FaultyStarts:
-    """Break the first ``times`` worker starts of ``g``'s pool (see :class:`_FaultyStarts`); returns the counter
-    of starts."""
-    ctx = g._pool._ctx
-    starts = _FaultyStarts(ctx, times, how)
-    g._pool._ctx = SimpleNamespace(
-        Process=starts,
-        Pipe=ctx.Pipe,
-        get_start_method=ctx.get_start_method,
-        set_forkserver_preload=ctx.set_forkserver_preload,
-    )
-    return starts
+@contextmanager
+def _broken_starts(times: int, how: str = "raise") -> Iterator[tuple[Grader, _FaultyStarts]]:
+    """A one-worker grader whose first ``times`` worker starts are broken (see :class:`_FaultyStarts`), and the
+    counter of its starts; closed on exit."""
+    with Grader(timeout_s=10, workers=1) as g:
+        ctx = g._pool._ctx
+        starts = _FaultyStarts(ctx, times, how)
+        g._pool._ctx = SimpleNamespace(
+            Process=starts,
+            Pipe=ctx.Pipe,
+            get_start_method=ctx.get_start_method,
+            set_forkserver_preload=ctx.set_forkserver_preload,
+        )
+        yield g, starts
+
+
+def _pool_failure(reason: str) -> str:
+    """The message a waiting batch raises with when the pool broke for ``reason`` (a regex)."""
+    return r"(?s)grader workers failed: .*" + reason
 
 
 def test_a_worker_that_cannot_be_started_is_tried_again(caplog):
     """A fork server that dies under a start request (``EOFError`` reading the new pid) costs a retry, not the
     pool: the next start makes a new fork server."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        starts = _fail_starts(g, times=2)
+    with _broken_starts(times=2) as (g, starts):
         assert g.grade("\\boxed{x+1}", "1+x").correct
         assert starts.calls == 3
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert warnings == ["grader worker could not be started, retrying: EOFError('unexpected EOF')"] * 2
-    finally:
-        g.close()
 
 
 def test_a_worker_that_never_starts_fails_the_batch(caplog):
     """Three failed starts in a row break the pool: the waiting batch raises with the reason."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        starts = _fail_starts(g, times=3)
+    with _broken_starts(times=3) as (g, starts):
         with pytest.raises(
-            RuntimeError,
-            match=r"(?s)grader workers failed: .*grader worker could not be started, 3 times: EOFError",
+            RuntimeError, match=_pool_failure("grader worker could not be started, 3 times: EOFError")
         ):
             g.grade("\\boxed{x+1}", "1+x")
         assert starts.calls == 3
-    finally:
-        g.close()
 
 
-def test_a_worker_that_dies_while_starting_is_started_again(caplog):
+def test_a_worker_that_dies_while_starting_is_started_again():
     """A worker that dies before it is ready (a crash in its imports) counts as a failed start: up to
     ``MAX_START_FAILURES - 1`` in a row cost retries, not the batch."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        starts = _fail_starts(g, times=MAX_START_FAILURES - 1, how="die")
+    with _broken_starts(times=MAX_START_FAILURES - 1, how="die") as (g, starts):
         assert g.grade("\\boxed{x+1}", "1+x").correct
         assert starts.calls == MAX_START_FAILURES
-    finally:
-        g.close()
 
 
 def test_a_worker_that_dies_while_starting_every_time_fails_the_batch():
     """``MAX_START_FAILURES`` deaths before ready in a row break the pool, saying how the workers died and where
     their own messages went; the waiting batch raises rather than scoring its items."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        starts = _fail_starts(g, times=MAX_START_FAILURES + 1, how="die")
+    with _broken_starts(times=MAX_START_FAILURES + 1, how="die") as (g, starts):
         message = (
             f"grader worker died while starting (exit code 3), {MAX_START_FAILURES} times; "
             "its own message, if any, is in this process's stderr above"
         )
-        with pytest.raises(RuntimeError, match=r"(?s)grader workers failed: .*" + re.escape(message)):
+        with pytest.raises(RuntimeError, match=_pool_failure(re.escape(message))):
             g.grade("\\boxed{x+1}", "1+x")
         assert starts.calls == MAX_START_FAILURES
-    finally:
-        g.close()
 
 
 def test_a_worker_that_never_says_it_is_ready_fails_the_batch_after_the_start_limit():
     """A worker silent past ``start_timeout_s`` breaks the pool with that reason (it is not waited on for good), is
     killed with the pool, and the waiting batch raises."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
+    with _broken_starts(times=1, how="hang") as (g, _):
         g._pool.start_timeout_s = 0.5
-        _fail_starts(g, times=1, how="hang")
-        with pytest.raises(
-            RuntimeError, match=r"(?s)grader workers failed: .*grader worker did not start within 0.5 s"
-        ):
+        with pytest.raises(RuntimeError, match=_pool_failure("grader worker did not start within 0.5 s")):
             g.grade("\\boxed{x+1}", "1+x")
         assert g.worker_pids() == []
-    finally:
-        g.close()
 
 
 def test_a_worker_whose_start_fails_says_why_and_is_started_again(caplog):
     """A worker whose imports raise reports it (``start_failed``, with the traceback): the pool logs it and starts
     another, up to ``MAX_START_FAILURES - 1`` in a row; ``MAX_START_FAILURES`` fail the batch with the reason."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        starts = _fail_starts(g, times=MAX_START_FAILURES - 1, how="say")
+    with _broken_starts(times=MAX_START_FAILURES - 1, how="say") as (g, starts):
         with caplog.at_level(logging.WARNING, logger="acerl.grading.pool"):
             assert g.grade("\\boxed{x+1}", "1+x").correct
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         retry = "grader worker failed to start, retrying:\nImportError: no module named sympy"
         assert warnings == [retry] * (MAX_START_FAILURES - 1) and starts.calls == MAX_START_FAILURES
-    finally:
-        g.close()
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        _fail_starts(g, times=MAX_START_FAILURES, how="say")
+    with _broken_starts(times=MAX_START_FAILURES, how="say") as (g, _):
         reason = (
             f"grader worker failed to start {MAX_START_FAILURES} times:\nImportError: no module named sympy"
         )
-        with pytest.raises(RuntimeError, match=r"(?s)grader workers failed: .*" + re.escape(reason)):
+        with pytest.raises(RuntimeError, match=_pool_failure(re.escape(reason))):
             g.grade("\\boxed{x+1}", "1+x")
-    finally:
-        g.close()
 
 
 def test_a_worker_that_starts_resets_the_count_of_failed_starts():
     """Failed starts count in a row: once a worker is ready the count starts again, so a pool that recovered
     is not broken by the next few failures (here two before the first ready worker and two after)."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        starts = _fail_starts(g, times=MAX_START_FAILURES - 1, how="die")
+    with _broken_starts(times=MAX_START_FAILURES - 1, how="die") as (g, starts):
         assert g.grade("\\boxed{x+1}", "1+x").correct
         (pid,) = g.worker_pids()
         starts.left = MAX_START_FAILURES - 1
-        os.kill(
-            pid, signal.SIGKILL
-        )  # dies while idle: replaced when work comes, by workers that die starting
+        # dies while idle: replaced when work comes, by workers that die starting
+        os.kill(pid, signal.SIGKILL)
         assert g.grade("\\boxed{x+2}", "2+x").correct
         assert starts.calls == 2 * MAX_START_FAILURES
-    finally:
-        g.close()
 
 
 def test_a_verdict_for_an_item_a_worker_was_not_given_breaks_the_pool():
     """The pipe protocol is checked, not trusted: a worker answering an item it does not hold (a bug on either
     side) stops the pool with that reason rather than resolving some other item with its verdict."""
-    g = Grader(timeout_s=10, workers=1)
-    try:
-        _fail_starts(g, times=1, how="stray")
+    with _broken_starts(times=1, how="stray") as (g, _):
         with pytest.raises(
-            RuntimeError,
-            match=r"(?s)grader workers failed: .*grader worker \d+ answered task 7, which it was not given",
+            RuntimeError, match=_pool_failure(r"grader worker \d+ answered task 7, which it was not given")
         ):
             g.grade("\\boxed{x+1}", "1+x")
-    finally:
-        g.close()

@@ -542,18 +542,18 @@ def test_a_run_without_a_verifier_grades_with_the_configured_grader(tiny_root: P
 def test_the_training_set_needs_a_problem_and_an_answer_per_row_and_nothing_else(tiny_root: Path):
     """The trainer reads ``problem`` and ``answer`` of each training row: a row without an ``id`` (which only the
     evaluation needs) trains; a row without an answer is a one-line error naming the file, the line and the key."""
-    from acerl.io import DataFormatError
+    from acerl.io import DataFormatError, write_jsonl
 
     train_file = paths.data_file(tiny_root, "train")
-    rows = [json.loads(line) for line in train_file.read_text().splitlines()]
-    settings = resolve(make_config(), Run("tiny", "grpo", 0))
-    train_file.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "id"}) + "\n" for r in rows))
-    _, data = init_state(tiny_root, Run("tiny", "grpo", 0), settings, torch.device("cpu"))
+    rows = read_jsonl_records(train_file)
+    run = Run("tiny", "grpo", 0)
+    settings = resolve(make_config(), run)
+    write_jsonl(train_file, [{k: v for k, v in r.items() if k != "id"} for r in rows])
+    _, data = init_state(tiny_root, run, settings, torch.device("cpu"))
     assert len(data) == len(rows)
-    broken = [rows[0], {"id": "x", "problem": "1+1"}]
-    train_file.write_text("".join(json.dumps(r) + "\n" for r in broken))
+    write_jsonl(train_file, [rows[0], {"id": "x", "problem": "1+1"}])
     with pytest.raises(DataFormatError, match=rf"^{train_file}:2: missing required key\(s\) 'answer' "):
-        init_state(tiny_root, Run("tiny", "grpo", 0), settings, torch.device("cpu"))
+        init_state(tiny_root, run, settings, torch.device("cpu"))
 
 
 def test_the_prompt_streams_are_seeded_from_the_run_seed(tiny_root: Path):
