@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from multiprocessing import forkserver
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from types import SimpleNamespace
 
 import pytest
@@ -136,6 +136,9 @@ def test_worker_that_dies_is_replaced(one_worker, caplog):
 
 
 def test_close_leaves_no_processes():
+    """Workers start lazily and ``close`` ends them all. They are daemonic and named: should the grader's own
+    finalizer not run, multiprocessing's exit handler terminates them instead of waiting for them; a worker's
+    log records carry its name (logging's ``processName``)."""
     with Grader(timeout_s=5, workers=2) as g:
         assert g.worker_pids() == []  # workers start lazily
         assert g.grade("\\boxed{7}", "7").correct  # fast path: still no workers
@@ -143,6 +146,7 @@ def test_close_leaves_no_processes():
         assert g.grade("\\boxed{x+1}", "1+x").correct
         pids = g.worker_pids()
         assert 1 <= len(pids) <= 2
+        assert {(w.process.name, w.process.daemon) for w in g._pool._workers} == {("acerl-grader", True)}
     assert g.worker_pids() == []
     deadline = time.monotonic() + 10
     while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
@@ -424,3 +428,202 @@ def test_a_verdict_for_an_item_a_worker_was_not_given_breaks_the_pool():
             RuntimeError, match=_pool_failure(r"grader worker \d+ answered task 7, which it was not given")
         ):
             g.grade("\\boxed{x+1}", "1+x")
+
+
+class _Puppets:
+    """The pool's ``Process`` factory with every worker a puppet: a real process that does nothing (it waits for
+    the test to end it), while the test holds the worker's end of the pipe and speaks the worker's protocol
+    itself: it says ready, reads the items the dispatcher sends to that worker, in order, and answers them. The
+    pool under test is the real one; only what its workers say is scripted, so its choices can be read one by
+    one. ``plan`` breaks the first workers:
+
+    - ``dead``: the worker exits at once and only then (its pipe still open) says it is ready, as a worker that
+      died while idle before the pool read its pipe's end;
+    - ``deaf``: it says it is ready and closes its end of the pipe while it still runs, as a worker that died
+      between its last message and the next item (the pool's send fails).
+    """
+
+    def __init__(self, pool: WorkerPool, plan: tuple[str, ...] = ()) -> None:
+        self.ctx, self.plan = pool._ctx, list(plan)
+        self.life_r, self.life_w = self.ctx.Pipe(duplex=False)
+        self.ends: list[Connection] = []  # the test's end of each worker's pipe, in start order
+        self.processes: list = []
+        pool._ctx = SimpleNamespace(
+            Process=self,
+            Pipe=self.ctx.Pipe,
+            get_start_method=self.ctx.get_start_method,
+            set_forkserver_preload=self.ctx.set_forkserver_preload,
+        )
+
+    def __call__(self, *args, **kwargs):
+        how = self.plan.pop(0) if self.plan else "puppet"
+        end = Connection(os.dup(kwargs["args"][0].fileno()))
+        target, target_args = {
+            "puppet": (wait, ([self.life_r], 60)),
+            "dead": (os._exit, (0,)),
+            "deaf": (time.sleep, (1.0,)),  # alive when the pool sends, gone soon after
+        }[how]
+        process = self.ctx.Process(target=target, args=target_args, name=kwargs.get("name"), daemon=True)
+
+        def start_and_break():
+            del process.start  # the class's own start, and nothing of this test's in the pickled process
+            process.start()
+            if how == "dead":
+                process.join()
+            if how != "puppet":  # said from here, before the pool waits on the pipe: nothing races it
+                end.send(("ready",))
+            if how == "deaf":
+                end.close()
+
+        process.start = start_and_break
+        self.ends.append(end)
+        self.processes.append(process)
+        return process
+
+    def ready(self, worker: int) -> None:
+        """``worker`` (in start order) says it is ready, once the pool has started it."""
+        deadline = time.monotonic() + 20
+        while len(self.ends) <= worker:
+            assert time.monotonic() < deadline, f"the pool did not start worker {worker}"
+            time.sleep(0.01)
+        self.ends[worker].send(("ready",))
+
+    def given(self, worker: int) -> tuple[int, str, str]:
+        """The next item the pool sent to ``worker``: ``(task id, extracted, gold)``."""
+        end = self.ends[worker]
+        assert end.poll(20), f"the pool sent worker {worker} nothing"
+        return end.recv()
+
+    def answer(self, worker: int, task: tuple[int, str, str], correct: bool = True) -> None:
+        self.ends[worker].send((task[0], (correct, "ok", None)))
+
+    def stop(self) -> None:
+        self.life_w.close()  # the puppets exit; their pipes stay open until close_ends
+        for process in self.processes:
+            process.join(10)
+
+    def close_ends(self) -> None:
+        for end in self.ends:
+            end.close()
+
+
+@contextmanager
+def _puppet_pool(n_workers: int, plan: tuple[str, ...] = ()) -> Iterator[tuple[WorkerPool, _Puppets]]:
+    pool = WorkerPool(n_workers, timeout_s=60, mv_timeout_s=30)
+    puppets = _Puppets(pool, plan)
+    try:
+        yield pool, puppets
+    finally:
+        puppets.stop()
+        pool.close()
+        puppets.close_ends()
+
+
+def _until_taken(pool: WorkerPool, pairs: list[tuple[str, str]]) -> None:
+    """Wait until the dispatcher has taken ``pairs`` into its table (a batch it has not read yet would not
+    share an item that finishes meanwhile)."""
+    deadline = time.monotonic() + 20
+    while not all(pair in pool._tasks for pair in pairs):
+        assert time.monotonic() < deadline, f"the pool did not take {pairs}"
+        time.sleep(0.01)
+
+
+def _items(tasks: list[tuple[int, str, str]]) -> list[str]:
+    return [extracted for _, extracted, _ in tasks]
+
+
+def test_a_worker_keeps_to_its_gold_and_a_new_one_takes_a_gold_no_one_is_on():
+    """The dispatch order the module docstring promises (each worker parses a gold once): an idle worker takes
+    the gold it graded last when that gold is pending, else the first pending gold no *busy* worker is on, else
+    the first pending gold."""
+    with _puppet_pool(2) as (pool, p):
+        job = pool.submit([("a1", "A"), ("a2", "A"), ("b1", "B")])
+        p.ready(0)
+        a1 = p.given(0)
+        p.ready(1)
+        b1 = p.given(1)  # not a2: worker 0 is on A
+        assert _items([a1, b1]) == ["a1", "b1"]
+        p.answer(0, a1)
+        a2 = p.given(0)  # its own gold again
+        p.answer(1, b1)
+        p.answer(0, a2)
+        assert job.done.wait(10) and _items([a2]) == ["a2"]
+        assert job.wait() == dict.fromkeys([("a1", "A"), ("a2", "A"), ("b1", "B")], (True, "ok", None))
+        # both idle: worker 0 (last A) and worker 1 (last B); B is queued before A
+        job = pool.submit([("b2", "B"), ("a3", "A")])
+        first, second = p.given(0), p.given(1)
+        assert _items([first, second]) == ["a3", "b2"]  # each keeps to its gold
+        p.answer(0, first)
+        p.answer(1, second)
+        assert job.done.wait(10)
+        # both idle, neither's gold pending: worker 0 takes the first gold (worker 1 is idle: B is not taken)
+        job = pool.submit([("b3", "B"), ("c1", "C")])
+        first, second = p.given(0), p.given(1)
+        assert _items([first, second]) == ["b3", "c1"]
+        p.answer(0, first)
+        p.answer(1, second)
+        assert job.done.wait(10)
+
+
+def test_a_worker_found_dead_when_given_an_item_is_replaced_and_the_item_graded(caplog):
+    """A worker that died while idle and said ready before (its pipe not yet seen closed) is found dead when
+    the dispatcher would give it an item: it is replaced, the item goes to the new worker, and since the dead
+    one held nothing, no item is retried and no start counted as failed."""
+    with _puppet_pool(1, plan=("dead",)) as (pool, p), caplog.at_level(logging.WARNING):
+        job = pool.submit([("x1", "X")])
+        p.ready(1)
+        task = p.given(1)
+        assert task[1:] == ("x1", "X") and pool._start_failures == 0
+        p.answer(1, task)
+        assert job.wait() == {("x1", "X"): (True, "ok", None)}
+        assert len(p.processes) == 2 and p.processes[0].exitcode == 0
+        assert [r.getMessage() for r in caplog.records] == []
+
+
+def test_an_item_whose_send_fails_is_retried_on_a_new_worker(caplog):
+    """A worker whose pipe broke between its last message and the next item (the send raises): the item counts
+    one attempt, goes back to the front of the queue and is graded by the replacement, first."""
+    with _puppet_pool(1, plan=("deaf",)) as (pool, p), caplog.at_level(logging.WARNING):
+        job = pool.submit([("x1", "X"), ("x2", "X"), ("y1", "Y")])
+        p.ready(1)
+        given = [p.given(1)]
+        assert given[0][1:] == ("x1", "X")  # the retried item first, before the others of its gold
+        for _ in range(2):
+            p.answer(1, given[-1], correct=given[-1][1] != "x1")
+            given.append(p.given(1))
+        p.answer(1, given[-1])
+        assert _items(given) == ["x1", "x2", "y1"]
+        assert job.wait() == {
+            ("x1", "X"): (False, "ok", None),
+            ("x2", "X"): (True, "ok", None),
+            ("y1", "Y"): (True, "ok", None),
+        }
+        deaf = p.processes[0].pid
+        assert [r.getMessage() for r in caplog.records] == [
+            f"grader worker {deaf} died (exit code 0) on ('x1', 'X')"
+        ]
+
+
+def test_a_pair_two_batches_ask_for_is_graded_once_for_both():
+    """Pairs queued or in flight for one batch are shared with a later batch, not graded twice; each batch
+    gets its own pairs' verdicts, and items keep the order they were submitted in within a gold."""
+    with _puppet_pool(1) as (pool, p):
+        first = pool.submit([("a1", "A"), ("a2", "A")])
+        p.ready(0)
+        a1 = p.given(0)
+        second = pool.submit([("a2", "A"), ("a1", "A"), ("a3", "A")])  # a1 in flight, a2 queued
+        _until_taken(pool, [("a3", "A")])
+        given = [a1]
+        for correct in (True, False):
+            p.answer(0, given[-1], correct)
+            given.append(p.given(0))
+        p.answer(0, given[-1])
+        assert _items(given) == ["a1", "a2", "a3"]
+        assert len({task_id for task_id, _, _ in given}) == 3
+        assert first.wait() == {("a1", "A"): (True, "ok", None), ("a2", "A"): (False, "ok", None)}
+        assert second.wait() == {
+            ("a2", "A"): (False, "ok", None),
+            ("a1", "A"): (True, "ok", None),
+            ("a3", "A"): (True, "ok", None),
+        }
+        assert not p.ends[0].poll(0.2)  # nothing more was sent
