@@ -627,3 +627,22 @@ def test_a_pair_two_batches_ask_for_is_graded_once_for_both():
             ("a3", "A"): (True, "ok", None),
         }
         assert not p.ends[0].poll(0.2)  # nothing more was sent
+
+
+def test_the_dispatcher_sleeps_while_a_worker_starts():
+    """While a worker has not said it is ready, the dispatcher blocks until the worker's start limit or a
+    message, not in a busy loop: a spinning grader thread would take a core from the trainer it serves for as
+    long as a worker starts (seconds, when the fork server imports sympy). Measured as this process's CPU time
+    over a second of waiting, which other load on the machine does not inflate."""
+    with _puppet_pool(1) as (pool, p):
+        job = pool.submit([("x1", "X")])
+        _until_taken(pool, [("x1", "X")])
+        while not p.processes:
+            time.sleep(0.01)
+        cpu = time.process_time()
+        time.sleep(1.0)
+        assert time.process_time() - cpu < 0.3
+        p.ready(0)
+        task = p.given(0)
+        p.answer(0, task)
+        assert job.wait() == {("x1", "X"): (True, "ok", None)}
