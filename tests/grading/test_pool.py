@@ -147,7 +147,11 @@ def test_close_leaves_no_processes():
         pids = g.worker_pids()
         assert 1 <= len(pids) <= 2
         assert {(w.process.name, w.process.daemon) for w in g._pool._workers} == {("acerl-grader", True)}
+        processes = [w.process for w in g._pool._workers]
     assert g.worker_pids() == []
+    assert [process.exitcode for process in processes] == [0] * len(
+        pids
+    )  # idle workers asked to stop, not killed
     deadline = time.monotonic() + 10
     while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -606,7 +610,8 @@ def test_an_item_whose_send_fails_is_retried_on_a_new_worker(caplog):
 
 def test_a_pair_two_batches_ask_for_is_graded_once_for_both():
     """Pairs queued or in flight for one batch are shared with a later batch, not graded twice; each batch
-    gets its own pairs' verdicts, and items keep the order they were submitted in within a gold."""
+    gets its own pairs' verdicts, items keep the order they were submitted in within a gold, and each item
+    sent has its own task id (which the worker's answer must name)."""
     with _puppet_pool(1) as (pool, p):
         first = pool.submit([("a1", "A"), ("a2", "A")])
         p.ready(0)
@@ -627,6 +632,12 @@ def test_a_pair_two_batches_ask_for_is_graded_once_for_both():
             ("a3", "A"): (True, "ok", None),
         }
         assert not p.ends[0].poll(0.2)  # nothing more was sent
+        # once graded, a pair asked for again is graded again: the pool keeps no verdicts (the Grader's cache does)
+        third = pool.submit([("a1", "A")])
+        again = p.given(0)
+        assert again[1:] == ("a1", "A") and again[0] not in {task_id for task_id, _, _ in given}
+        p.answer(0, again, correct=False)
+        assert third.wait() == {("a1", "A"): (False, "ok", None)}
 
 
 def test_the_dispatcher_sleeps_while_a_worker_starts():
