@@ -149,9 +149,8 @@ def test_close_leaves_no_processes():
         assert {(w.process.name, w.process.daemon) for w in g._pool._workers} == {("acerl-grader", True)}
         processes = [w.process for w in g._pool._workers]
     assert g.worker_pids() == []
-    assert [process.exitcode for process in processes] == [0] * len(
-        pids
-    )  # idle workers asked to stop, not killed
+    # idle workers are asked to stop, not killed
+    assert [process.exitcode for process in processes] == [0] * len(pids)
     deadline = time.monotonic() + 10
     while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
