@@ -147,10 +147,11 @@ def test_close_leaves_no_processes():
         pids = g.worker_pids()
         assert 1 <= len(pids) <= 2
         assert {(w.process.name, w.process.daemon) for w in g._pool._workers} == {("acerl-grader", True)}
-        processes = [w.process for w in g._pool._workers]
+        ready = [w.process for w in g._pool._workers if w.ready]  # the second may still be starting
+        assert ready
     assert g.worker_pids() == []
-    # idle workers are asked to stop, not killed
-    assert [process.exitcode for process in processes] == [0] * len(pids)
+    # idle workers are asked to stop, not killed (one still starting is killed)
+    assert [process.exitcode for process in ready] == [0] * len(ready)
     deadline = time.monotonic() + 10
     while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
