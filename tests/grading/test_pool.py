@@ -323,10 +323,12 @@ class _FaultyStarts:
 
 
 @contextmanager
-def _broken_starts(times: int, how: str = "raise") -> Iterator[tuple[Grader, _FaultyStarts]]:
-    """A one-worker grader whose first ``times`` worker starts are broken (see :class:`_FaultyStarts`), and the
-    counter of its starts; closed on exit."""
-    with Grader(timeout_s=10, workers=1) as g:
+def _broken_starts(
+    times: int, how: str = "raise", workers: int = 1
+) -> Iterator[tuple[Grader, _FaultyStarts]]:
+    """A grader (one worker by default) whose first ``times`` worker starts are broken (see
+    :class:`_FaultyStarts`), and the counter of its starts; closed on exit."""
+    with Grader(timeout_s=10, workers=workers) as g:
         ctx = g._pool._ctx
         starts = _FaultyStarts(ctx, times, how)
         g._pool._ctx = SimpleNamespace(
@@ -351,6 +353,14 @@ def test_a_worker_that_cannot_be_started_is_tried_again(caplog):
         assert starts.calls == 3
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert warnings == ["grader worker could not be started, retrying: EOFError('unexpected EOF')"] * 2
+
+
+def test_a_failed_start_is_made_up_to_the_pool_s_size_and_no_more():
+    """After a start that raised, the pool starts as many workers as it lacks, not more (the retry comes while
+    the item still waits, so the pool's size is checked then)."""
+    with _broken_starts(times=1, workers=2) as (g, starts):
+        assert g.grade("\\boxed{x+1}", "1+x").correct
+        assert starts.calls == 3 and len(g._pool._workers) == 2
 
 
 def test_a_worker_that_never_starts_fails_the_batch(caplog):
