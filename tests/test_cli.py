@@ -69,12 +69,17 @@ def test_verbose_adds_the_traceback(capsys, tmp_path: Path) -> None:
     assert err.rstrip().splitlines()[-1].startswith("acerl train: missing input:")
 
 
-def test_python_m_acerl_train_is_acerl_train(capsys, tmp_path: Path) -> None:
+def test_python_m_acerl_train_is_acerl_train(capsys, monkeypatch, tmp_path: Path) -> None:
     """One training command: the module entry point is the CLI's ``train`` with the same options and policy."""
     code = train_module_main(
         ["--model", "tiny", "--method", "grpo", "--root", str(tmp_path), "--threads", "1"]
     )
     assert code == 3
+    assert_one_line(capsys.readouterr().err, "acerl train: missing input:")
+    # run as ``python -m acerl.train ...`` it reads its options from the command line, after the program name
+    argv = ["python -m acerl.train", "--model", "tiny", "--method", "grpo", "--root", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert train_module_main() == 3
     assert_one_line(capsys.readouterr().err, "acerl train: missing input:")
 
 
