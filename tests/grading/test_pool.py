@@ -494,12 +494,16 @@ class _Puppets:
         self.processes.append(process)
         return process
 
-    def ready(self, worker: int) -> None:
-        """``worker`` (in start order) says it is ready, once the pool has started it."""
+    def started(self, worker: int) -> None:
+        """Wait until the pool has started ``worker`` (in start order)."""
         deadline = time.monotonic() + 20
         while len(self.ends) <= worker:
             assert time.monotonic() < deadline, f"the pool did not start worker {worker}"
             time.sleep(0.01)
+
+    def ready(self, worker: int) -> None:
+        """``worker`` says it is ready, once the pool has started it."""
+        self.started(worker)
         self.ends[worker].send(("ready",))
 
     def given(self, worker: int) -> tuple[int, str, str]:
@@ -558,10 +562,10 @@ def test_a_worker_keeps_to_its_gold_and_a_new_one_takes_a_gold_no_one_is_on():
         b1 = p.given(1)  # not a2: worker 0 is on A
         assert _items([a1, b1]) == ["a1", "b1"]
         p.answer(0, a1)
-        a2 = p.given(0)  # its own gold again
+        a2 = p.given(0)
+        assert _items([a2]) == ["a2"]  # its own gold again
         p.answer(1, b1)
         p.answer(0, a2)
-        assert job.done.wait(10) and _items([a2]) == ["a2"]
         assert job.wait() == dict.fromkeys([("a1", "A"), ("a2", "A"), ("b1", "B")], (True, "ok", None))
         # both idle: worker 0 (last A) and worker 1 (last B); B is queued before A
         job = pool.submit([("b2", "B"), ("a3", "A")])
@@ -658,8 +662,7 @@ def test_the_dispatcher_sleeps_while_a_worker_starts():
     with _puppet_pool(1) as (pool, p):
         job = pool.submit([("x1", "X")])
         _until_taken(pool, [("x1", "X")])
-        while not p.processes:
-            time.sleep(0.01)
+        p.started(0)
         cpu = time.process_time()
         time.sleep(1.0)
         assert time.process_time() - cpu < 0.3
