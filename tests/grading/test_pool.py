@@ -8,7 +8,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from multiprocessing import forkserver
@@ -322,6 +322,17 @@ class _FaultyStarts:
         return self.ctx.Process(target=target, args=target_args, name=kwargs.get("name"), daemon=True)
 
 
+def _start_workers_with(pool: WorkerPool, factory) -> None:
+    """Make ``factory`` the ``Process`` of ``pool``'s multiprocessing context (the rest of the context is kept)."""
+    ctx = pool._ctx
+    pool._ctx = SimpleNamespace(
+        Process=factory,
+        Pipe=ctx.Pipe,
+        get_start_method=ctx.get_start_method,
+        set_forkserver_preload=ctx.set_forkserver_preload,
+    )
+
+
 @contextmanager
 def _broken_starts(
     times: int, how: str = "raise", workers: int = 1
@@ -329,14 +340,8 @@ def _broken_starts(
     """A grader (one worker by default) whose first ``times`` worker starts are broken (see
     :class:`_FaultyStarts`), and the counter of its starts; closed on exit."""
     with Grader(timeout_s=10, workers=workers) as g:
-        ctx = g._pool._ctx
-        starts = _FaultyStarts(ctx, times, how)
-        g._pool._ctx = SimpleNamespace(
-            Process=starts,
-            Pipe=ctx.Pipe,
-            get_start_method=ctx.get_start_method,
-            set_forkserver_preload=ctx.set_forkserver_preload,
-        )
+        starts = _FaultyStarts(g._pool._ctx, times, how)
+        _start_workers_with(g._pool, starts)
         yield g, starts
 
 
@@ -462,12 +467,7 @@ class _Puppets:
         self.life_r, self.life_w = self.ctx.Pipe(duplex=False)
         self.ends: list[Connection] = []  # the test's end of each worker's pipe, in start order
         self.processes: list = []
-        pool._ctx = SimpleNamespace(
-            Process=self,
-            Pipe=self.ctx.Pipe,
-            get_start_method=self.ctx.get_start_method,
-            set_forkserver_preload=self.ctx.set_forkserver_preload,
-        )
+        _start_workers_with(pool, self)
 
     def __call__(self, *args, **kwargs):
         how = self.plan.pop(0) if self.plan else "puppet"
@@ -496,10 +496,7 @@ class _Puppets:
 
     def started(self, worker: int) -> None:
         """Wait until the pool has started ``worker`` (in start order)."""
-        deadline = time.monotonic() + 20
-        while len(self.ends) <= worker:
-            assert time.monotonic() < deadline, f"the pool did not start worker {worker}"
-            time.sleep(0.01)
+        _eventually(lambda: len(self.ends) > worker, f"the pool did not start worker {worker}")
 
     def ready(self, worker: int) -> None:
         """``worker`` says it is ready, once the pool has started it."""
@@ -540,9 +537,14 @@ def _puppet_pool(n_workers: int, plan: tuple[str, ...] = ()) -> Iterator[tuple[W
 def _until_taken(pool: WorkerPool, pairs: list[tuple[str, str]]) -> None:
     """Wait until the dispatcher has taken ``pairs`` into its table (a batch it has not read yet would not
     share an item that finishes meanwhile)."""
-    deadline = time.monotonic() + 20
-    while not all(pair in pool._tasks for pair in pairs):
-        assert time.monotonic() < deadline, f"the pool did not take {pairs}"
+    _eventually(lambda: all(pair in pool._tasks for pair in pairs), f"the pool did not take {pairs}")
+
+
+def _eventually(condition: Callable[[], bool], failure: str, timeout_s: float = 20) -> None:
+    """Poll ``condition`` until it holds; fail with ``failure`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, failure
         time.sleep(0.01)
 
 
