@@ -4,6 +4,10 @@ asserted; the benchmarks themselves are run by hand and recorded in docs/benchma
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -60,7 +64,7 @@ def test_test_suite_benchmark_reports_the_ratio_of_its_runs():
 
 def test_run_benchmark_sums_job_cpu_per_rule_and_compares_results(tmp_path: Path):
     """The `make run` benchmark's accounting (its runs, 10-25 minutes each, are not run here): the last row of
-    each Snakemake benchmark file per rule, every result file hashed, the differing ones named."""
+    each Snakemake benchmark file per rule (sampled), every result file hashed, the differing ones named."""
     bench = _load("bench_run")
     assert bench.parse_spec("HEAD") == ("HEAD", "lean")
     assert bench.parse_spec("abc123:transformers") == ("abc123", "transformers")
@@ -79,17 +83,75 @@ def test_run_benchmark_sums_job_cpu_per_rule_and_compares_results(tmp_path: Path
         path = logs / rule / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("s\tcpu_time\n" + "".join(f"1.0\t{r}\n" for r in rows))
-    per_rule, jobs = bench.job_cpu(tmp_path)
+    per_rule, jobs = bench.sampled_cpu(tmp_path)
     assert per_rule == {"sample": 13.5, "grade": 1.5} and jobs == 3
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "m.json").write_text("{}")
     (tmp_path / "metrics" / "job.log").write_text("left out")
     hashes = bench.result_hashes(tmp_path)
     assert list(hashes) == ["metrics/m.json"]
-    a = bench.Run("HEAD:transformers", 900.0, 2000.0, 0, {"sample": 600.0, "grade": 80.0}, 90, hashes)
-    b = bench.Run("HEAD:lean", 700.0, 1500.0, 0, {"sample": 340.0, "grade": 80.0}, 90, dict(hashes))
+    a = bench.Run(
+        "HEAD:transformers", 900.0, 2000.0, 50.0, 0, {"sample": 600.0, "grade": 80.0}, 1500.0, 90, hashes
+    )
+    b = bench.Run(
+        "HEAD:lean", 700.0, 1500.0, 50.0, 0, {"sample": 340.0, "grade": 80.0}, 1200.0, 90, dict(hashes)
+    )
     text = bench.report([a, b])
-    assert "| 2 | HEAD:lean | 0 | 90 | 700 | 420 | 1500 | 80 | 340 |" in text
-    assert "HEAD:lean / HEAD:transformers = **0.62x**" in text and "byte-identical" in text
-    c = bench.Run("HEAD:lean", 700.0, 1500.0, 0, {"sample": 340.0}, 45, {"metrics/m.json": "0"})
+    assert "| 2 | HEAD:lean | 0 | 90 | 700 | 1500 | 50 | 1200 | 80 | 340 |" in text
+    assert "job CPU: HEAD:lean / HEAD:transformers = **0.75x** (1500 / 2000 s)" in text
+    assert "job + Snakemake CPU: HEAD:lean / HEAD:transformers = **0.76x** (1550 / 2050 s)" in text
+    assert "byte-identical" in text
+    c = bench.Run("HEAD:lean", 700.0, 1500.0, 50.0, 0, {"sample": 340.0}, 1000.0, 45, {"metrics/m.json": "0"})
     assert "1 files differ: metrics/m.json" in bench.report([a, c])
+
+
+def test_run_benchmark_counts_every_job_process_to_the_end(tmp_path: Path):
+    """The launcher's exact accounting: a job's CPU is counted in full (its process and what it waited for), in
+    the total and under its rule, and Snakemake's own CPU apart."""
+    bench = _load("bench_run")
+    (tmp_path / "burn.py").write_text(
+        "import time\nstart = time.process_time()\nwhile time.process_time() - start < 1.5:\n    pass\n"
+    )
+    (tmp_path / "Snakefile").write_text(
+        "rule all:\n"
+        "    input: 'done.txt'\n"
+        "rule burn:\n"
+        "    output: 'done.txt'\n"
+        "    log: 'logs/burn/job.log'\n"
+        "    benchmark: 'bench.tsv'\n"
+        f"    shell: 'sleep 0.1; {sys.executable} burn.py > {{log}} && touch {{output}}'\n"
+    )
+    rusage = tmp_path / "rusage.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", bench.LAUNCH, "-c1", "all"],
+        cwd=tmp_path,
+        env={**os.environ, "ACERL_BENCH_RUSAGE": str(rusage)},
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cpu = json.loads(rusage.read_text())
+    assert cpu["jobs"] >= 1.5 and cpu["snakemake"] > 0
+    assert 1.5 <= cpu["per_rule"]["burn"] <= cpu["jobs"]  # the job's own rusage, found by its log path
+    assert (tmp_path / "done.txt").is_file()
+
+
+def test_update_buckets_benchmark_arms_compute_the_same_gradient(tmp_path: Path):
+    """The padding lever's arms differ in layout only: sorted length buckets give the single padded pass's
+    gradient (up to rounding) with fewer padded tokens, and every row is in exactly one micro-batch."""
+    trainer, bench = _load("bench_trainer"), _load("bench_update_buckets")
+    trainer.make_root(tmp_path, train_size=32)
+    state, setup, batch = bench.draw_batch(tmp_path)
+    lengths = batch.response_lengths
+    grads, tokens = {}, {}
+    for k in (1, 4):
+        parts = bench.chunks(lengths, k)
+        assert sorted(torch.cat(parts).tolist()) == list(range(len(batch)))
+        assert bench.one_update(state, batch, parts, setup.hyper.temperature) > 0
+        grads[k] = [p.grad.clone() for p in state.model.parameters()]
+        tokens[k] = bench.padded_tokens(batch, parts)
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(grads[1], grads[4], strict=True))
+    assert any(g.abs().max() > 0 for g in grads[1])
+    assert tokens[4] <= tokens[1]
+    sorted_parts = bench.chunks(lengths, 4)
+    assert all(lengths[a].max() <= lengths[b].min() for a, b in itertools.pairwise(sorted_parts))

@@ -41,7 +41,9 @@ NOTE = (
     "peak memory = the largest resident set of one job; GPU-hours = wall x GPUs requested "
     "(compute.resources: gpus per node x nodes). From Snakemake's benchmarks/logs/ TSVs (the last "
     "attempt of each job; the report job and Snakemake itself are not counted). CPU time is Snakemake's "
-    "sampled cpu_time, which misses child processes that end between two samples: a lower bound."
+    "sampled cpu_time (every 0.5 s for about a job's first 15 s, then every 30 s), a lower bound: it misses "
+    "whatever a job uses after its last sample (up to 30 CPU s per thread; at the embedded scale a third of a "
+    "training job) and child processes that end between two samples."
 )
 SHARED = "(shared)"  # the method label of jobs that belong to no method: data and base-model preparation
 
