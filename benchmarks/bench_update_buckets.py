@@ -112,9 +112,9 @@ def main() -> None:
     real = int(lengths.sum())
     base = statistics.median(times[ks[0]])
     lines = [
-        f"rows {len(batch)}, response tokens {real} (mean {lengths.float().mean():.1f}, "
-        f"{float((lengths == batch.response_ids.shape[1]).float().mean()):.0%} at the cap "
-        f"{batch.response_ids.shape[1]}), {args.repeats} repeats, root {'random-init' if args.root is None else 'given'}",
+        f"rows {len(batch)}, response tokens {real} (mean {lengths.float().mean():.1f}, longest "
+        f"{int(lengths.max())} of the {setup.hyper.max_response_length} allowed), {args.repeats} repeats, root "
+        f"{'random-init' if args.root is None else 'given'}",
         "",
         "| micro-batches | padded tokens | median CPU s | runs | vs first |",
         "|---:|---:|---:|---|---:|",
