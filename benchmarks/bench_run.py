@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import hashlib
 import json
 import os
@@ -39,6 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 RESULT_DIRS = ("generations", "scored", "metrics", "diagnostics", "results")
 """What a study computes (hashed and compared across runs); logs, benchmarks and checkpoints are left out."""
 SKIP_SUFFIXES = (".log",)
+STAMP = "software"
+"""The key of the software record (commit, packages) that result files carry: :func:`content_hash` leaves it out."""
 TIMED = ("results/compute.md", "results/report.md")
 """Result files that report the run's own measured compute time (report.md embeds compute.md): they differ
 between any two runs by design and are listed apart."""
@@ -85,7 +88,8 @@ class Run:
     rule_cpu_s: dict[str, float] = field(default_factory=dict)  # rule -> exact CPU of its jobs
     sampled_cpu_s: float = 0.0  # the sum of the benchmark files' sampled cpu_time (a lower bound)
     jobs: int = 0
-    hashes: dict[str, str] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)  # result file -> sha256 of its bytes
+    content: dict[str, str] = field(default_factory=dict)  # result file -> :func:`content_hash`
 
     @property
     def total_cpu_s(self) -> float:
@@ -128,13 +132,54 @@ def sampled_cpu(clone: Path) -> tuple[dict[str, float], int]:
     return dict(per_rule), jobs
 
 
+def result_files(clone: Path) -> list[Path]:
+    return [
+        path
+        for top in RESULT_DIRS
+        for path in sorted((clone / top).rglob("*"))
+        if path.is_file() and not path.name.endswith(SKIP_SUFFIXES)
+    ]
+
+
 def result_hashes(clone: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for top in RESULT_DIRS:
-        for path in sorted((clone / top).rglob("*")):
-            if path.is_file() and not path.name.endswith(SKIP_SUFFIXES):
-                out[str(path.relative_to(clone))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+    return {
+        str(p.relative_to(clone)): hashlib.sha256(p.read_bytes()).hexdigest() for p in result_files(clone)
+    }
+
+
+def _unstamped(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _unstamped(v) for k, v in value.items() if k != STAMP}
+    if isinstance(value, list):
+        return [_unstamped(v) for v in value]
+    return value
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of what a result file says less its software stamp (the ``software`` record of the commit and
+    packages that made it, which differs between any two commits): JSON and JSON lines (gzipped or not) without
+    any ``software`` key, Parquet's rows without the file's metadata; any other file (or one that does not
+    parse): its bytes."""
+    name = path.name
+    try:
+        if name.endswith(".json"):
+            data = _unstamped(json.loads(path.read_text()))
+        elif name.endswith((".jsonl", ".jsonl.gz")):
+            with gzip.open(path, "rt") if name.endswith(".gz") else path.open() as fh:
+                data = [_unstamped(json.loads(line)) for line in fh if line.strip()]
+        elif name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            data = pq.read_table(path).to_pylist()
+        else:
+            return hashlib.sha256(path.read_bytes()).hexdigest()
+    except (ValueError, OSError):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def content_hashes(clone: Path) -> dict[str, str]:
+    return {str(p.relative_to(clone)): content_hash(p) for p in result_files(clone)}
 
 
 def run_once(
@@ -171,7 +216,7 @@ def run_once(
     run = Run(spec, wall, cpu["jobs"], cpu["snakemake"], proc.returncode, cpu["per_rule"])
     sampled, run.jobs = sampled_cpu(clone)
     run.sampled_cpu_s = sum(sampled.values())
-    run.hashes = result_hashes(clone)
+    run.hashes, run.content = result_hashes(clone), content_hashes(clone)
     if keep is not None:
         shutil.rmtree(keep, ignore_errors=True)
         shutil.move(str(clone), str(keep))
@@ -207,13 +252,19 @@ def report(runs: list[Run]) -> str:
                     f"median {label}: {s} / {first} = **{med[s] / med[first]:.2f}x** "
                     f"({med[s]:.0f} / {med[first]:.0f} s)"
                 )
-    base = runs[0].hashes
+    base, base_content = runs[0].hashes, runs[0].content
     lines.append("")
     for i, run in enumerate(runs[1:], 2):
         differ = sorted(k for k in base.keys() | run.hashes.keys() if base.get(k) != run.hashes.get(k))
         timed = [k for k in differ if k in TIMED]
         differ = [k for k in differ if k not in TIMED]
-        verdict = "byte-identical" if not differ else f"{len(differ)} files differ: {', '.join(differ)}"
+        in_content = [k for k in differ if k not in base_content or base_content[k] != run.content.get(k)]
+        verdict = "byte-identical"
+        if differ:
+            verdict = (
+                f"{len(differ)} files differ, {len(differ) - len(in_content)} of them only in the software stamp "
+                f"(the commit and packages that made them); in content: {', '.join(in_content) or 'none'}"
+            )
         lines.append(
             f"results of run {i} vs run 1 ({len(base) - len(TIMED)} files besides the timed "
             f"{' and '.join(TIMED)}, which differ by design: {len(timed)} did): {verdict}"

@@ -3,6 +3,7 @@ asserted; the benchmarks themselves are run by hand and recorded in docs/benchma
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -101,8 +102,43 @@ def test_run_benchmark_sums_job_cpu_per_rule_and_compares_results(tmp_path: Path
     assert "job CPU: HEAD:lean / HEAD:transformers = **0.75x** (1500 / 2000 s)" in text
     assert "job + Snakemake CPU: HEAD:lean / HEAD:transformers = **0.76x** (1550 / 2050 s)" in text
     assert "byte-identical" in text
-    c = bench.Run("HEAD:lean", 700.0, 1500.0, 50.0, 0, {"sample": 340.0}, 1000.0, 45, {"metrics/m.json": "0"})
-    assert "1 files differ: metrics/m.json" in bench.report([a, c])
+    a.content = {"metrics/m.json": "x"}
+    c = bench.Run(
+        "HEAD:lean", 700.0, 1500.0, 50.0, 0, {}, 1000.0, 45, {"metrics/m.json": "0"}, {"metrics/m.json": "x"}
+    )
+    assert "1 files differ, 1 of them only in the software stamp" in bench.report([a, c])
+    assert "in content: none" in bench.report([a, c])
+    c.content = {"metrics/m.json": "y"}
+    assert "1 files differ, 0 of them only in the software stamp" in bench.report([a, c])
+    assert "in content: metrics/m.json" in bench.report([a, c])
+
+
+def test_run_benchmark_content_hash_leaves_out_the_software_stamp_only(tmp_path: Path):
+    """Two commits' results differ in the software record each file carries; their content is compared without
+    it (JSON, gzipped JSON lines, Parquet rows), and a change anywhere else still shows."""
+    import gzip
+
+    import pandas as pd
+
+    bench = _load("bench_run")
+
+    def write(name: str, commit: str, value: int) -> tuple[str, ...]:
+        folder = tmp_path / name
+        folder.mkdir()
+        stamp = {"acerl": {"commit": commit}}
+        (folder / "m.json").write_text(json.dumps({"pass@1": value, "software": [stamp]}))
+        with gzip.open(folder / "g.jsonl.gz", "wt") as fh:
+            fh.write(json.dumps({"id": "p0", "text": str(value), "software": stamp}) + "\n")
+        frame = pd.DataFrame({"id": ["p0"], "correct": [value > 0]})
+        frame.attrs["software"] = stamp
+        frame.to_parquet(folder / "s.parquet")
+        return tuple(bench.content_hash(folder / f) for f in ("m.json", "g.jsonl.gz", "s.parquet"))
+
+    first, other_commit, other_value = write("a", "abc", 1), write("b", "def", 1), write("c", "abc", 0)
+    assert first == other_commit
+    assert all(x != y for x, y in zip(first, other_value, strict=True))
+    (tmp_path / "bad.json").write_text("{not json")
+    assert bench.content_hash(tmp_path / "bad.json") == hashlib.sha256(b"{not json").hexdigest()
 
 
 def test_run_benchmark_counts_every_job_process_to_the_end(tmp_path: Path):
