@@ -12,7 +12,7 @@ that misses about a third of a 40-second training job. Afterwards the results of
 samples, Pass@k, diagnostics, tables, report) are hashed and compared with the first run's.
 
   python benchmarks/bench_run.py [--runs HEAD:transformers,HEAD:lean] [--repeats 1] [--out FILE.md]
-                                 [--configfile config/test.yaml] [--keep DIR]
+                                 [--configfile config/test.yaml] [--keep DIR] [--venvs DIR,DIR]
 
 A run spec is `REF[:lean|:transformers]` (`:transformers` sets ACERL_LEAN_MODEL=0). One run takes 10-25 minutes on
 2 cores; run it on an otherwise idle machine, and compare only runs of one invocation.
@@ -183,15 +183,22 @@ def content_hashes(clone: Path) -> dict[str, str]:
 
 
 def run_once(
-    spec: str, scratch: Path, log: Path, cores: int, configfile: str | None = None, keep: Path | None = None
+    spec: str,
+    scratch: Path,
+    log: Path,
+    cores: int,
+    configfile: str | None = None,
+    keep: Path | None = None,
+    venv: Path | None = None,
 ) -> Run:
-    """One run of ``spec`` in a fresh clone under ``scratch`` (moved to ``keep`` afterwards when given)."""
+    """One run of ``spec`` in a fresh clone under ``scratch`` (moved to ``keep`` afterwards when given), with the
+    virtualenv ``venv`` (default: this checkout's ``.venv``)."""
     ref, loader = parse_spec(spec)
     clone = scratch / "clone"
     shutil.rmtree(clone, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     subprocess.run(["git", "checkout", "-q", ref], cwd=clone, check=True)
-    venv_bin = REPO / ".venv" / "bin"
+    venv_bin = (venv or REPO / ".venv") / "bin"
     env = {
         **os.environ,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -284,18 +291,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="also write the report here")
     ap.add_argument("--configfile", help="a config overlay for every run (snakemake --configfile)")
     ap.add_argument("--keep", type=Path, help="keep each run's clone as KEEP/run<i> (default: removed)")
+    ap.add_argument(
+        "--venvs",
+        help="comma-separated virtualenvs, one per --runs spec in its order (default: this checkout's .venv for "
+        "all), e.g. to compare environments made by two versions of `make setup`",
+    )
     args = ap.parse_args(argv)
     specs = [resolve(spec) for spec in args.runs.split(",")]
+    venvs = [Path(v) for v in args.venvs.split(",")] if args.venvs else [REPO / ".venv"] * len(specs)
+    if len(venvs) != len(specs) or not all((v / "bin" / "python").is_file() for v in venvs):
+        raise SystemExit(f"--venvs: one virtualenv (with bin/python) per --runs spec, got {args.venvs!r}")
+    plan = list(zip(specs, venvs, strict=True))
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="acerl-bench-run-") as tmp:
         for i in range(args.repeats):
-            for spec in specs if i % 2 == 0 else specs[::-1]:
+            for spec, venv in plan if i % 2 == 0 else plan[::-1]:
                 log = Path(tmp) / f"run{len(runs) + 1}.log"
                 keep = args.keep / f"run{len(runs) + 1}" if args.keep else None
-                run = run_once(spec, Path(tmp), log, args.cores, args.configfile, keep)
+                run = run_once(spec, Path(tmp), log, args.cores, args.configfile, keep, venv)
+                if args.venvs:  # the label names the environment too
+                    run.spec = f"{spec}@{venv}"
                 runs.append(run)
                 print(
-                    f"{spec}: exit {run.returncode}, {run.jobs} jobs, {run.wall_s:.0f} s wall, "
+                    f"{run.spec}: exit {run.returncode}, {run.jobs} jobs, {run.wall_s:.0f} s wall, "
                     f"{run.jobs_cpu_s:.0f} s job CPU, {run.snakemake_cpu_s:.0f} s Snakemake's",
                     flush=True,
                 )

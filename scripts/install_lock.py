@@ -9,6 +9,12 @@ or ``PIP_*`` variables) are passed on as the matching ``UV_*`` variables unless 
 are set already. With extra indexes uv is told to consider every index (``unsafe-best-match``, pip's own
 behaviour): the hashes in the lock, not the index order, decide which file is accepted.
 
+Every installed module is compiled to bytecode at install time (``--compile-bytecode``), as pip does by default
+and uv does not: where Python cannot write ``__pycache__`` at run time (``PYTHONDONTWRITEBYTECODE=1``, common in
+CI and container images, or a read-only environment such as an Apptainer image on a cluster), every process
+would otherwise compile each module it imports from source, every time (``import torch, pandas``: 6.1-6.6 s of
+CPU instead of 2.4 s on this project's machine kind; docs/benchmarks.md).
+
 uv itself comes from ``UV`` (a path), ``uv`` on ``PATH``, the virtualenv's ``bin/uv``, or else is installed into
 the virtualenv with pip from ``requirements/cpu.txt``'s ``uv`` pin (hash-checked).
 
@@ -111,7 +117,7 @@ def main(argv: list[str]) -> int:
         return 2
     config = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     env = uv_environment(pip_settings(config.stdout), dict(os.environ), extra)
-    cmd = [find_uv(venv), "pip", "install", "--quiet", "--require-hashes", "--no-deps"]
+    cmd = [find_uv(venv), "pip", "install", "--quiet", "--require-hashes", "--no-deps", "--compile-bytecode"]
     cmd += ["--python", str(python), *extra, "-r", str(lock)]
     return subprocess.run(cmd, env=env).returncode
 
