@@ -80,6 +80,9 @@ def test_a_lock_installs_exactly_its_pin(tmp_path: Path) -> None:
         [str(python), "-c", "import six; print(six.__version__)"], capture_output=True, text=True
     )
     assert version.stdout.strip() == six.split("==")[1].split()[0]
+    # compiled at install (pip's default, not uv's): a process that may not write __pycache__ does not compile
+    # what it imports from source every time
+    assert list((tmp_path / "venv").glob("lib/python*/site-packages/__pycache__/six.*.pyc"))
 
 
 def test_a_file_whose_hash_the_lock_does_not_list_is_refused(tmp_path: Path) -> None:
