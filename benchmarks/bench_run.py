@@ -4,7 +4,8 @@ against the lean Llama loader, or any two commits, with every result compared by
 Each run is a fresh `git clone` (of HEAD, or of the run's ref) whose whole DAG Snakemake runs from scratch with
 this checkout's `.venv` (the clone's `src` first on `PYTHONPATH`, so each run executes its own code; setup is not
 timed). Reported per run: wall time; the CPU time of all jobs, exact: user + system of every process Snakemake
-waited for (``getrusage`` at the Snakemake process's exit, recorded by the launcher :data:`LAUNCH`), the same per
+waited for, and of the processes its jobs left behind (``getrusage`` at the Snakemake process's exit, recorded by
+the launcher :data:`LAUNCH`, a child subreaper), the same per
 rule (each job's ``wait4`` rusage), and Snakemake's own CPU beside it (scheduling, the benchmark threads); and the
 sum of the ``cpu_time`` column of Snakemake's benchmark files, for comparison: that one is *sampled* (every 0.5 s
 for about a job's first 15 s, then every 30 s; whatever a job uses after its last sample is missed), a lower bound
@@ -14,7 +15,8 @@ samples, Pass@k, diagnostics, tables, report) are hashed and compared with the f
   python benchmarks/bench_run.py [--runs HEAD:transformers,HEAD:lean] [--repeats 1] [--out FILE.md]
                                  [--configfile config/test.yaml] [--keep DIR] [--venvs DIR,DIR]
 
-A run spec is `REF[:lean|:transformers]` (`:transformers` sets ACERL_LEAN_MODEL=0). One run takes 10-25 minutes on
+A run spec is `REF[:lean|:transformers|:system-malloc]` (`:transformers` sets ACERL_LEAN_MODEL=0, `:system-malloc`
+ACERL_MALLOC=system: :data:`VARIANTS`). One run takes 10-25 minutes on
 2 cores; run it on an otherwise idle machine, and compare only runs of one invocation.
 """
 
@@ -48,7 +50,8 @@ between any two runs by design and are listed apart."""
 
 
 LAUNCH = """
-import atexit, json, os, re, resource, subprocess, sys
+import atexit, ctypes, json, os, re, resource, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: a job's orphaned descendants come back to us
 per_rule = {}
 def try_wait(self, wait_flags):  # subprocess.Popen._try_wait with wait4: each child's own rusage
     try:
@@ -61,11 +64,24 @@ def try_wait(self, wait_flags):  # subprocess.Popen._try_wait with wait4: each c
         per_rule[key] = per_rule.get(key, 0.0) + usage.ru_utime + usage.ru_stime
     return pid, status
 subprocess.Popen._try_wait = try_wait
+def cpu(who):
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+def reap_orphans(limit_s=60.0):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            time.sleep(0.1)
 def record():
-    own, jobs = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    waited = cpu(resource.RUSAGE_CHILDREN)
+    reap_orphans()
     with open(os.environ["ACERL_BENCH_RUSAGE"], "w") as fh:
-        json.dump({"snakemake": own.ru_utime + own.ru_stime, "jobs": jobs.ru_utime + jobs.ru_stime,
-                   "per_rule": per_rule}, fh)
+        json.dump({"snakemake": cpu(resource.RUSAGE_SELF), "jobs": cpu(resource.RUSAGE_CHILDREN),
+                   "orphans": cpu(resource.RUSAGE_CHILDREN) - waited, "per_rule": per_rule}, fh)
 atexit.register(record)
 from snakemake.cli import main
 sys.argv[0] = "snakemake"
@@ -75,14 +91,18 @@ sys.exit(main())
 ``ACERL_BENCH_RUSAGE`` names: its own CPU seconds, those of every process it waited for (all jobs: the local
 executor runs each job's shell as its child) and the same per rule, from each child's own ``wait4`` rusage (its
 waited-for descendants included; the rule read from the job's log path ``logs/<rule>/``, "other" for anything
-else Snakemake ran). ``subprocess.Popen._try_wait`` is CPython's; the stand-in keeps its contract."""
+else Snakemake ran). The launcher is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): a process a job
+started and did not wait for (the grader's forkserver and its workers, multiprocessing's resource tracker)
+is re-parented to it when the job exits and reaped at the end, so its CPU counts in ``jobs`` (and apart, as
+``orphans``: no rule is known for it) instead of going to init uncounted. ``subprocess.Popen._try_wait`` is
+CPython's; the stand-in keeps its contract."""
 
 
 @dataclass
 class Run:
     spec: str
     wall_s: float
-    jobs_cpu_s: float  # exact: every process Snakemake waited for
+    jobs_cpu_s: float  # exact: every process Snakemake waited for, and the orphans of its jobs
     snakemake_cpu_s: float  # Snakemake's own process
     returncode: int
     rule_cpu_s: dict[str, float] = field(default_factory=dict)  # rule -> exact CPU of its jobs
@@ -90,6 +110,7 @@ class Run:
     jobs: int = 0
     hashes: dict[str, str] = field(default_factory=dict)  # result file -> sha256 of its bytes
     content: dict[str, str] = field(default_factory=dict)  # result file -> :func:`content_hash`
+    orphans_cpu_s: float = 0.0  # of jobs_cpu_s: processes the jobs did not wait for (no rule known)
 
     @property
     def total_cpu_s(self) -> float:
@@ -100,21 +121,30 @@ def resolve(spec: str) -> str:
     """``spec`` with its ref resolved to a commit now, so that every run of one invocation runs the same code
     (a commit made while the benchmark runs would otherwise change what ``HEAD`` means between runs, and with it
     the code revision that every result file's software stamp records)."""
-    ref, loader = parse_spec(spec)
+    ref, variant = parse_spec(spec)
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=REPO, capture_output=True, text=True
     )
     if commit.returncode:
         raise SystemExit(f"--runs: {ref!r} is not a commit of {REPO}")
-    return f"{commit.stdout.strip()[:12]}:{loader}"
+    return f"{commit.stdout.strip()[:12]}:{variant}"
+
+
+VARIANTS = {
+    "lean": {"ACERL_LEAN_MODEL": "1"},
+    "transformers": {"ACERL_LEAN_MODEL": "0"},
+    "system-malloc": {"ACERL_LEAN_MODEL": "1", "ACERL_MALLOC": "system"},
+}
+"""A run spec's variant -> the environment its jobs get: the model loader (``acerl.models.loading``) and the C
+allocator's settings (``acerl.allocator``; commits before it ignore the variable)."""
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    ref, _, loader = spec.partition(":")
-    loader = loader or "lean"
-    if loader not in ("lean", "transformers") or not ref:
-        raise SystemExit(f"--runs: {spec!r} is not REF[:lean|:transformers]")
-    return ref, loader
+    ref, _, variant = spec.partition(":")
+    variant = variant or "lean"
+    if variant not in VARIANTS or not ref:
+        raise SystemExit(f"--runs: {spec!r} is not REF[:{'|:'.join(VARIANTS)}]")
+    return ref, variant
 
 
 def sampled_cpu(clone: Path) -> tuple[dict[str, float], int]:
@@ -193,7 +223,7 @@ def run_once(
 ) -> Run:
     """One run of ``spec`` in a fresh clone under ``scratch`` (moved to ``keep`` afterwards when given), with the
     virtualenv ``venv`` (default: this checkout's ``.venv``)."""
-    ref, loader = parse_spec(spec)
+    ref, variant = parse_spec(spec)
     clone = scratch / "clone"
     shutil.rmtree(clone, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -203,7 +233,7 @@ def run_once(
         **os.environ,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(clone / "src"),
-        "ACERL_LEAN_MODEL": "0" if loader == "transformers" else "1",
+        **VARIANTS[variant],
     }
     rusage = scratch / "rusage.json"
     rusage.unlink(missing_ok=True)
@@ -221,6 +251,7 @@ def run_once(
     wall = time.perf_counter() - start
     cpu = json.loads(rusage.read_text())
     run = Run(spec, wall, cpu["jobs"], cpu["snakemake"], proc.returncode, cpu["per_rule"])
+    run.orphans_cpu_s = cpu.get("orphans", 0.0)
     sampled, run.jobs = sampled_cpu(clone)
     run.sampled_cpu_s = sum(sampled.values())
     run.hashes, run.content = result_hashes(clone), content_hashes(clone)
@@ -236,14 +267,14 @@ def report(runs: list[Run]) -> str:
     lines = [
         "| run | spec | exit | jobs | wall s | job CPU s | Snakemake CPU s | sampled job CPU s | "
         + " | ".join(f"{r} CPU s" for r in rules)
-        + " |",
-        "|---|---|---|---|---|---|---|---|" + "---|" * len(rules),
+        + " | orphans CPU s |",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(rules) + "---|",
     ]
     for i, run in enumerate(runs, 1):
         cells = " | ".join(f"{run.rule_cpu_s.get(r, 0.0):.0f}" for r in rules)
         lines.append(
             f"| {i} | {run.spec} | {run.returncode} | {run.jobs} | {run.wall_s:.0f} | {run.jobs_cpu_s:.0f} | "
-            f"{run.snakemake_cpu_s:.0f} | {run.sampled_cpu_s:.0f} | {cells} |"
+            f"{run.snakemake_cpu_s:.0f} | {run.sampled_cpu_s:.0f} | {cells} | {run.orphans_cpu_s:.0f} |"
         )
     specs = list(dict.fromkeys(r.spec for r in runs))
     if len(specs) >= 2:

@@ -69,6 +69,8 @@ def test_run_benchmark_sums_job_cpu_per_rule_and_compares_results(tmp_path: Path
     bench = _load("bench_run")
     assert bench.parse_spec("HEAD") == ("HEAD", "lean")
     assert bench.parse_spec("abc123:transformers") == ("abc123", "transformers")
+    assert bench.parse_spec("HEAD:system-malloc") == ("HEAD", "system-malloc")
+    assert bench.VARIANTS["system-malloc"]["ACERL_MALLOC"] == "system"
     with pytest.raises(SystemExit, match="REF"):
         bench.parse_spec("HEAD:fast")
     commit, _, loader = bench.resolve("HEAD:transformers").partition(":")
@@ -98,7 +100,7 @@ def test_run_benchmark_sums_job_cpu_per_rule_and_compares_results(tmp_path: Path
         "HEAD:lean", 700.0, 1500.0, 50.0, 0, {"sample": 340.0, "grade": 80.0}, 1200.0, 90, dict(hashes)
     )
     text = bench.report([a, b])
-    assert "| 2 | HEAD:lean | 0 | 90 | 700 | 1500 | 50 | 1200 | 80 | 340 |" in text
+    assert "| 2 | HEAD:lean | 0 | 90 | 700 | 1500 | 50 | 1200 | 80 | 340 | 0 |" in text
     assert "job CPU: HEAD:lean / HEAD:transformers = **0.75x** (1500 / 2000 s)" in text
     assert "job + Snakemake CPU: HEAD:lean / HEAD:transformers = **0.76x** (1550 / 2050 s)" in text
     assert "byte-identical" in text
@@ -143,7 +145,8 @@ def test_run_benchmark_content_hash_leaves_out_the_software_stamp_only(tmp_path:
 
 def test_run_benchmark_counts_every_job_process_to_the_end(tmp_path: Path):
     """The launcher's exact accounting: a job's CPU is counted in full (its process and what it waited for), in
-    the total and under its rule, and Snakemake's own CPU apart."""
+    the total and under its rule, and Snakemake's own CPU apart; a process the job left running (re-parented to
+    the launcher, a subreaper) is counted in the total as an orphan when it ends."""
     bench = _load("bench_run")
     (tmp_path / "burn.py").write_text(
         "import time\nstart = time.process_time()\nwhile time.process_time() - start < 1.5:\n    pass\n"
@@ -155,7 +158,8 @@ def test_run_benchmark_counts_every_job_process_to_the_end(tmp_path: Path):
         "    output: 'done.txt'\n"
         "    log: 'logs/burn/job.log'\n"
         "    benchmark: 'bench.tsv'\n"
-        f"    shell: 'sleep 0.1; {sys.executable} burn.py > {{log}} && touch {{output}}'\n"
+        f"    shell: '(sleep 0.5; {sys.executable} burn.py &); sleep 0.1; {sys.executable} burn.py > {{log}} "
+        "&& touch {output}'\n"
     )
     rusage = tmp_path / "rusage.json"
     proc = subprocess.run(
@@ -167,8 +171,9 @@ def test_run_benchmark_counts_every_job_process_to_the_end(tmp_path: Path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     cpu = json.loads(rusage.read_text())
-    assert cpu["jobs"] >= 1.5 and cpu["snakemake"] > 0
-    assert 1.5 <= cpu["per_rule"]["burn"] <= cpu["jobs"]  # the job's own rusage, found by its log path
+    assert cpu["jobs"] >= 3.0 and cpu["snakemake"] > 0
+    assert 1.5 <= cpu["per_rule"]["burn"] <= cpu["jobs"] - 1.5  # the job's own rusage, found by its log path
+    assert 1.5 <= cpu["orphans"] < 3.0  # the background burner, not waited for by the job
     assert (tmp_path / "done.txt").is_file()
 
 

@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from acerl.allocator import tune_allocator
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
 from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError
 from acerl.stages import StageSpec, subcommand_stage
@@ -415,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     try:
+        tune_allocator()
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe surfaces here, inside the policy, not at interpreter exit
         return code
