@@ -2,35 +2,42 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from acerl.grading import extract_answer
-from acerl.grading.extract import answer_line, last_boxed_answer
-
-
-@pytest.mark.parametrize(
-    ("response", "expected"),
-    [
-        ("so $x = \\boxed{\\frac{3}{4}}$.", "\\frac{3}{4}"),
-        (
-            "first \\boxed{1}. Much later, after a long argument that checks every case once more by hand, we get \\boxed{2}",
-            "2",
-        ),
-        ("\\boxed{1}, then, since it must be odd, \\boxed{2}", "1,2"),
-        ("nested braces \\boxed{\\frac{\\sqrt{2}}{2}} done", "\\frac{\\sqrt{2}}{2}"),
-        ("\\fbox{7}", "7"),
-        ("\\boxed {12}", "12"),
-        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
-        # boxes close together are one answer: a set (math-verify's rule)
-        ("$\\boxed{2}$ or $\\boxed{3}$", "2,3"),
-        ("\\boxed{2} \\boxed{3}", "2,3"),
-        ("\\boxed{3} and \\boxed{3}", "3"),
-        # an unclosed box (truncated response) is ignored
-        ("we get \\boxed{5}. Check: \\boxed{6", "5"),
-        ("the answer is \\boxed{\\frac{1}{2}", None),
-        ("\\boxed{}", None),
-    ],
+from acerl.grading.extract import (
+    answer_line,
+    last_boxed_answer,
+    math_normalization,
+    standalone_math_normalization,
 )
+
+BOXED_CASES = [
+    ("so $x = \\boxed{\\frac{3}{4}}$.", "\\frac{3}{4}"),
+    (
+        "first \\boxed{1}. Much later, after a long argument that checks every case once more by hand, we get \\boxed{2}",
+        "2",
+    ),
+    ("\\boxed{1}, then, since it must be odd, \\boxed{2}", "1,2"),
+    ("nested braces \\boxed{\\frac{\\sqrt{2}}{2}} done", "\\frac{\\sqrt{2}}{2}"),
+    ("\\fbox{7}", "7"),
+    ("\\boxed {12}", "12"),
+    ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+    # boxes close together are one answer: a set (math-verify's rule)
+    ("$\\boxed{2}$ or $\\boxed{3}$", "2,3"),
+    ("\\boxed{2} \\boxed{3}", "2,3"),
+    ("\\boxed{3} and \\boxed{3}", "3"),
+    # an unclosed box (truncated response) is ignored
+    ("we get \\boxed{5}. Check: \\boxed{6", "5"),
+    ("the answer is \\boxed{\\frac{1}{2}", None),
+    ("\\boxed{}", None),
+]
+
+
+@pytest.mark.parametrize(("response", "expected"), BOXED_CASES)
 def test_boxed(response, expected):
     assert extract_answer(response) == expected
 
@@ -72,3 +79,33 @@ def test_many_boxes_stay_cheap():
     chained = last_boxed_answer(distinct)
     assert chained is not None and chained.endswith("19998,19999")
     assert chained.count(",") < 64
+
+
+def test_boxes_are_found_without_importing_sympy():
+    """Extraction loads math-verify's normalisation module on its own: a job whose answers the fast path decides
+    never imports sympy or the LaTeX parser (0.4-0.5 s of CPU per process)."""
+    code = (
+        "import sys\n"
+        "from acerl.grading import Grader, extract_answer\n"
+        "with Grader(workers=0) as g:\n"
+        "    verdicts = g.grade_many([(r'so \\boxed{3}.', '3'), (r'\\boxed{\\frac{6}{8}}', '3/4')])\n"
+        "print(extract_answer(r'\\boxed{3} and \\boxed{4}'), [v.correct for v in verdicts])\n"
+        "print(sorted(m for m in ('sympy', 'latex2sympy2_extended', 'math_verify') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["3,4 [True, True]", "[]"]
+
+
+def test_standalone_normalisation_module_is_math_verifys():
+    """The file loaded on its own is the package's module: same source, same answers on the extraction cases;
+    once the package is imported (a math-verify worker), the package's module itself is used."""
+    import latex2sympy2_extended.math_normalization as package_module
+
+    standalone = standalone_math_normalization()
+    assert standalone is not package_module and standalone.__file__ == package_module.__file__
+    texts = [case[0] for case in BOXED_CASES] + ["\\boxed{1} or \\boxed{2}", "\\boxed{a}, text \\boxed{b}"]
+    for text in texts:
+        expected = package_module.extract_boxed_content(text, mode="last")
+        assert standalone.extract_boxed_content(text, mode="last") == expected
+    assert math_normalization.__wrapped__() is package_module  # past the cache: the package's, once loaded

@@ -24,7 +24,11 @@ The extracted string is graded as ``\\boxed{extracted}`` by math-verify, so the 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
+from pathlib import Path
+from types import ModuleType
 
 _BRACE_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|\{|\}")
 # The pattern of verl's math_dapo (DAPO's own reward): the text after the last "Answer:" up to the line end.
@@ -53,11 +57,41 @@ def last_boxed_answer(response: str) -> str | None:
     starts, end = _complete_boxes(response)
     if end is None:
         return None
-    from latex2sympy2_extended.math_normalization import extract_boxed_content
-
+    extract_boxed_content = math_normalization().extract_boxed_content
     # Cut after the last complete box so that an unclosed box after it (a truncated response) is ignored.
     begin = starts[-MAX_CHAINED_BOXES] if len(starts) > MAX_CHAINED_BOXES else 0
     return extract_boxed_content(response[begin : end + 1], mode="last").strip() or None
+
+
+@functools.cache
+def math_normalization() -> ModuleType:
+    """math-verify's ``latex2sympy2_extended.math_normalization`` (the source of ``extract_boxed_content``).
+
+    The package's own module where the package is already loaded (a math-verify worker); otherwise
+    :func:`standalone_math_normalization`: the same file without the package's ``__init__``, which imports sympy
+    and the LaTeX parser, 0.4-0.5 s of CPU in every training, grading and diagnostics job, whose answers the fast
+    path decides without them. The module imports only the standard library, so both run the same code
+    (tests/grading/test_extract.py).
+    """
+    import sys
+
+    loaded = sys.modules.get("latex2sympy2_extended.math_normalization")
+    return loaded if loaded is not None else standalone_math_normalization()
+
+
+def standalone_math_normalization() -> ModuleType:
+    """``latex2sympy2_extended/math_normalization.py`` executed as a module of its own (found, not imported,
+    through its package's spec), named ``acerl.grading._math_normalization``."""
+    package = importlib.util.find_spec("latex2sympy2_extended")
+    if package is None or package.origin is None:
+        raise ModuleNotFoundError("latex2sympy2_extended (math-verify's dependency) is not installed")
+    spec = importlib.util.spec_from_file_location(
+        "acerl.grading._math_normalization", Path(package.origin).parent / "math_normalization.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def answer_line(response: str) -> str | None:
