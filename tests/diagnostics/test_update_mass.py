@@ -33,3 +33,50 @@ def test_mass_by_group_counts_each_distinct_response_once_and_closes_the_balance
     )
     assert frame["dmass_per_prompt"].sum() == pytest.approx(0.0)  # what left the sampled set went elsewhere
     assert frame.loc["unsampled", "dmass_per_prompt"] == pytest.approx(0.1 / 2)
+
+
+def test_independent_copies_update_from_the_same_state():
+    """Both arms of update_mass start from the checkpoint's AdamW state: updating one copy leaves the original's
+    moments and step counts as they were, so a second copy's identical update gives identical weights."""
+    import copy
+
+    import torch
+
+    from acerl.config import TrainHyper
+    from acerl.diagnostics.update_mass import independent_copy
+    from acerl.train.data import PromptStream
+    from acerl.train.optim import build_optimizer
+    from acerl.train.state import TrainState
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 4)
+    model = torch.nn.Linear(4, 3)
+    hyper = TrainHyper(lr=1e-2)
+    optimizer, scheduler = build_optimizer(model.parameters(), hyper)
+    model(x).square().sum().backward()
+    optimizer.step()
+    scheduler.step()
+    state = TrainState(
+        model,
+        None,
+        None,
+        optimizer,
+        scheduler,
+        torch.Generator(),
+        PromptStream(4, seed=0),
+        PromptStream(4, seed=1),
+    )
+    saved = copy.deepcopy(optimizer.state_dict())
+
+    weights = []
+    for _ in range(2):
+        arm = independent_copy(state, hyper)
+        arm.optimizer.zero_grad(set_to_none=True)
+        arm.model(x).abs().sum().backward()
+        arm.optimizer.step()
+        weights.append(arm.model.weight.detach().clone())
+    assert torch.equal(weights[0], weights[1])
+    assert not torch.equal(weights[0], model.weight)
+    for index, moments in saved["state"].items():
+        for key, value in moments.items():
+            assert torch.equal(optimizer.state_dict()["state"][index][key], value), key

@@ -28,15 +28,16 @@ import torch
 
 from acerl import paths
 from acerl.algos.advantages import confidence_scores
-from acerl.config import GrpoEstimator, Run, load_config
+from acerl.config import GrpoEstimator, Run, TrainHyper, load_config
 from acerl.settings import resolve
 from acerl.train.algorithm import batch_logprobs, estimate_advantages, teacher_forced_logprobs, update_policy
 from acerl.train.metrics import Timer
 from acerl.train.optim import build_optimizer
 from acerl.train.rollouts import collect_rollouts
 from acerl.train.run import init_state, resume_state
+from acerl.train.state import TrainState
 
-__all__ = ["GROUPS", "mass_by_group", "measure", "main"]
+__all__ = ["GROUPS", "independent_copy", "mass_by_group", "measure", "main"]
 
 GROUPS = ("overconfident", "other_incorrect", "correct", "no_signal")
 """Rollout groups: incorrect with a negative GRPO advantage and ``c_i > 0`` (the overconfident errors ACE
@@ -97,6 +98,18 @@ def mass_by_group(
     return pd.DataFrame(rows, columns=["update", "group", "rollouts", "dlogp_mean", "dmass_per_prompt"])
 
 
+def independent_copy(state: TrainState, hyper: TrainHyper) -> TrainState:
+    """``state`` with its own copy of the weights, the AdamW moments and step counts, and the LR schedule: an
+    update of the copy leaves ``state`` as it was. (``Optimizer.load_state_dict`` alone would not: it keeps the
+    state tensors it is given, so an optimizer loaded from another's ``state_dict()`` updates the other's moments
+    in place.)"""
+    model = copy.deepcopy(state.model)
+    optimizer, scheduler = build_optimizer(model.parameters(), hyper)
+    optimizer.load_state_dict(copy.deepcopy(state.optimizer.state_dict()))
+    scheduler.load_state_dict(copy.deepcopy(state.scheduler.state_dict()))
+    return dataclasses.replace(state, model=model, optimizer=optimizer, scheduler=scheduler)
+
+
 def measure(
     config_files: list[Path],
     root: Path,
@@ -136,11 +149,7 @@ def measure(
     )
     new_logp, adv_means = {}, []
     for name, out in outs.items():
-        copy_state = dataclasses.replace(state, model=copy.deepcopy(state.model))
-        opt, sched = build_optimizer(copy_state.model.parameters(), settings.hyper)
-        opt.load_state_dict(state.optimizer.state_dict())
-        sched.load_state_dict(state.scheduler.state_dict())
-        copy_state = dataclasses.replace(copy_state, optimizer=opt, scheduler=sched)
+        copy_state = independent_copy(state, settings.hyper)
         update_policy(copy_state, settings, batch, old, ref, lambda _old, out=out: out)
         lp, _ = batch_logprobs(
             copy_state.model, batch, settings.hyper.temperature, settings.hyper.micro_batch_size_per_gpu
