@@ -329,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     specs = [resolve(spec) for spec in args.runs.split(",")]
-    venvs = [Path(v).resolve() for v in args.venvs.split(",")] if args.venvs else [REPO / ".venv"] * len(specs)
+    venvs = (
+        [Path(v).resolve() for v in args.venvs.split(",")] if args.venvs else [REPO / ".venv"] * len(specs)
+    )
     if len(venvs) != len(specs) or not all((v / "bin" / "python").is_file() for v in venvs):
         raise SystemExit(f"--venvs: one virtualenv (with bin/python) per --runs spec, got {args.venvs!r}")
     plan = list(zip(specs, venvs, strict=True))
