@@ -79,9 +79,10 @@ def reap_orphans(limit_s=60.0):
 def record():
     waited = cpu(resource.RUSAGE_CHILDREN)
     reap_orphans()
+    jobs = cpu(resource.RUSAGE_CHILDREN)
     with open(os.environ["ACERL_BENCH_RUSAGE"], "w") as fh:
-        json.dump({"snakemake": cpu(resource.RUSAGE_SELF), "jobs": cpu(resource.RUSAGE_CHILDREN),
-                   "orphans": cpu(resource.RUSAGE_CHILDREN) - waited, "per_rule": per_rule}, fh)
+        json.dump({"snakemake": cpu(resource.RUSAGE_SELF), "jobs": jobs, "orphans": jobs - waited,
+                   "per_rule": per_rule}, fh)
 atexit.register(record)
 from snakemake.cli import main
 sys.argv[0] = "snakemake"

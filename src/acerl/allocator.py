@@ -22,6 +22,8 @@ import ctypes
 import os
 from collections.abc import Mapping
 
+from acerl.errors import BadInputError
+
 __all__ = ["ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_allocator"]
 
 ENV = "ACERL_MALLOC"
@@ -47,8 +49,6 @@ def tune_allocator(environ: Mapping[str, str] | None = None) -> bool:
     """
     mode = (os.environ if environ is None else environ).get(ENV, "tuned")
     if mode not in ("tuned", "system"):
-        from acerl.errors import BadInputError
-
         raise BadInputError(
             f"{ENV}={mode!r}: expected 'tuned' (the default) or 'system' (glibc's own settings)"
         )

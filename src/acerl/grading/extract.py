@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -73,8 +74,6 @@ def math_normalization() -> ModuleType:
     path decides without them. The module imports only the standard library, so both run the same code
     (tests/grading/test_extract.py).
     """
-    import sys
-
     loaded = sys.modules.get("latex2sympy2_extended.math_normalization")
     return loaded if loaded is not None else standalone_math_normalization()
 
