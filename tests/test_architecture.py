@@ -21,8 +21,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # ground floor: no project imports but errors (acerl itself holds only __version__; seeds: the random streams)
     ("acerl", "acerl.errors", "acerl.seeds", "acerl.stage_versions"),
     # files, the Pass@k estimator, prompt templates, the typed settings of the parts above the config that it nests
-    # (the tiny architecture, its SFT, the synthetic task); the C allocator settings of a job
-    ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.sections", "acerl.allocator"),
+    # (the tiny architecture, its SFT, the synthetic task); the C allocator settings of a job; AdamW
+    ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.sections", "acerl.allocator", "acerl.optim"),
     # the result records (pydantic), written by the steps and read by the report; what made them (software stamps)
     ("acerl.records", "acerl.provenance"),
     ("acerl.config",),

@@ -100,9 +100,9 @@ def mass_by_group(
 
 def independent_copy(state: TrainState, hyper: TrainHyper) -> TrainState:
     """``state`` with its own copy of the weights, the AdamW moments and step counts, and the LR schedule: an
-    update of the copy leaves ``state`` as it was. (``Optimizer.load_state_dict`` alone would not: it keeps the
-    state tensors it is given, so an optimizer loaded from another's ``state_dict()`` updates the other's moments
-    in place.)"""
+    update of the copy leaves ``state`` as it was. (``torch.optim.Optimizer.load_state_dict`` alone would not: it
+    keeps the state tensors it is given, so an optimizer loaded from another's ``state_dict()`` updates the other's
+    moments in place. :class:`acerl.optim.AdamW` copies them; the deep copy here holds whichever the state has.)"""
     model = copy.deepcopy(state.model)
     optimizer, scheduler = build_optimizer(model.parameters(), hyper)
     optimizer.load_state_dict(copy.deepcopy(state.optimizer.state_dict()))

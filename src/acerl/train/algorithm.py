@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -468,9 +466,7 @@ def train_step(
             state.step + 1,
             int(metrics["train/gen_batches"]),
         )
-    with warnings.catch_warnings():  # a step without an update still advances the LR schedule
-        warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
-        state.scheduler.step()
+    state.scheduler.step()  # a step without an update still advances the LR schedule
     if setup.reference == "ema" and state.ref_model is not None:
         ema_update(state.ref_model, state.model, setup.ref_ema_decay)
     state.step += 1

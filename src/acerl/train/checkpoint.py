@@ -41,6 +41,7 @@ from acerl import paths
 from acerl.config import Run
 from acerl.errors import BadInputError, reading
 from acerl.io import TMP_PREFIX, atomic_dir, write_text
+from acerl.optim import AdamW
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ def save_checkpoint(
     ckpt_dir: Path,
     step: int,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: AdamW | torch.optim.Optimizer,
     state: dict[str, Any],
     keep: int,
     ref_model: torch.nn.Module | None = None,
@@ -226,7 +227,7 @@ def save_checkpoint(
 def load_checkpoint(
     path: Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: AdamW | torch.optim.Optimizer,
     ref_model: torch.nn.Module | None = None,
     device: str | torch.device = "cpu",
 ) -> dict[str, Any]:

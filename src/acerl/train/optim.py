@@ -4,6 +4,8 @@ AdamW with the model's :class:`acerl.config.TrainHyper` (``lr``, ``betas``, ``we
 multiplies ``lr`` by a factor of the training step (the scheduler is stepped once per training step, as verl's
 actor does). Schedules match verl's ``get_constant_schedule_with_warmup`` and
 ``get_cosine_schedule_with_warmup`` (``min_lr_ratio=0``, half a cosine, 0-indexed steps).
+The optimizer and the schedule are :class:`acerl.optim.AdamW` and :class:`acerl.optim.StepSchedule`
+(``torch.optim.AdamW`` and ``LambdaLR``, the same arithmetic, without ``torch.optim``'s base class).
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
-from torch.optim.lr_scheduler import LambdaLR
 
 from acerl.config import TrainHyper
+from acerl.optim import ADAM_EPS, AdamW, StepSchedule
 
 __all__ = ["LR_SCHEDULES", "build_optimizer", "constant_with_warmup", "cosine_with_warmup", "lr_factor"]
-
-ADAM_EPS = 1e-8  # torch / verl default
 
 
 def constant_with_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -52,14 +52,12 @@ def lr_factor(schedule: str, step: int, warmup_steps: int, total_steps: int) -> 
     return fn(step, warmup_steps, total_steps)
 
 
-def build_optimizer(
-    params: Iterable[torch.nn.Parameter], hyper: TrainHyper
-) -> tuple[torch.optim.AdamW, LambdaLR]:
+def build_optimizer(params: Iterable[torch.nn.Parameter], hyper: TrainHyper) -> tuple[AdamW, StepSchedule]:
     """AdamW over ``params`` and its LR schedule (stepped once per training step)."""
-    optimizer = torch.optim.AdamW(
+    optimizer = AdamW(
         list(params), lr=hyper.lr, betas=tuple(hyper.betas), eps=ADAM_EPS, weight_decay=hyper.weight_decay
     )
     schedule, warmup, total = hyper.lr_schedule, hyper.warmup_steps, hyper.total_steps
     lr_factor(schedule, 0, warmup, total)  # validate the name now
-    scheduler = LambdaLR(optimizer, lambda step: lr_factor(schedule, step, warmup, total))
+    scheduler = StepSchedule(optimizer, lambda step: lr_factor(schedule, step, warmup, total))
     return optimizer, scheduler

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from acerl.optim import AdamW, StepSchedule
 from acerl.train.data import PromptStream
 
 __all__ = ["TrainState"]
@@ -19,8 +20,8 @@ class TrainState:
     model: torch.nn.Module
     ref_model: torch.nn.Module | None
     tokenizer: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
+    optimizer: AdamW
+    scheduler: StepSchedule
     generator: torch.Generator
     stream: PromptStream
     fill_stream: PromptStream  # dynamic sampling's extra batches (the main stream gives each step's first)
