@@ -239,7 +239,7 @@ def test_grade_and_passk_on_known_answers(cfg, tmp_path):
     assert scored["status"].tolist()[:4] == ["ok", "ok", "no_answer", "ok"]
     assert scored.loc[0, "extracted"] == "17" and pd.isna(scored.loc[2, "extracted"])
     assert scored["finish_reason"].tolist()[2] == "length"
-    ids, n, c = problem_counts(scored)
+    ids, n, c = problem_counts(scored["id"].tolist(), scored["correct"].tolist())
     assert ids == ["a", "b"] and n.tolist() == [4, 4] and c.tolist() == [2, 1]
 
     record = read_json(passk_run(cfg, run, BENCH, tmp_path))

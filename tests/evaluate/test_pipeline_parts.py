@@ -6,6 +6,8 @@ pinned, a sampler loaded from the configuration, the fixes named by errors)."""
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -280,13 +282,69 @@ def test_broken_stage_files_name_the_command_that_writes_them_again(tmp_path):
     assert str(scored) in str(err.value) and rerun("grade", RUN, "synth_easy") in str(err.value)
 
 
-def test_problem_counts_keep_the_order_of_first_appearance_and_name_missing_columns():
+def test_problem_counts_keep_the_order_of_first_appearance_as_pandas_groupby_does():
     scored = pd.DataFrame({"id": ["b", "a", "b", "a", "c"], "correct": [True, False, True, True, False]})
-    ids, n, c = problem_counts(scored)
+    ids, n, c = problem_counts(scored["id"].tolist(), scored["correct"].tolist())
     assert ids == ["b", "a", "c"] and n.tolist() == [2, 2, 1] and c.tolist() == [2, 1, 0]
     assert n.dtype == np.int64 and c.dtype == np.int64
-    with pytest.raises(ValueError, match=r"^scored frame lacks column\(s\) \['correct'\]$"):
-        problem_counts(scored[["id"]])
+    grouped = scored.groupby("id", sort=False)["correct"].agg(["size", "sum"])  # the counts pandas gives
+    assert ids == list(grouped.index) and n.tolist() == grouped["size"].tolist() == [2, 2, 1]
+    assert c.tolist() == grouped["sum"].tolist()
+    empty = problem_counts([], [])
+    assert empty[0] == [] and empty[1].shape == empty[2].shape == (0,)
+    with pytest.raises(ValueError, match="2 ids but 1 verdicts"):
+        problem_counts(["a", "b"], [True])
+
+
+def test_scored_columns_and_stamps_read_without_pandas_are_what_pandas_reads(tmp_path):
+    """read_scored_columns (pyarrow alone) gives the columns and DataFrame.attrs that pandas reads back from a
+    file grade_run wrote; a file without a column names it and the step to rerun."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0"])
+    rows = [
+        {
+            "id": f"p{i}",
+            "answer": "4",
+            "software": {"acerl": {"commit": "abc", "dirty": False}},
+            "completions": [
+                {"text": f"\\boxed{{{j}}}", "num_tokens": 3, "finish_reason": "stop"} for j in (4, 5)
+            ],
+        }
+        for i in range(3)
+    ]
+    write_jsonl(paths.generations_file(tmp_path, "synth_easy", RUN), rows)
+    scored_path = grade_run(cfg, RUN, "synth_easy", tmp_path)
+    remake = rerun("grade", RUN, "synth_easy")
+    columns, attrs = pipeline.read_scored_columns(scored_path, ("id", "correct"), remake)
+    frame = pd.read_parquet(scored_path)
+    assert columns == {"id": frame["id"].tolist(), "correct": frame["correct"].tolist()}
+    assert columns["correct"] == [True, False] * 3
+    assert attrs == frame.attrs and len(attrs["software"]) == 2  # the sampler's stamp and the grader's
+    frame[["id"]].to_parquet(scored_path, index=False)
+    with pytest.raises(BadInputError, match=r"lacks column\(s\) \['correct'\]; delete it and rerun"):
+        pipeline.read_scored_columns(scored_path, ("id", "correct"), remake)
+
+
+def test_a_passk_job_imports_no_pandas(tmp_path):
+    """The Pass@k step reads its scored file with pyarrow (pandas' import is a third of the job's CPU)."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0"])
+    n = max(cfg.evaluation.ks)  # the job reads the default config: as many samples as its largest k
+    completions = [{"text": "\\boxed{4}", "num_tokens": 1, "finish_reason": "stop"}] * n
+    rows = [{"id": "q", "answer": "4", "completions": completions}]
+    write_jsonl(paths.generations_file(tmp_path, "synth_easy", RUN), rows)
+    grade_run(cfg, RUN, "synth_easy", tmp_path)
+    code = (
+        "import sys\n"
+        "from acerl.cli import main\n"
+        f"main(['passk', '--config', {str(REPO / 'config' / 'config.yaml')!r}, '--root', {str(tmp_path)!r},"
+        f" '--model', {RUN.model!r}, '--method', {RUN.method!r}, '--seed', '{RUN.seed}',"
+        " '--benchmark', 'synth_easy'])\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "False", out.stderr
+    assert read_json(paths.passk_file(tmp_path, "synth_easy", RUN))["problems"] == [
+        {"id": "q", "n": n, "c": n}
+    ]
 
 
 def test_grade_and_passk_records_by_hand(tmp_path):

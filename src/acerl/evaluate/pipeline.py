@@ -21,6 +21,7 @@ random numbers, docs/reports.md).
 from __future__ import annotations
 
 import gc
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ import numpy as np
 
 from acerl import paths
 from acerl.config import Config, Run
-from acerl.errors import MissingInputError, reading
+from acerl.errors import BadInputError, MissingInputError, reading
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import (
     SOFTWARE_KEY,
@@ -54,6 +55,7 @@ __all__ = [
     "load_sampler",
     "passk_run",
     "problem_counts",
+    "read_scored_columns",
     "render_prompts",
     "rerun",
     "sample_run",
@@ -369,21 +371,46 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------- passk
-def problem_counts(scored: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Per-problem ``(ids, n, c)`` from a scored frame, problems in order of first appearance.
+def problem_counts(ids: Sequence[Any], correct: Sequence[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Per-problem ``(ids, n, c)`` from a scored file's ``id`` and ``correct`` columns, problems in order of first
+    appearance.
 
     Returns:
         ids ``(P,)`` as strings, ``n`` ``(P,)`` int64 samples, ``c`` ``(P,)`` int64 correct samples.
     """
-    missing = {"id", "correct"} - set(scored.columns)
-    if missing:
-        raise ValueError(f"scored frame lacks column(s) {sorted(missing)}")
-    grouped = scored.groupby("id", sort=False)["correct"].agg(["size", "sum"])
-    return (
-        [str(i) for i in grouped.index],
-        grouped["size"].to_numpy(dtype=np.int64),
-        grouped["sum"].to_numpy(dtype=np.int64),
-    )
+    if len(ids) != len(correct):
+        raise ValueError(f"{len(ids)} ids but {len(correct)} verdicts")
+    counts: dict[str, list[int]] = {}
+    for problem, ok in zip(ids, correct, strict=True):
+        entry = counts.setdefault(str(problem), [0, 0])
+        entry[0] += 1
+        entry[1] += bool(ok)
+    n_c = np.array(list(counts.values()), dtype=np.int64).reshape(-1, 2)
+    return list(counts), n_c[:, 0].copy(), n_c[:, 1].copy()
+
+
+PANDAS_ATTRS_KEY = b"PANDAS_ATTRS"
+"""Where pandas (>= 2.1) keeps a DataFrame's ``attrs``, as JSON, in the schema metadata of a parquet file."""
+
+
+def read_scored_columns(
+    path: Path, columns: Sequence[str], remake: str
+) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """``columns`` of the scored parquet file ``path`` as lists, and its ``DataFrame.attrs`` (the software
+    stamps), read with pyarrow alone: the Pass@k step imports no pandas (about 0.35 s of its 0.9 s of CPU).
+    An unreadable file, or one without a column, is a :class:`~acerl.errors.BadInputError` naming the file,
+    the column and the fix (delete it and ``remake``)."""
+    import pyarrow.parquet as pq
+
+    with reading(path, remake):
+        with pq.ParquetFile(path) as file:  # not pq.read_table: its pyarrow.dataset imports pandas
+            schema = file.schema_arrow
+            missing = [c for c in columns if c not in schema.names]
+            if missing:
+                raise BadInputError(f"scored file {path} lacks column(s) {missing}; delete it and {remake}")
+            table = file.read(columns=list(columns))
+        attrs = json.loads((schema.metadata or {}).get(PANDAS_ATTRS_KEY, b"{}"))
+    return {c: table.column(c).to_pylist() for c in columns}, attrs
 
 
 def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
@@ -396,15 +423,12 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     scored_path = paths.scored_file(root, benchmark, run)
     if not scored_path.is_file():
         raise MissingInputError(f"scored file not found: {scored_path} (run the grade step first)")
-    with reading(scored_path, rerun("grade", run, benchmark)):
-        import pandas as pd
-
-        scored = pd.read_parquet(scored_path, columns=["id", "correct"])
-    ids, n, c = problem_counts(scored)
+    scored, attrs = read_scored_columns(scored_path, ("id", "correct"), rerun("grade", run, benchmark))
+    ids, n, c = problem_counts(scored["id"], scored["correct"])
     record = passk_record(
         benchmark, run.model, run.method, None if run.is_base else run.seed, ids, n, c, cfg.evaluation.ks
     )
-    record["software"] = stamps_in([*scored.attrs.get("software", []), software_stamp()])
+    record["software"] = stamps_in([*attrs.get("software", []), software_stamp()])
     out = write_passk_record(record, paths.passk_file(root, benchmark, run))
     ks = record["ks"]
     curve = "".join(f"{k}\t{record['pass_at_k'][str(k)]!r}\n" for k in ks)
