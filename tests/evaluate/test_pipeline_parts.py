@@ -324,6 +324,26 @@ def test_scored_columns_and_stamps_read_without_pandas_are_what_pandas_reads(tmp
         pipeline.read_scored_columns(scored_path, ("id", "correct"), remake)
 
 
+def test_passk_names_a_scored_file_with_fewer_samples_than_the_largest_k(tmp_path):
+    """A scored file sampled under a smaller evaluation.n is bad input with a one-line fix, not a traceback."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0", "evaluation.ks=[1,2]"])
+    completions = [{"text": "\\boxed{4}", "num_tokens": 1, "finish_reason": "stop"}]
+    rows = [
+        {"id": "q", "answer": "4", "completions": completions * 2},
+        {"id": "r", "answer": "4", "completions": completions},
+    ]
+    write_jsonl(paths.generations_file(tmp_path, "synth_easy", RUN), rows)
+    scored = grade_run(cfg, RUN, "synth_easy", tmp_path)
+    with pytest.raises(BadInputError) as err:
+        passk_run(cfg, RUN, "synth_easy", tmp_path)
+    message = str(err.value)
+    assert str(scored) in message and "problem 'r' has 1 graded samples (1 problem(s) fewer than" in message
+    assert (
+        "largest k, 2," in message and rerun("sample", RUN, "synth_easy") in message and "\n" not in message
+    )
+    assert not paths.passk_file(tmp_path, "synth_easy", RUN).exists()
+
+
 def test_a_passk_job_imports_no_pandas(tmp_path):
     """The Pass@k step reads its scored file with pyarrow (pandas' import is a third of the job's CPU)."""
     cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0"])

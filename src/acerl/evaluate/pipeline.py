@@ -425,6 +425,14 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
         raise MissingInputError(f"scored file not found: {scored_path} (run the grade step first)")
     scored, attrs = read_scored_columns(scored_path, ("id", "correct"), rerun("grade", run, benchmark))
     ids, n, c = problem_counts(scored["id"], scored["correct"])
+    k_max = max(cfg.evaluation.ks)
+    short = [(i, int(m)) for i, m in zip(ids, n, strict=True) if m < k_max]
+    if short:  # a scored file of an older config (evaluation.n smaller than the largest k now)
+        raise BadInputError(
+            f"{scored_path}: problem {short[0][0]!r} has {short[0][1]} graded samples ({len(short)} problem(s) "
+            f"fewer than the largest k, {k_max}, of evaluation.ks); it was sampled with a smaller evaluation.n: "
+            f"{rerun('sample', run, benchmark)}, then grade"
+        )
     record = passk_record(
         benchmark, run.model, run.method, None if run.is_base else run.seed, ids, n, c, cfg.evaluation.ks
     )
