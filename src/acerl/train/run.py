@@ -10,6 +10,7 @@ algorithm itself is :mod:`acerl.train.algorithm`. See docs/training.md.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -41,6 +42,7 @@ from acerl.train.checkpoint import (
     supersede_stale_state,
 )
 from acerl.train.data import PromptStream, TrainingSet
+from acerl.train.finished import FINAL_SPEC_FILE, check_final
 from acerl.train.metrics import MetricsLog
 from acerl.train.optim import build_optimizer
 from acerl.train.rewards import Verifier
@@ -98,8 +100,9 @@ def train_run(
     """Train ``run`` with the local backend; returns the final policy folder ``paths.policy_dir(root, run)``.
 
     Resumes from the newest checkpoint under ``paths.checkpoints_dir`` if there is one; a run whose final
-    policy exists is not touched. SIGTERM / SIGUSR1 checkpoint at the next step boundary and raise
-    :class:`acerl.train.signals.TrainingPreempted` (exit code 75).
+    policy exists is not touched when the run spec recorded with it equals the requested one, and is a
+    :class:`acerl.train.finished.StaleFinalError` (exit 4) naming what differs otherwise. SIGTERM / SIGUSR1
+    checkpoint at the next step boundary and raise :class:`acerl.train.signals.TrainingPreempted` (exit code 75).
 
     Args:
         cfg, run: the validated config and the (model, method, seed) to train.
@@ -115,12 +118,14 @@ def train_run(
     dev = torch.device(resolve_device(device))  # a CUDA device without a GPU fails before anything is written
     root = Path(root)
     final = paths.policy_dir(root, run)
+    settings = resolve(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
+    spec = local_run_spec(settings)
+    final_spec = {**spec, "code_version": STAGE_VERSIONS["train_policy"]}
     if final.is_dir() and (final / "config.json").is_file():
+        check_final(final, paths.run_spec_file(root, run), final_spec, run.id)
         logger.info("%s: final policy %s exists; nothing to do", run.id, final)
         return final
-    settings = resolve(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
     _warn_short_mini_batch(settings)
-    spec = local_run_spec(settings)
     spec_text = _comparable_spec(spec)
     run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
     for folder in (run_dir, ckpt_dir, paths.diag_dir(root, run)):
@@ -152,7 +157,12 @@ def train_run(
             save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
         with _grader(cfg, verifier) as grader:
             _train_loop(state, settings, data, run, root, spec_text, grader, progress)
-        save_hf_folder(final, state.model, state.tokenizer)
+        save_hf_folder(
+            final,
+            state.model,
+            state.tokenizer,
+            {FINAL_SPEC_FILE: json.dumps(final_spec, indent=2, sort_keys=True)},
+        )
         logger.info("%s: final policy written to %s", run.id, final)
         return final
     finally:
