@@ -59,6 +59,44 @@ def test_answer_line(response, expected):
     assert answer_line(response) == expected
 
 
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        # a bare variable as the last math segment names the quantity; the value after it is the answer
+        ("Answer: The largest $n$ is 34.", "34"),
+        ("Answer: the value of $k$ = 12, so we are done", "12"),
+        ("Answer: $x_1$ equals 5", "5"),
+        ("Answer: $\\theta$ is 30 degrees", "30"),
+        ("Answer: $34$ is the largest $n$", "34"),
+        # neighbours that keep their math segment
+        ("Answer: $x$", "x"),
+        ("Answer: $\\pi$", "\\pi"),
+        ("Answer: $n = 34$", "n = 34"),
+        ("Answer: the largest is $34$", "34"),
+        ("Answer: $3$, $4$ are the values of $x$", "3,4"),
+        ("Answer: $x = 3$ and $y = 4$", "x = 3,y = 4"),
+        # prose without $: the number it states (after the last "=", else the first), never the whole sentence
+        ("Answer: The largest n is 34.", "34"),
+        ("Answer: we get 3 + 4 = 7", "7"),
+        ("Answer: 34 apples", "34"),
+        ("Answer: 1,234 ways", "1,234"),
+        ("Answer: The rate is 28%.", "28%"),
+        ("Answer: it is Evelyn", None),
+        ("Answer: the triangle is equilateral", None),
+        # formulas and one-word answers without $ stay whole
+        ("Answer: Evelyn", "Evelyn"),
+        ("Answer: \\text{Monday}", "\\text{Monday}"),
+        ("Answer: x = 3", "x = 3"),
+        ("Answer: 3 cm", "3 cm"),
+        ("Answer: sqrt(2)", "sqrt(2)"),
+        ("Answer: 3 and 4", "3 and 4"),
+        ("Answer: \\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt{3}}{2}"),
+    ],
+)
+def test_an_answer_line_sentence_is_graded_by_the_value_it_states(response, expected):
+    assert extract_answer(response) == expected
+
+
 def test_box_wins_over_answer_line():
     assert extract_answer("\\boxed{4}\nAnswer: 5") == "4"
     assert extract_answer("Answer: \\boxed{5}") == "5"

@@ -6,6 +6,11 @@ calls it: gold ``parse("\\boxed{gold}", [LatexExtractionConfig()])``, prediction
 parse lists (sympy objects and math-verify's fallback strings). The prediction text is
 ``\\boxed{extracted}``: extraction is done by :func:`acerl.grading.extract.extract_answer` beforehand.
 
+One repair (:func:`parse_boxed`): the LaTeX parser that ``antlr4 4.9.3`` loads (pinned for hydra) raises on
+every percent sign, so ``\\boxed{28\\%}`` parsed to a string only. A trailing percent is cut off, the number
+is parsed, and it becomes math-verify's own percentage object (``convert_to_pct``), exactly what the parser
+built for ``antlr4 4.13`` returns (docs/grading.md, "Percentages").
+
 math-verify's own timeouts use ``signal.alarm``: these functions must run in a process's main thread and
 take whole seconds. They cannot stop a computation stuck in C code (grading.md lists inputs that hang
 for good): the pool in :mod:`acerl.grading.pool` kills such a worker from outside.
@@ -14,6 +19,7 @@ for good): the pool in :mod:`acerl.grading.pool` kills such a worker from outsid
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -25,6 +31,10 @@ Outcome = tuple[bool, Status, str | None]
 """``(correct, status, error message)`` for one ``(extracted, gold)`` pair."""
 
 GOLD_CACHE_SIZE = 65536
+# A percent sign at the end of an answer, in the forms math-verify's normalisation turns into ``\\%``.
+_PERCENT_SUFFIX = re.compile(
+    r"\s*(?:\\?%|\\text\{\s*(?:\\?%|percent|percentage|pct)\s*\}|\b(?:percent|percentage|pct))\s*$"
+)
 _gold_cache: OrderedDict[str, list[Any]] = OrderedDict()
 
 
@@ -56,6 +66,30 @@ def _count_math_verify_timeouts() -> Iterator[_TimeoutCounter]:
         logger.removeHandler(counter)
 
 
+def parse_boxed(text: str, configs: list[Any], mv_timeout_s: int) -> list[Any]:
+    """math-verify's ``parse("\\boxed{text}", configs)``, with a trailing percent read as math-verify means it.
+
+    ``28\\%`` is parsed as ``28`` and returned as ``28 * (1/100)`` (unevaluated), the object latex2sympy
+    builds for a percent number, with the fallback string ``28\\%``. A percent on anything but a number stays
+    unparsed (a string only), as it is for math-verify.
+    """
+    from math_verify import parse
+
+    suffix = _PERCENT_SUFFIX.search(text)
+    number = text[: suffix.start()] if suffix is not None else ""
+    if suffix is None or not number.strip():
+        return parse(boxed(text), configs, parsing_timeout=mv_timeout_s)
+    from latex2sympy2_extended.latex2sympy2 import convert_to_pct
+    from sympy import Number
+
+    parsed = parse(boxed(number), configs, parsing_timeout=mv_timeout_s)
+    return [
+        convert_to_pct(item) if isinstance(item, Number) else item + "\\%"
+        for item in parsed
+        if isinstance(item, (Number, str))
+    ]
+
+
 def _check_main_thread() -> None:
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
@@ -73,10 +107,10 @@ def parse_gold(gold: str, mv_timeout_s: int) -> tuple[list[Any], bool]:
     if cached is not None:
         _gold_cache.move_to_end(gold)
         return cached, False
-    from math_verify import LatexExtractionConfig, parse
+    from math_verify import LatexExtractionConfig
 
     with _count_math_verify_timeouts() as timeouts:
-        parsed = parse(boxed(gold), [LatexExtractionConfig()], parsing_timeout=mv_timeout_s)
+        parsed = parse_boxed(gold, [LatexExtractionConfig()], mv_timeout_s)
     if timeouts.count:
         return parsed, True
     _gold_cache[gold] = parsed
@@ -94,7 +128,7 @@ def grade_answer(extracted: str, gold: str, mv_timeout_s: int) -> Outcome:
     _check_main_thread()
     if not isinstance(mv_timeout_s, int) or mv_timeout_s < 1:
         raise ValueError(f"mv_timeout_s must be a whole number of seconds >= 1, got {mv_timeout_s!r}")
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, verify
     from math_verify.errors import TimeoutException
 
     try:
@@ -104,10 +138,8 @@ def grade_answer(extracted: str, gold: str, mv_timeout_s: int) -> Outcome:
         if not gold_parsed:
             return False, "error", f"math-verify could not parse gold {gold!r}"
         with _count_math_verify_timeouts() as timeouts:
-            pred_parsed = parse(
-                boxed(extracted),
-                [ExprExtractionConfig(), LatexExtractionConfig()],
-                parsing_timeout=mv_timeout_s,
+            pred_parsed = parse_boxed(
+                extracted, [ExprExtractionConfig(), LatexExtractionConfig()], mv_timeout_s
             )
             correct = bool(pred_parsed) and verify(gold_parsed, pred_parsed, timeout_seconds=mv_timeout_s)
     except (Exception, TimeoutException) as exc:  # TimeoutException is a BaseException

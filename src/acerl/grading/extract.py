@@ -13,7 +13,10 @@ Policy (see docs/grading.md):
 2. **Answer line.** Otherwise the last ``Answer: X`` (case-insensitive, the pattern of DAPO's own reward,
    verl ``math_dapo``): ``X`` is the rest of that line, minus markdown bold, a trailing full stop and
    ``\\(..\\)``/``\\[..\\]`` delimiters; if it holds ``$..$`` math, the last math segment (with the ones
-   before it that only ``,``/``and``/``or`` separate: a set). Prose is not searched for a number.
+   before it that only ``,``/``and``/``or`` separate: a set). Where the line is a sentence (a bare variable as
+   its last math, ``The largest $n$ is 34.``, or prose without ``$``), the value math-verify's own
+   ``Answer:`` pattern takes: the number after the last ``=``, else the first number (a bare variable with no
+   number after it gives way to the math segment before it).
 3. **No answer.** Otherwise ``None``: the grader reports ``no_answer``. math-verify's own fallback (the last
    number or formula anywhere in the text) is deliberately not used: it rewards responses that never
    state an answer, e.g. one cut off by the length limit whose last intermediate number happens to match.
@@ -37,6 +40,21 @@ _ANSWER_LINE = re.compile(r"(?i)answer\s*:\s*([^\n]+)")
 _DOLLAR = re.compile(r"(?<!\\)\$")  # an unescaped dollar (``\$`` is a literal dollar sign)
 _DOLLAR_SEGMENT = re.compile(r"(?<!\\)\$\$?((?:[^$]|(?<=\\)\$)+?)(?<!\\)\$\$?")
 _SEPARATOR = re.compile(r"\s*(?:,|;|,?\s*\b(?:and|or)\b)?\s*")
+# A number as math-verify's ExprExtractionConfig finds one: after the line start, a space or ``=``; thousands
+# separators, decimals, an operator chain (``3/4``, ``2^{10}`` is LaTeX and not matched) and a percent sign.
+_VALUE = re.compile(
+    r"(?:^|(?<=[\s=]))-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+    r"(?:\s*[-+*/^]\s*-?\d+(?:\.\d+)?)*(?:\s*\\?%)?"
+)
+# A math segment that names a quantity instead of stating it: one Latin letter or a Greek one, maybe subscripted.
+_BARE_VARIABLE = re.compile(
+    r"(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|kappa|lambda|mu|nu|xi"
+    r"|rho|sigma|tau|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Sigma|Phi|Psi|Omega))"
+    r"(?:_(?:\w|\{\w+\}))?"
+)
+_TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{[^{}]*\}")
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{2,}(?![A-Za-z(])")
 MAX_CHAINED_BOXES = 64
 
 
@@ -94,11 +112,14 @@ def standalone_math_normalization() -> ModuleType:
 
 
 def answer_line(response: str) -> str | None:
-    """The cleaned text after the last ``Answer:`` (DAPO's answer format), or ``None``.
+    """The cleaned answer after the last ``Answer:`` (DAPO's answer format), or ``None``.
 
     Markdown bold, a trailing full stop and ``\\(..\\)``/``\\[..\\]`` delimiters are removed; if the line
     holds ``$..$`` math, its last math segment is the answer, joined with the segments before it that
-    only ``,``/``;``/``and``/``or`` separate (several answers are a set, as with boxes).
+    only ``,``/``;``/``and``/``or`` separate (several answers are a set, as with boxes). A sentence is not
+    graded whole: if the last segment is a bare variable followed by a number (``The largest $n$ is 34.``),
+    or the line is prose without ``$`` (``The largest n is 34.``), the answer is :func:`stated_value`; a bare
+    variable with no number after it gives way to the last segment before it that is not one.
     """
     matches = _ANSWER_LINE.findall(response)
     if not matches:
@@ -108,7 +129,16 @@ def answer_line(response: str) -> str | None:
         segments = list(_DOLLAR_SEGMENT.finditer(text))
         if not segments:
             return _DOLLAR.sub("", text).strip() or None
-        chain = [segments[-1]]
+        last = segments[-1]
+        if _BARE_VARIABLE.fullmatch(last.group(1).strip()):
+            value = stated_value(text[last.end() :])
+            if value is not None:
+                return value
+            stated = [m for m in segments if not _BARE_VARIABLE.fullmatch(m.group(1).strip())]
+            if stated:  # "$34$ is the largest $n$": the variable names the quantity the segment before states
+                segments = segments[: segments.index(stated[-1]) + 1]
+                last = segments[-1]
+        chain = [last]
         for before in reversed(segments[:-1]):
             if not _SEPARATOR.fullmatch(text[before.end() : chain[-1].start()]):
                 break
@@ -119,7 +149,34 @@ def answer_line(response: str) -> str | None:
             if text.startswith(left) and text.endswith(right):
                 text = text[len(left) : -len(right)]
                 break
+        if is_prose(text):
+            return stated_value(text)
     return text.strip().rstrip(".").strip() or None
+
+
+def stated_value(text: str) -> str | None:
+    """The number a sentence states, as math-verify's ``Answer:`` pattern reads it: the first number after
+    the last ``=`` if there is one, else the first number (``"is 34, not 35"`` -> ``"34"``); ``None`` if none."""
+    after_equals = text.rsplit("=", 1)[-1] if "=" in text else None
+    for part in (after_equals, text):
+        if part is not None:
+            match = _VALUE.search(part)
+            if match is not None:
+                return match.group().strip()
+    return None
+
+
+def is_prose(text: str) -> bool:
+    """Whether an answer without ``$`` is a sentence rather than a formula or a one-word answer.
+
+    Words are runs of two or more letters outside LaTeX commands and ``\\text{..}``, not followed by ``(``
+    (``sqrt(2)`` is a formula), other than ``and``/``or``: two words are a sentence (``it is Evelyn``), and so is
+    one word of three letters or more beside a number (``34 apples``). ``Evelyn``, ``3 cm``, ``x = 3`` and
+    ``\\text{Monday}`` are not.
+    """
+    bare = _LATEX_COMMAND.sub(" ", _TEXT_COMMAND.sub(" ", text))
+    words = [word for word in _WORD.findall(bare) if word.lower() not in {"and", "or"}]
+    return len(words) >= 2 or (any(len(word) >= 3 for word in words) and _VALUE.search(bare) is not None)
 
 
 def _complete_boxes(text: str) -> tuple[list[int], int | None]:
