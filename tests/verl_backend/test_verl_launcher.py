@@ -181,7 +181,9 @@ def test_diagnostic_checkpoints(paper_cfg) -> None:
     assert ov["+trainer.acerl.snapshot_steps"] == "[5,10,15,20,25,50,75,80]"
     plain = _ov(paper_cfg, Run("qwen25_math_7b", "dapo", 0))  # not a diagnostics run
     assert plain["trainer.save_freq"] == "10"
-    assert "trainer.checkpoint_callback_class" not in plain
+    # every run gets the callback: it prunes what an earlier attempt left beyond max_actor_ckpt_to_keep
+    assert plain["trainer.checkpoint_callback_class"] == CALLBACK_CLASS
+    assert plain["+trainer.acerl.snapshot_steps"] == "[]"
 
 
 def test_save_frequency() -> None:
@@ -443,10 +445,11 @@ def _fake_verl(calls: list[list[str]]):
             OmegaConf.create(
                 {
                     "trainer": {
+                        "max_actor_ckpt_to_keep": int(ov["trainer.max_actor_ckpt_to_keep"]),
                         "acerl": {
                             "snapshot_steps": json.loads(ov["trainer.acerl.snapshot_steps"]),
                             "snapshot_dir": ov["trainer.acerl.snapshot_dir"],
-                        }
+                        },
                     }
                 }
             )
@@ -467,10 +470,12 @@ def _fake_verl(calls: list[list[str]]):
     return runner
 
 
-def test_train_run_verl_orchestration(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keep", [False, True])
+def test_train_run_verl_orchestration(tmp_path: Path, keep: bool) -> None:
     cfg = load_config(
         PAPER_CONFIGS,
         overrides=[
+            f"compute.keep_verl_checkpoints={str(keep).lower()}",
             "models.qwen25_math_7b.train={prompts_per_step: 4, mini_batch_size: 4, total_epochs: 2, total_steps: 4, "
             "save_every: 4}",
             "study.diagnostics={models: [qwen25_math_7b], methods: [ace_grpo], seeds: [0], every: 2, early_steps: 0}",
@@ -492,6 +497,8 @@ def test_train_run_verl_orchestration(tmp_path: Path) -> None:
     for step in (2, 4):
         assert (paths.diag_step_dir(tmp_path, run, step) / "config.json").is_file()
     assert not (paths.run_dir(tmp_path, run) / "diag_raw").exists()  # snapshots removed after export
+    # resumable checkpoints removed after export, unless compute.keep_verl_checkpoints
+    assert latest_step(paths.checkpoints_dir(tmp_path, run)) == (4 if keep else None)
     metrics = [json.loads(line) for line in paths.train_metrics_file(tmp_path, run).read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert json.loads(paths.verl_command_file(tmp_path, run).read_text())["argv"] == calls[0]

@@ -502,6 +502,11 @@ class ComputeConfig(_Model):
         "the job (its OMP_NUM_THREADS: the rule's compute.resources threads; 1 outside Snakemake). CPU results "
         "are bitwise reproducible only at the same thread count",
     )
+    keep_verl_checkpoints: bool = Field(
+        False,
+        description="verl backend: keep a run's resumable checkpoints (fp32 weights + Adam state, about 12 bytes "
+        "per parameter each) after its Hugging Face export; false deletes them (docs/cluster.md, 'Disk')",
+    )
     resources: dict[str, Resources] = Field(
         default_factory=dict, description="per rule name; 'default' applies"
     )

@@ -18,6 +18,13 @@ Diagnostic checkpoints (paper Sec. 6: every 25 steps, plus the early window) mus
   ``paths.diag_step_dir(root, run, N)``, and the final checkpoint into ``paths.policy_dir(root, run)``,
   both written atomically.
 
+verl rotates ``global_step_*`` folders through a list of the paths it saved *in this process*
+(``BaseCheckpointManager.previous_saved_paths`` starts empty), so the checkpoints of an earlier attempt are never
+deleted by a resumed one. :func:`prune_checkpoints` removes them: the launcher calls it before every launch and
+:class:`DiagnosticSnapshots` after every save, so at most ``max_actor_ckpt_to_keep`` folders stay on disk
+across restarts. After a successful export the launcher deletes the whole ``checkpoints/`` folder unless
+``compute.keep_verl_checkpoints`` is set (docs/cluster.md, "Disk").
+
 This module does not import verl (the callback is loaded by verl by its dotted name).
 """
 
@@ -40,11 +47,13 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "CALLBACK_CLASS",
+    "checkpoint_steps",
     "DiagnosticSnapshots",
     "export_checkpoint",
     "latest_step",
     "link_folder",
     "merge_command",
+    "prune_checkpoints",
     "save_frequency",
     "snapshot_actor",
     "snapshot_step_dir",
@@ -54,6 +63,7 @@ __all__ = [
 CALLBACK_CLASS = "acerl.verl_backend.checkpoints.DiagnosticSnapshots"
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 _OPTIMIZER_FILE = re.compile(r"^optim_world_size_\d+_rank_\d+\.pt$")
+_STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
 
 
 def save_frequency(save_every: int, diagnostic_steps: Iterable[int]) -> int:
@@ -83,6 +93,36 @@ def latest_step(checkpoints: Path | str) -> int | None:
     if not text.isdigit():
         raise ValueError(f"{tracker}: expected a step number, got {text!r}")
     return int(text)
+
+
+def checkpoint_steps(checkpoints: Path | str) -> list[int]:
+    """The steps of the ``global_step_<N>`` folders under ``checkpoints``, ascending."""
+    folder = Path(checkpoints)
+    if not folder.is_dir():
+        return []
+    found = (_STEP_FOLDER.match(p.name) for p in folder.iterdir() if p.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def prune_checkpoints(checkpoints: Path | str, keep: int | None) -> list[Path]:
+    """Delete the ``global_step_<N>`` folders that verl's rotation no longer tracks; returns them, ascending.
+
+    Kept: the newest ``keep`` folders at or below the step in ``latest_checkpointed_iteration.txt`` (the
+    resume point is always among them). Deleted: older ones, and folders above that step (a save that a kill
+    interrupted before verl wrote the tracker; verl saves that step again). Nothing is deleted without a
+    tracker, or when ``keep`` is None or below 1 (verl then keeps every checkpoint).
+    """
+    latest = latest_step(checkpoints)
+    if latest is None or keep is None or keep < 1:
+        return []
+    steps = checkpoint_steps(checkpoints)
+    done = [s for s in steps if s <= latest]
+    doomed = sorted([*done[: max(len(done) - keep, 0)], *(s for s in steps if s > latest)])
+    removed = [step_dir(checkpoints, s) for s in doomed]
+    for folder in removed:
+        logger.info("acerl: removing checkpoint %s (beyond the newest %d)", folder, keep)
+        shutil.rmtree(folder)
+    return removed
 
 
 def snapshot_step_dir(snapshots: Path | str, step: int) -> Path:
@@ -119,11 +159,14 @@ def snapshot_actor(actor_dir: Path | str, target: Path | str) -> Path:
 
 
 class DiagnosticSnapshots:
-    """verl checkpoint callback (``trainer.checkpoint_callback_class``): snapshot diagnostic steps.
+    """verl checkpoint callback (``trainer.checkpoint_callback_class``): snapshot diagnostic steps, then prune.
 
-    Reads ``trainer.acerl.snapshot_steps`` (list of steps) and ``trainer.acerl.snapshot_dir`` from the verl
-    config; after verl saves ``global_step_<N>`` with ``N`` in the list, calls :func:`snapshot_actor`.
-    Duck-types ``verl.trainer.ppo.checkpoint_callback.CheckpointCallback`` (verl does not check the base).
+    Reads ``trainer.acerl.snapshot_steps`` (list of steps, may be empty) and ``trainer.acerl.snapshot_dir``
+    from the verl config; after verl saves ``global_step_<N>`` with ``N`` in the list, calls
+    :func:`snapshot_actor`. After every save it calls :func:`prune_checkpoints` with
+    ``trainer.max_actor_ckpt_to_keep``, which deletes what an earlier attempt left behind (verl's own rotation
+    forgets it). Duck-types ``verl.trainer.ppo.checkpoint_callback.CheckpointCallback`` (verl does not check the
+    base).
     """
 
     def __init__(self, config: Any = None) -> None:
@@ -133,8 +176,13 @@ class DiagnosticSnapshots:
             raise ValueError(
                 f"{CALLBACK_CLASS} needs trainer.acerl.snapshot_steps and trainer.acerl.snapshot_dir in the config"
             )
-        self.steps = frozenset(int(s) for s in section.get("snapshot_steps", []))
-        self.directory = Path(str(section.get("snapshot_dir")))
+        self.steps = frozenset(int(s) for s in section.get("snapshot_steps", None) or [])
+        snapshot_dir = section.get("snapshot_dir", None)
+        if self.steps and snapshot_dir is None:
+            raise ValueError(f"{CALLBACK_CLASS}: trainer.acerl.snapshot_steps is set but snapshot_dir is not")
+        self.directory = Path(str(snapshot_dir)) if snapshot_dir is not None else None
+        keep = config.trainer.get("max_actor_ckpt_to_keep", None)
+        self.keep = int(keep) if keep is not None else None
 
     def on_save(
         self,
@@ -144,16 +192,16 @@ class DiagnosticSnapshots:
         async_save: bool = False,
         **kwargs: Any,
     ) -> None:
-        if int(global_step) not in self.steps:
-            return
         if async_save:
             raise RuntimeError(
-                "diagnostic snapshots need synchronous checkpoints (actor.checkpoint.async_save=False)"
+                "acerl's checkpoint callback needs synchronous checkpoints (actor.checkpoint.async_save=False)"
             )
-        target = snapshot_actor(
-            Path(checkpoint_dir) / "actor", snapshot_step_dir(self.directory, int(global_step))
-        )
-        logger.info("acerl: diagnostic snapshot of step %d at %s", global_step, target)
+        if int(global_step) in self.steps and self.directory is not None:
+            target = snapshot_actor(
+                Path(checkpoint_dir) / "actor", snapshot_step_dir(self.directory, int(global_step))
+            )
+            logger.info("acerl: diagnostic snapshot of step %d at %s", global_step, target)
+        prune_checkpoints(Path(checkpoint_dir).parent, self.keep)
 
 
 def merge_command(actor_dir: Path | str, target_dir: Path | str, python: str | None = None) -> list[str]:

@@ -45,6 +45,7 @@ from acerl.verl_backend.checkpoints import (
     export_checkpoint,
     latest_step,
     link_folder,
+    prune_checkpoints,
     save_frequency,
     snapshot_step_dir,
     step_dir,
@@ -62,6 +63,7 @@ __all__ = [
     "format_value",
     "merge_overrides",
     "ray_on_slurm_script",
+    "remove_resumable_checkpoints",
     "token_budgets",
     "train_run_verl",
     "verl_env",
@@ -313,12 +315,12 @@ def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv("trainer.test_freq", tr.val_every if tr.val_every > 0 else -1),  # -1: no in-training validation
         _kv("trainer.val_before_train", False),
     ]
-    if diag:
-        out += [
-            _kv("trainer.checkpoint_callback_class", CALLBACK_CLASS),
-            _kv("+trainer.acerl.snapshot_steps", diag),
-            _kv("+trainer.acerl.snapshot_dir", str(paths.verl_snapshot_dir(root, run))),
-        ]
+    # the callback snapshots diagnostic steps and prunes the checkpoints an earlier attempt left (checkpoints.py)
+    out += [
+        _kv("trainer.checkpoint_callback_class", CALLBACK_CLASS),
+        _kv("+trainer.acerl.snapshot_steps", diag),
+        _kv("+trainer.acerl.snapshot_dir", str(paths.verl_snapshot_dir(root, run))),
+    ]
     return out
 
 
@@ -458,7 +460,8 @@ def export_run(
 
     Step 0 (the base model) is linked from ``paths.base_model_dir``; each other diagnostic step from its
     snapshot (then the snapshot is deleted); the final policy from verl's latest checkpoint, which must be
-    step ``train.total_steps``. ``runner`` runs the model merger (``subprocess.run``-compatible).
+    step ``train.total_steps``. Then the resumable checkpoints are deleted, unless
+    ``compute.keep_verl_checkpoints`` is set. ``runner`` runs the model merger (``subprocess.run``-compatible).
     """
     root = Path(root).resolve()
     total = cfg.models[run.model].train.total_steps
@@ -487,7 +490,19 @@ def export_run(
         export_checkpoint(step_dir(ckpts, total) / "actor", final, env=menv, run=runner)
     if snaps.is_dir():
         shutil.rmtree(snaps)
+    if not cfg.compute.keep_verl_checkpoints:
+        remove_resumable_checkpoints(ckpts)
     return final
+
+
+def remove_resumable_checkpoints(checkpoints: Path) -> None:
+    """Delete a finished run's verl checkpoints (fp32 weights + Adam state, ~12 bytes per parameter each) once
+    its final policy is exported; ``compute.keep_verl_checkpoints: true`` keeps them."""
+    if checkpoints.is_dir():
+        logger.info(
+            "removing the resumable checkpoints %s (compute.keep_verl_checkpoints is false)", checkpoints
+        )
+        shutil.rmtree(checkpoints)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -608,6 +623,7 @@ def train_run_verl(
         logger.info("%s: training finished earlier; exporting", run.id)
         return export_run(cfg, run, root, env=env, runner=runner)
     _check_steps(cfg, run, root)
+    prune_checkpoints(paths.checkpoints_dir(root, run), cfg.models[run.model].train.keep_checkpoints)
 
     logs = paths.verl_logs_dir(root, run)
     logs.mkdir(parents=True, exist_ok=True)
