@@ -14,6 +14,9 @@
 - :func:`holm` — Holm's step-down adjustment of a family of p-values (the report corrects each table with it).
 - :func:`welch_from_summary` — Welch's test from means, CI half-widths and seed counts (for published numbers
   where the per-seed values are not available).
+- :func:`sign_flip_test` — the paired permutation test (signs of the per-seed differences flipped), which needs
+  no normality: exact enumeration up to :data:`EXACT_SIGN_FLIPS` seeds, Monte Carlo beyond.
+- :func:`tost_paired` — two one-sided tests of equivalence within a margin, on per-seed differences.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ __all__ = [
     "compare_seeds",
     "welch_from_summary",
     "holm",
+    "EXACT_SIGN_FLIPS",
+    "SignFlip",
+    "sign_flip_test",
+    "tost_paired",
 ]
 
 
@@ -284,3 +291,60 @@ def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     adjusted = np.maximum.accumulate((m - np.arange(m)) * p[order])
     out[order] = np.minimum(adjusted, 1.0)
     return out
+
+
+EXACT_SIGN_FLIPS = 16
+"""Up to this many seeds :func:`sign_flip_test` enumerates all ``2^S`` sign patterns; beyond, Monte Carlo."""
+
+
+@dataclass(frozen=True)
+class SignFlip:
+    """A sign-flip permutation p-value and how it was found (``exact``: all patterns; else ``draws`` random)."""
+
+    pvalue: float
+    exact: bool
+    draws: int
+
+    @property
+    def method(self) -> str:
+        return "exact" if self.exact else f"Monte Carlo, {self.draws} draws"
+
+
+def sign_flip_test(d: Sequence[float] | np.ndarray, *, draws: int = 100_000, seed: int = 0) -> SignFlip:
+    """Two-sided paired permutation test of ``mean(d) = 0`` (``d: (S,)`` per-seed differences).
+
+    Under the null each ``d_s`` is symmetric about 0, so its sign is exchangeable: the p-value is the share
+    of sign patterns whose ``|sum|`` is at least the observed one. Exact (all ``2^S`` patterns, the observed
+    one included) for ``S <= EXACT_SIGN_FLIPS``; otherwise ``(1 + hits) / (1 + draws)`` over ``draws`` random
+    patterns (seeded: the same p every time). ``nan`` for fewer than 2 values.
+    """
+    x = _as_1d(d, "sign_flip_test")
+    if x.size < 2:
+        return SignFlip(math.nan, True, 0)
+    observed = abs(float(x.sum())) * (1.0 - 1e-12)  # ties (equal |sum| up to rounding) count as extreme
+    if x.size <= EXACT_SIGN_FLIPS:
+        bits = (np.arange(2**x.size)[:, None] >> np.arange(x.size)) & 1
+        sums = np.abs((1 - 2 * bits) @ x)
+        return SignFlip(float(np.mean(sums >= observed)), True, int(sums.size))
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for start in range(0, draws, 10_000):
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(min(10_000, draws - start), x.size))
+        hits += int(np.sum(np.abs(signs @ x) >= observed))
+    return SignFlip((1 + hits) / (1 + draws), False, draws)
+
+
+def tost_paired(d: Sequence[float] | np.ndarray, margin: float) -> tuple[float, float]:
+    """Two one-sided paired t-tests of equivalence within ``(-margin, +margin)`` on ``d: (S,)``.
+
+    Returns ``(p_lower, p_upper)``: the one-sided p of ``mean <= -margin`` and of ``mean >= +margin``; the TOST
+    p-value is their maximum (equivalence at level alpha where it is below alpha). ``nan`` for fewer than 2 values
+    or zero spread.
+    """
+    x = _as_1d(d, "tost_paired")
+    if not margin > 0.0:
+        raise ValueError(f"tost_paired: the margin must be positive, got {margin}")
+    if x.size < 2 or float(x.std(ddof=1)) == 0.0:
+        return math.nan, math.nan
+    se, df = float(x.std(ddof=1)) / math.sqrt(x.size), x.size - 1
+    return float(sps.t.sf((x.mean() + margin) / se, df)), float(sps.t.cdf((x.mean() - margin) / se, df))
