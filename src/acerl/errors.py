@@ -15,7 +15,8 @@ Exit statuses of every ``acerl`` command (also in the README):
 3     an input is missing: run the stage that makes it first (:class:`MissingInputError`)
 4     an input is unusable: a malformed data row or result file, a bad checkpoint, an unreachable hub
       (:class:`BadInputError`, :class:`SourceUnavailableError`)
-75    training checkpointed and stopped on SIGTERM / SIGUSR1; rerun the same command to resume
+75    training checkpointed and stopped on SIGTERM / SIGUSR1, or another process holds the run's lock; rerun
+      the same command to resume
 130   interrupted (Ctrl-C)
 141   stdout closed early (``acerl config runs | head``), as a Unix tool killed by SIGPIPE
 ====  =============================================================================================

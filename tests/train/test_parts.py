@@ -187,6 +187,23 @@ def test_preemption_flag_records_signals_and_restores_handlers():
     assert "SIGTERM" in str(err) and "step 3" in str(err)
 
 
+def test_ctrl_c_asks_for_a_checkpoint_and_a_second_one_stops_at_once(caplog: pytest.LogCaptureFixture):
+    """The first SIGINT is recorded like SIGTERM (the trainer then exits 130, an interrupt); a second one raises
+    ``KeyboardInterrupt`` at once, for a user who will not wait for the step to finish."""
+    with caplog.at_level("WARNING", logger="acerl.train.signals"), PreemptionFlag() as flag:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert flag.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    lines = [r.getMessage() for r in caplog.records if r.name == "acerl.train.signals"]
+    assert lines == ["received SIGINT: will checkpoint and stop after this step (Ctrl-C again stops at once)"]
+    err = TrainingPreempted(step=2, signum=signal.SIGINT)
+    assert err.code == 130 and str(err) == (
+        "training preempted by SIGINT after step 2 (checkpoint written; exit code 130)"
+    )
+
+
 def test_ema_reference_update_on_known_tensors():
     """``ref <- decay * ref + (1 - decay) * policy`` with a decay other than 0.5 (where a swap would not show)."""
     from acerl.train.algorithm import ema_update

@@ -25,6 +25,7 @@ from acerl.config import Run
 from acerl.errors import BadInputError
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
 from acerl.train.checkpoint import LATEST_FILE, find_latest, list_checkpoints
+from acerl.train.lock import LOCK_FILE, RunLockedError
 from acerl.train.signals import TrainingPreempted
 
 STEPS, SAVE_EVERY = 4, 2
@@ -103,10 +104,12 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_root: Path, tiny_root_tem
     _assert_same(_uninterrupted(tmp_path, tiny_root_template, method), resumed)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
 def test_preemption_signal_checkpoints_and_exits_75(
     sig, tiny_root: Path, tiny_root_template: Path, tmp_path: Path
 ):
+    """SIGTERM / SIGUSR1 checkpoint at the step boundary and exit 75; Ctrl-C (SIGINT) checkpoints the same way
+    and exits 130 (it used to lose the steps since the last checkpoint)."""
     method = "grpo"
     run = Run("tiny", method, 0)
     # 0.5 s per grading call: the remaining steps outlast this process's polling even on a loaded machine (with
@@ -116,13 +119,13 @@ def test_preemption_signal_checkpoints_and_exits_75(
     _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1, proc)
     os.kill(proc.pid, sig)
     proc.join(timeout=120)
-    assert proc.exitcode == PREEMPTED_EXIT_CODE
+    assert proc.exitcode == (130 if sig == signal.SIGINT else PREEMPTED_EXIT_CODE)
     n = len(read_jsonl_records(metrics))
     assert 1 <= n < STEPS
     ckpt = find_latest(paths.checkpoints_dir(tiny_root, run))
     assert ckpt is not None and ckpt.name == f"step_{n:06d}"  # checkpoint at the step boundary it stopped at
     assert not paths.policy_dir(tiny_root, run).exists()
-    if sig == signal.SIGTERM:
+    if sig in (signal.SIGTERM, signal.SIGINT):
         _assert_same(
             _uninterrupted(tmp_path, tiny_root_template, method), _resume_in_process(tiny_root, method)
         )
@@ -463,3 +466,27 @@ def test_what_a_checkpoint_must_match_to_resume():
         "total_steps": 4,
         "code_version": STAGE_VERSIONS["train_policy"],
     }
+
+
+def test_a_second_trainer_of_the_same_run_is_refused_until_the_first_stops(tiny_root: Path):
+    """Two trainers of one run at once both wrote its checkpoints and ``final/``; the second now gets a one-line
+    error naming the run and the holder's pid (exit 75: try again), and the lock dies with its holder."""
+    run = Run("tiny", "grpo", 0)
+    proc = _start(tiny_root, "grpo", delay=0.5)
+    metrics = paths.train_metrics_file(tiny_root, run)
+    _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1, proc)
+    cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
+    try:
+        with pytest.raises(RunLockedError) as e:
+            train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+    finally:
+        proc.kill()
+        proc.join(timeout=60)
+    lock = paths.run_dir(tiny_root, run) / LOCK_FILE
+    assert str(e.value) == (
+        f"run tiny/grpo/seed0 is being trained by another process (pid {proc.pid}, lock file {lock}): wait for "
+        f"it to finish, or stop it (kill {proc.pid}) and rerun the same command, which resumes"
+    )
+    assert e.value.exit_code == 75 and not paths.policy_dir(tiny_root, run).exists()
+    final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)  # SIGKILL freed the lock
+    assert (final / "model.safetensors").is_file()

@@ -43,6 +43,7 @@ from acerl.train.checkpoint import (
 )
 from acerl.train.data import PromptStream, TrainingSet
 from acerl.train.finished import FINAL_SPEC_FILE, check_final
+from acerl.train.lock import run_lock
 from acerl.train.metrics import MetricsLog
 from acerl.train.optim import build_optimizer
 from acerl.train.rewards import Verifier
@@ -71,6 +72,12 @@ def _comparable_spec(spec: dict[str, Any]) -> str:
     saved policies) and the trainer's result version (a checkpoint of older trainer code is superseded)."""
     kept = {k: v for k, v in spec.items() if k != "diagnostic_steps"}
     return spec_json({**kept, "code_version": STAGE_VERSIONS["train_policy"]})
+
+
+def _final_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """What the final policy folder records (:data:`acerl.train.finished.FINAL_SPEC_FILE`): the run spec and the
+    trainer's result version."""
+    return {**spec, "code_version": STAGE_VERSIONS["train_policy"]}
 
 
 def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
@@ -102,7 +109,9 @@ def train_run(
     Resumes from the newest checkpoint under ``paths.checkpoints_dir`` if there is one; a run whose final
     policy exists is not touched when the run spec recorded with it equals the requested one, and is a
     :class:`acerl.train.finished.StaleFinalError` (exit 4) naming what differs otherwise. SIGTERM / SIGUSR1
-    checkpoint at the next step boundary and raise :class:`acerl.train.signals.TrainingPreempted` (exit code 75).
+    checkpoint at the next step boundary and raise :class:`acerl.train.signals.TrainingPreempted` (exit code 75;
+    Ctrl-C does the same with exit code 130). The run's lock (:func:`acerl.train.lock.run_lock`) is held
+    throughout: a second trainer of the same run gets a :class:`acerl.train.lock.RunLockedError`.
 
     Args:
         cfg, run: the validated config and the (model, method, seed) to train.
@@ -120,11 +129,27 @@ def train_run(
     final = paths.policy_dir(root, run)
     settings = resolve(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
     spec = local_run_spec(settings)
-    final_spec = {**spec, "code_version": STAGE_VERSIONS["train_policy"]}
-    if final.is_dir() and (final / "config.json").is_file():
-        check_final(final, paths.run_spec_file(root, run), final_spec, run.id)
-        logger.info("%s: final policy %s exists; nothing to do", run.id, final)
-        return final
+    with run_lock(root, run):
+        if final.is_dir() and (final / "config.json").is_file():
+            check_final(final, paths.run_spec_file(root, run), _final_spec(spec), run.id)
+            logger.info("%s: final policy %s exists; nothing to do", run.id, final)
+            return final
+        return _train_locked(cfg, run, root, settings, spec, dev, threads, progress, verifier)
+
+
+def _train_locked(
+    cfg: Config,
+    run: Run,
+    root: Path,
+    settings: RunSettings,
+    spec: dict[str, Any],
+    dev: torch.device,
+    threads: int,
+    progress: bool,
+    verifier: Verifier | None,
+) -> Path:
+    """:func:`train_run` under the run's lock, once it is known that there is no finished run to return."""
+    final = paths.policy_dir(root, run)
     _warn_short_mini_batch(settings)
     spec_text = _comparable_spec(spec)
     run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
@@ -161,7 +186,7 @@ def train_run(
             final,
             state.model,
             state.tokenizer,
-            {FINAL_SPEC_FILE: json.dumps(final_spec, indent=2, sort_keys=True)},
+            {FINAL_SPEC_FILE: json.dumps(_final_spec(spec), indent=2, sort_keys=True)},
         )
         logger.info("%s: final policy written to %s", run.id, final)
         return final
