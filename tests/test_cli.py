@@ -60,6 +60,19 @@ def test_train_without_base_model_is_one_line_exit_3(capsys, tmp_path: Path) -> 
     assert "acerl prepare-base --model tiny" in line  # the fix
 
 
+@pytest.mark.parametrize("command", ["train", "sample"])
+def test_a_negative_seed_is_a_one_line_usage_error_that_makes_nothing(
+    capsys, tmp_path: Path, command
+) -> None:
+    """``--seed -1`` passed every check and ended in a numpy traceback after making ``seed-1/``."""
+    extra = ["--benchmark", "synth_easy"] if command == "sample" else []
+    argv = [command, "--model", "tiny", "--method", "grpo", "--seed", "-1", "--root", str(tmp_path), *extra]
+    code, out, err = run_main(capsys, *argv)
+    assert code == 2 and out == ""
+    assert_one_line(err, f"acerl {command}: config error: --seed: a seed is a whole number >= 0, got -1")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_verbose_adds_the_traceback(capsys, tmp_path: Path) -> None:
     code, _, err = run_main(
         capsys, "train", "--model", "tiny", "--method", "grpo", "--root", str(tmp_path), "--verbose"

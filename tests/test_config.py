@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,74 @@ def test_power_study_config_reuses_the_default_runs_and_declares_its_endpoint(tm
     d["report"]["primary"] = {"k": 3}
     with pytest.raises(ConfigError, match=r"report.primary.k: 3 is not one of evaluation.ks"):
         load_config([REPO / "config" / "config.yaml", write(tmp_path, d)])
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (
+            ("study", "main", "seeds"),
+            [0, -1],
+            r"study\.main\.seeds\.1: Input should be greater than or equal to 0",
+        ),
+        (
+            ("study", "main", "seeds"),
+            [0, 0],
+            r"study\.main\.seeds: seed 0 is listed 2 times: list each seed once",
+        ),
+        (("study", "main", "seeds"), [], r"study\.main\.seeds: .*at least 1 item"),
+        (("study", "main", "methods"), [], r"study\.main\.methods: .*at least 1 item"),
+        (("study", "main", "models"), [], r"study\.main\.models: .*at least 1 item"),
+        (
+            ("study", "alpha_sweep", "seeds"),
+            [-2],
+            r"study\.alpha_sweep\.seeds\.0: .*greater than or equal to 0",
+        ),
+        (("study", "ablation", "seeds"), [1, 1], r"study\.ablation\.seeds: seed 1 is listed 2 times"),
+        (
+            ("study", "diagnostics", "seeds"),
+            [-1],
+            r"study\.diagnostics\.seeds\.0: .*greater than or equal to 0",
+        ),
+        (("evaluation", "seed"), -5, r"evaluation\.seed: .*greater than or equal to 0"),
+    ],
+)
+def test_bad_seeds_and_empty_grids_are_errors_naming_the_key(tmp_path: Path, where, value, message) -> None:
+    """A negative seed, a repeated seed or an empty grid was accepted (a repeat silently counted once)."""
+    d = base_dict()
+    node = d
+    for key in where[:-1]:
+        node = node.setdefault(key, {})
+    node[where[-1]] = value
+    p = write(tmp_path, d)
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(p)
+    assert e.value.exit_code == 2 and str(p) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("methods", "ace_grpo", "estimator", "alpha"), True),
+        (("evaluation", "temperature"), False),
+        (("evaluation", "n"), True),
+    ],
+)
+def test_true_or_false_where_a_number_goes_is_an_error(tmp_path: Path, where, value) -> None:
+    """pydantic reads ``alpha: true`` as 1.0; a YAML bool in a number's place is a mistake, not a number."""
+    d = base_dict()
+    node = d
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    key, text = ".".join(where), str(value).lower()
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)}: {text} is not a number: write the number"):
+        load_config(write(tmp_path, d))
+    with pytest.raises(ConfigError, match=rf"--set {re.escape(key)}={text}: .* is not a number"):
+        load_config(REPO / "config" / "config.yaml", [f"{key}={text}"])
+
+
+def test_a_bool_key_still_takes_a_bool(tmp_path: Path) -> None:
+    d = base_dict()
+    d["study"]["main"]["include_base"] = False
+    assert load_config(write(tmp_path, d)).study.main.include_base is False

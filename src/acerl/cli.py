@@ -100,7 +100,14 @@ def _run(args: argparse.Namespace, cfg: Config) -> Run:
     _known("--method", "method", args.method, [BASE_METHOD, *cfg.resolved_methods])
     if getattr(args, "benchmark", None) is not None:
         _known("--benchmark", "benchmark", args.benchmark, cfg.evaluation.benchmarks)
-    return Run(args.model, args.method, args.seed)
+    return Run(args.model, args.method, _seed("--seed", args.seed))
+
+
+def _seed(flag: str, seed: int) -> int:
+    """``seed`` if it is >= 0 (as the config's seeds: numpy refuses a negative one), else a :class:`ConfigError`."""
+    if seed < 0:
+        raise ConfigError(f"{flag}: a seed is a whole number >= 0, got {seed}")
+    return seed
 
 
 def _threads(cfg: Config) -> int:

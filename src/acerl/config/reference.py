@@ -3,9 +3,12 @@ table per section in the order of the tree."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
+import types
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -69,9 +72,26 @@ def _type_name(ann: Any) -> str:
     variants = _submodels(ann)
     if getattr(ann, "__origin__", None) is typing.Union and len(variants) == len(ann.__args__):
         return " \\| ".join(v.__name__ for v in variants)  # a tagged union of config models
+    ann = _without_metadata(ann)
     name = getattr(ann, "__name__", None) if not getattr(ann, "__args__", None) else None
     text = name or str(ann)
     return _MODULE_PATH.sub("", text.replace("typing.", "")).replace("|", "\\|")
+
+
+def _without_metadata(ann: Any) -> Any:
+    """``ann`` without its ``Annotated`` checks (``Optional[list[Annotated[int, Ge]]]`` -> ``Optional[list[int]]``):
+    the checks' text holds memory addresses, and the description states them."""
+    if get_origin(ann) is Annotated:
+        return _without_metadata(get_args(ann)[0])
+    args, origin = get_args(ann), get_origin(ann)
+    if not args or origin is Literal:
+        return ann
+    plain = tuple(_without_metadata(a) for a in args)
+    if plain == args:
+        return ann
+    if origin is typing.Union or origin is types.UnionType:
+        return functools.reduce(operator.or_, plain)
+    return origin[plain]
 
 
 def _is_mapping(ann: Any) -> bool:

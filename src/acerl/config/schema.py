@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -25,6 +26,7 @@ from pydantic import (
     SerializationInfo,
     SerializerFunctionWrapHandler,
     Tag,
+    ValidationInfo,
     field_serializer,
     field_validator,
     model_serializer,
@@ -45,6 +47,46 @@ class ConfigError(UserError, ValueError):
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML's ``true``/``false`` where a number goes is an error (pydantic would read ``alpha: true`` as 1.0)."""
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _numeric_not_bool(field.annotation):
+            raise ValueError(f"{str(value).lower()} is not a number: write the number")
+        return value
+
+
+def _numeric_not_bool(annotation: Any) -> bool:
+    """Whether a field's type takes a number but not a bool (``float``, ``int | None``; not ``bool``)."""
+    types: set[Any] = set()
+    todo = [annotation]
+    while todo:
+        node = todo.pop()
+        args = get_args(node)
+        if args and get_origin(node) is not Literal:
+            todo.extend(args)
+        else:
+            types.add(node)
+    return bool(types & {int, float}) and bool not in types and Any not in types
+
+
+def _distinct_seeds(seeds: list[int]) -> list[int]:
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise ValueError(
+            f"seed {repeated[0]} is listed {seeds.count(repeated[0])} times: list each seed once"
+        )
+    return seeds
+
+
+Seed = Annotated[int, Field(ge=0)]
+"""A seed: a whole number >= 0 (numpy and torch refuse negative seeds; Snakemake's wildcard is ``\\d+``)."""
+Seeds = Annotated[list[Seed], AfterValidator(_distinct_seeds)]
+"""Distinct seeds (a repeated seed would silently count as one run)."""
+GridSeeds = Annotated[Seeds, Field(min_length=1)]
+"""The seeds of a grid: at least one."""
+
 
 def as_written(section: BaseModel, info: SerializationInfo) -> dict[str, Any]:
     """A nested section (:mod:`acerl.sections`) dumped with the keys the config set, not its defaults: run specs
@@ -57,7 +99,7 @@ def as_written(section: BaseModel, info: SerializationInfo) -> dict[str, Any]:
 class SyntheticData(_Model):
     """The embedded default's procedurally generated math task (see docs/tiny_task.md)."""
 
-    seed: int = Field(0, description="generator seed: same seed, identical files")
+    seed: Seed = Field(0, description="generator seed: same seed, identical files")
     params: SyntheticParams = Field(
         default_factory=SyntheticParams,
         description="the task's sizes, difficulties and mistake model (acerl.data.synthetic.write_splits)",
@@ -92,7 +134,7 @@ class RealData(_Model):
     heldout_size: int = Field(
         512, description="DAPO prompts held out (disjoint from training) for diagnostics"
     )
-    heldout_seed: int = Field(0, description="seed that fixes the held-out subset")
+    heldout_seed: Seed = Field(0, description="seed that fixes the held-out subset")
 
 
 class DataConfig(_Model):
@@ -333,9 +375,9 @@ class MethodConfig(_Model):
 
 # ------------------------------------------------------------------------------------------------- study
 class MainGrid(_Model):
-    models: list[str]
-    methods: list[str]
-    seeds: list[int]
+    models: list[str] = Field(..., min_length=1)
+    methods: list[str] = Field(..., min_length=1)
+    seeds: GridSeeds = Field(..., description="training seeds: distinct whole numbers >= 0")
     include_base: bool = Field(True, description="evaluate each untrained base model too")
 
 
@@ -353,7 +395,7 @@ class AlphaSweep(_Model):
     model: str
     method: str = Field(..., description="ACE method whose alpha is varied")
     alphas: list[float]
-    seeds: list[int] | None = Field(None, description=_TABLE_SEEDS)
+    seeds: GridSeeds | None = Field(None, description=_TABLE_SEEDS)
     benchmark: str | None = Field(
         None,
         description="benchmark of Table 4; the sweep's runs are evaluated on it only "
@@ -366,7 +408,7 @@ class Ablation(_Model):
 
     model: str
     methods: list[str] = Field(..., description="e.g. [grpo, ace_grpo_relu, ace_grpo]")
-    seeds: list[int] | None = Field(None, description=_TABLE_SEEDS)
+    seeds: GridSeeds | None = Field(None, description=_TABLE_SEEDS)
     benchmark: str | None = Field(
         None,
         description="benchmark of Table 3; the ablation's runs are evaluated on it only "
@@ -375,9 +417,11 @@ class Ablation(_Model):
 
 
 class DiagnosticsConfig(_Model):
-    models: list[str]
-    methods: list[str]
-    seeds: list[int]
+    models: list[str] = Field(..., min_length=1)
+    methods: list[str] = Field(..., min_length=1)
+    seeds: GridSeeds = Field(
+        ..., description="training seeds of the diagnosed runs: distinct whole numbers >= 0"
+    )
     every: int = Field(25, ge=1, description="diagnostic checkpoint every N steps (paper: 25)")
     early_steps: int = Field(20, ge=0, description="entropy tracked over the first N steps (paper: 20)")
     early_every: int = Field(1, ge=1, description="diagnostic checkpoint spacing inside the early window")
@@ -447,7 +491,7 @@ class EvaluationConfig(_Model):
     temperature: float = Field(0.7, ge=0, description="paper: 0.7")
     top_p: float = Field(0.95, gt=0, le=1, description="paper: 0.95")
     max_new_tokens: int | None = Field(None, description="defaults to the model's max_response_length")
-    seed: int = Field(1234, description="sampling seed (per run the seed is offset by the run seed)")
+    seed: Seed = Field(1234, description="sampling seed (per run the seed is offset by the run seed)")
     shard_size: int = Field(64, ge=1, description="problems per resumable generation shard")
     batch_size: int = Field(64, ge=1, description="prompts per sampling batch (HF backend)")
     backend: Literal["hf", "vllm"] = "hf"
