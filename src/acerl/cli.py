@@ -261,6 +261,24 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from acerl.verl_backend.estimate import Assumptions, apply_assumptions, estimate_grid, format_estimate
+
+    cfg = _load(args)
+    assumptions = apply_assumptions(Assumptions(), args.assume)
+    params: dict[str, float] = {}
+    for item in args.params:
+        model, sep, value = item.partition("=")
+        _known("--params", "model", model, list(cfg.models))
+        try:
+            params[model] = float(value)
+        except ValueError:
+            raise ConfigError(f"--params {item!r}: expected MODEL=COUNT, e.g. {model}=7.6e9") from None
+    cells, evals = estimate_grid(cfg, assumptions, params)
+    print(format_estimate(cells, evals, assumptions))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "config": (cmd_config, "validate / show the resolved config, list the runs, print the key reference"),
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
@@ -275,6 +293,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "resample": (
         cmd_resample,
         "evaluation noise: re-evaluate the compared policies with other evaluation seeds (docs/reports.md)",
+    ),
+    "estimate": (
+        cmd_estimate,
+        "the grid's GPU-hours and peak disk per model and method before submitting it (verl backend)",
     ),
     "profile": (
         cmd_profile,
@@ -312,6 +334,17 @@ def build_parser() -> argparse.ArgumentParser:
             )
         if name == "resample":
             _add_resample_args(p)
+        if name == "estimate":
+            p.add_argument(
+                "--assume", action="append", default=[], metavar="KEY=VALUE", help="override one assumption"
+            )
+            p.add_argument(
+                "--params",
+                action="append",
+                default=[],
+                metavar="MODEL=COUNT",
+                help="a model's parameter count",
+            )
         stage = subcommand_stage(name)
         if stage is not None:
             _add_job_args(p, stage)
