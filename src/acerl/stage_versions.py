@@ -16,5 +16,5 @@ STAGE_VERSIONS = {
     "grade": 1,
     "passk": 1,
     "diagnose": 2,
-    "report": 2,
+    "report": 3,
 }

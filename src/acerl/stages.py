@@ -301,10 +301,19 @@ def _inputs_report(cfg: Config, job: Job) -> Inputs:
     out: Inputs = {
         "passk": [_p(paths.passk_file(ROOT, b, r)) for b, r in cfg.evaluations()],
         "diagnostics": [_p(paths.diagnostics_file(ROOT, r)) for r in cfg.diagnostic_runs()],
+        # the training-dynamics figure reads each main-grid run's metrics.jsonl beside its final policy
+        # (metrics.jsonl, a log resumes append to, is no Snakemake output; final/ is written after it)
+        "training": [_p(paths.policy_dir(ROOT, r)) for r in main_grid_runs(cfg)],
     }
     if cfg.report.compare_to_paper:  # the paper's published numbers, for the "ours vs paper" table
         out["paper"] = _p(paths.paper_results_dir(ROOT))
     return out
+
+
+def main_grid_runs(cfg: Config) -> list[Run]:
+    """The runs of the study's main grid (``study.main``): the training-dynamics figure's runs."""
+    main = cfg.study.main
+    return [r for r in cfg.runs() if r.model in main.models and r.method in main.methods]
 
 
 def _outputs_report(cfg: Config, job: Job) -> list[Output]:

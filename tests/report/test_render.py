@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 from report_synthetic import REPO_ROOT
@@ -22,7 +23,9 @@ PDF_MAGIC, PNG_MAGIC = b"%PDF", b"\x89PNG"
 ALL_TABLES = [
     "passk_bench_a", "passk_bench_b", "significance_bench_a", "significance_bench_b", "alpha_sensitivity", "ablation_modulation", "hyperparameters", "ours_vs_paper",
 ]  # fmt: skip
-ALL_FIGURES = ["penalty_multiplier", "passk_curves", "oef_dynamics", "entropy_early"]
+ALL_FIGURES = [
+    "penalty_multiplier", "passk_curves", "passk_difference", "training_dynamics", "oef_dynamics", "entropy_early",
+]  # fmt: skip
 
 
 def _check_outputs(
@@ -58,6 +61,15 @@ def test_render_all_writes_every_table_and_figure(
             paper=paper,
             diagnostics=synthetic_diagnostics,
             hyperparameters=hp,
+            curves=pd.DataFrame(
+                [
+                    ("m_small", m, seed, step, "entropy", 0.3 - 0.01 * step)
+                    for m in ("grpo", "ace_grpo")
+                    for seed in (0, 1, 2)
+                    for step in (1, 2, 3)
+                ],
+                columns=["model", "method", "seed", "step", "curve", "value"],
+            ),  # fmt: skip
         )
     assert "skipping" not in caplog.text
     _check_outputs(tmp_path, ALL_TABLES, ALL_FIGURES)
@@ -188,6 +200,12 @@ def test_report_study_from_the_pipeline_files(tmp_path):
         write_diagnostics_record(
             diagnostics_record(run.model, run.method, run.seed, rows, early),
             paths.diagnostics_file(tmp_path, run),
+        )
+    for run in cfg.runs():  # the training-dynamics figure reads the runs' metrics.jsonl
+        metrics = paths.train_metrics_file(tmp_path, run)
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        metrics.write_text(
+            "".join(f'{{"step": {s}, "actor/entropy": {0.3 - 0.01 * s}}}\n' for s in range(1, 4))
         )
     stale = paths.tables_dir(tmp_path) / "a_table_an_earlier_version_wrote.md"
     stale.parent.mkdir(parents=True)

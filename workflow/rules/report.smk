@@ -1,4 +1,4 @@
-# report: reads passk, diagnostics, paper; writes results/tables, results/figures, results/compute.md, results/report.md
+# report: reads passk, diagnostics, training, paper; writes results/tables, results/figures, results/compute.md, results/report.md
 # The paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
 # accounting from the benchmark TSVs. `snakemake --report report.html` shows every table and figure by category.
 # Inputs, outputs and params: the stage table (acerl.stages); report() adds the HTML report's presentation.

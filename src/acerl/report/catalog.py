@@ -56,7 +56,25 @@ _TABLES: tuple[tuple[str, str, str], ...] = (
     (r"ours_vs_paper", "Comparison with the paper", "Our Pass@k against the paper's published numbers."),
 )
 _FIGURES: tuple[tuple[str, str, str], ...] = (
-    (r"passk_curves", "Figures", "Pass@k against k for every method, per model and benchmark (log-scale k)."),
+    (
+        r"passk_curves",
+        "Figures",
+        "Pass@k against k for every method, per model and benchmark (log-scale k); bands: 95% t intervals "
+        "across seeds, drawn from 3 seeds up.",
+    ),
+    (
+        r"passk_difference",
+        "Figures",
+        "Each ACE method minus its baseline in Pass@k points against k, paired by seed: the mean difference "
+        "with its paired 95% t interval; the legend gives the seeds paired. Above 0: ACE is better.",
+    ),
+    (
+        r"training_dynamics",
+        "Training dynamics",
+        "Per training step, from each run's metrics.jsonl: batch reward, token entropy, KL to the reference, "
+        "response length, ACE's mean multiplier on errors and the overconfident-error fraction of the batch; "
+        "mean over seeds with a 95% t band (from 3 seeds up).",
+    ),
     (
         r"penalty_multiplier",
         "Figures",

@@ -7,6 +7,16 @@
 - :func:`oef_figure` — Fig. 3: overconfident-error fraction and mean overconfidence magnitude over training
   steps (mean over seeds with a 95% t band).
 - :func:`entropy_figure` — Fig. 4: token entropy over the first training steps.
+- :func:`passk_difference_figure` — each ACE method minus its baseline against k, paired by seed, with the
+  paired 95% t interval and the seed count in the legend.
+- :func:`training_dynamics_figure` — per step of training: reward, entropy, KL, response length, ACE's
+  multiplier and the overconfident-error fraction of the training batch, mean over seeds with a 95% t band.
+
+Bands are 95% t intervals across seeds, clipped to the quantity's range, and drawn only from
+:data:`MIN_BAND_SEEDS` seeds up (with two seeds the t quantile is 12.7 and the band fills the axis). Baselines
+are dashed and drawn above the solid ACE line of the same hue, so both stay visible where they coincide.
+
+Kept as one module: every figure shares the band, line-style and axis helpers that give the report one look.
 
 :func:`save_figure` writes a figure as PDF and PNG, each atomically.
 """
@@ -23,10 +33,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
 
+from acerl.evaluate.power import paired_effect
 from acerl.io import atomic_path
 from acerl.report.aggregate import AGG_COLUMNS, MissingData, require_columns, seed_summary
+from acerl.report.frames import RUN_COLUMNS
 from acerl.report.spec import DisplayNames
 from acerl.report.style import method_style, report_style
+from acerl.report.training import CURVE_COLUMNS, TRAINING_CURVES, Curve
 
 __all__ = [
     "save_figure",
@@ -35,7 +48,14 @@ __all__ = [
     "passk_curves_figure",
     "oef_figure",
     "entropy_figure",
+    "MIN_BAND_SEEDS",
+    "paired_difference_frame",
+    "passk_difference_figure",
+    "training_dynamics_figure",
 ]
+
+MIN_BAND_SEEDS = 3
+"""Fewest seeds for which a figure draws a confidence band (a 2-seed t band spans the axis and shows nothing)."""
 
 
 def save_figure(fig: Figure, path_stem: str | Path, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
@@ -146,10 +166,35 @@ def _log2_k_axis(ax: Axes, ks: Sequence[int]) -> None:
     ax.set_xlim(min(ks) / 1.15, max(ks) * 1.15)
 
 
-def _band(ax: Axes, x: np.ndarray, mean: np.ndarray, ci: np.ndarray, color: str) -> None:
-    ok = np.isfinite(ci)
+def _band(
+    ax: Axes,
+    x: np.ndarray,
+    mean: np.ndarray,
+    ci: np.ndarray,
+    color: str,
+    n_seeds: np.ndarray,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+) -> bool:
+    """``mean +- ci`` where at least :data:`MIN_BAND_SEEDS` seeds back it, clipped to ``bounds``; ``True`` if
+    any band was drawn."""
+    ok = np.isfinite(ci) & (np.asarray(n_seeds, dtype=float) >= MIN_BAND_SEEDS)
     if ok.any():
-        ax.fill_between(x[ok], (mean - ci)[ok], (mean + ci)[ok], color=color, alpha=0.18, lw=0, zorder=1)
+        lo, hi = np.clip(mean - ci, *bounds), np.clip(mean + ci, *bounds)
+        ax.fill_between(x[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0, zorder=1)
+    return bool(ok.any())
+
+
+def _line_kwargs(method: str, markers: bool = True) -> dict[str, object]:
+    """The method's line; dashed and dotted baselines above the solid ACE lines (visible where they meet)."""
+    st = method_style(method)
+    kw: dict[str, object] = st.line_kwargs()
+    if st.linestyle != "-":
+        kw["zorder"] = 6
+    else:
+        kw["linewidth"] = 2.0
+    if not markers:
+        kw["markersize"] = 0.0
+    return kw
 
 
 def _legend_below(fig: Figure, axes: Sequence[Axes], ncol: int) -> None:
@@ -204,14 +249,15 @@ def passk_curves_figure(
                         continue
                     x = d["k"].to_numpy(dtype=float)
                     y = d["mean"].to_numpy(dtype=float) * scale
-                    st = method_style(method)
                     ax.plot(
                         x,
                         y,
                         label=names.method(method) if method != "base" else "Base model",
-                        **st.line_kwargs(),
+                        **_line_kwargs(method),
                     )
-                    _band(ax, x, y, d["ci95"].to_numpy(dtype=float) * scale, st.color)
+                    ci = d["ci95"].to_numpy(dtype=float) * scale
+                    n = d["n_seeds"].to_numpy(dtype=float)
+                    _band(ax, x, y, ci, method_style(method).color, n, (0.0, scale))
                 _log2_k_axis(ax, ks)
                 ax.set_title(f"{names.model(model)} · {names.benchmark(bench)}")
                 if i == len(rows_m) - 1:
@@ -224,7 +270,13 @@ def passk_curves_figure(
 
 # -------------------------------------------------------------------------------------------- Fig 3 / 4
 def _step_lines(
-    ax: Axes, df: pd.DataFrame, value: str, methods: Sequence[str], names: DisplayNames, scale: float = 1.0
+    ax: Axes,
+    df: pd.DataFrame,
+    value: str,
+    methods: Sequence[str],
+    names: DisplayNames,
+    scale: float = 1.0,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> bool:
     drawn = False
     for method in methods:
@@ -234,11 +286,21 @@ def _step_lines(
         s = seed_summary(d, ["step"], value).sort_values("step")
         x = s["step"].to_numpy(dtype=float)
         y = s["mean"].to_numpy(dtype=float) * scale
-        st = method_style(method)
-        kw = st.line_kwargs()
-        kw["markersize"] = 3.0 if len(x) <= 30 else 0.0
+        kw = _line_kwargs(method, markers=len(x) <= 30)
+        if len(x) <= 30:
+            kw["markersize"] = 3.0
         ax.plot(x, y, label=names.method(method), **kw)
-        _band(ax, x, y, s["ci95"].to_numpy(dtype=float) * scale, st.color)
+        lo, hi = bounds
+        ci = s["ci95"].to_numpy(dtype=float) * scale
+        _band(
+            ax,
+            x,
+            y,
+            ci,
+            method_style(method).color,
+            s["n_seeds"].to_numpy(dtype=float),
+            (lo * scale, hi * scale),
+        )
         drawn = True
     return drawn
 
@@ -272,15 +334,16 @@ def oef_figure(
         for i, model in enumerate(rows_m):
             d = records[records["model"] == model]
             ax_f, ax_m = axes[i]
-            _step_lines(ax_f, d, "oef", methods, names, scale=100.0)
-            _step_lines(ax_m, d, "overconf_magnitude", methods, names)
+            _step_lines(ax_f, d, "oef", methods, names, scale=100.0, bounds=(0.0, 1.0))
+            _step_lines(ax_m, d, "overconf_magnitude", methods, names, bounds=(0.0, math.inf))
             ax_f.set_ylabel("overconfident-error\nfraction (OEF)")
             ax_f.yaxis.set_major_formatter(PercentFormatter(decimals=0))
             ax_m.set_ylabel("mean overconfidence\n" + r"$\mathbb{E}[c_i \mid c_i > 0,\, r_i = 0]$")
+            ax_f.set_title(f"{names.model(model)}: share of errors that are overconfident")
+            ax_m.set_title(f"{names.model(model)}: confidence of overconfident errors")
+            last = float(d["step"].max()) if len(d) else 1.0
             for ax in (ax_f, ax_m):
-                ax.set_title(names.model(model))
-            for ax in (ax_f, ax_m):
-                ax.set_ylim(bottom=0)
+                ax.set_xlim(0, max(last, 1.0) * 1.04)
                 if i == len(rows_m) - 1:
                     ax.set_xlabel("training step")
         _legend_below(fig, [a for row in axes for a in row], ncol=len(methods))
@@ -314,10 +377,144 @@ def entropy_figure(
             ax.set_title(names.model(model))
             ax.set_xlabel("training step")
             ax.set_xlim(0, max_step if max_step > 0 else 1)
-            ax.set_ylim(bottom=0)
             ax.xaxis.set_major_locator(
                 FixedLocator(list(range(0, max_step + 1, max(1, math.ceil(max_step / 5)))))
             )
         axes[0].set_ylabel("token entropy (nats)")
         _legend_below(fig, list(axes), ncol=len(methods))
+    return fig
+
+
+# ------------------------------------------------------------------------------------- paired difference
+DIFF_COLUMNS = ("benchmark", "model", "method", "baseline", "k", "delta", "ci_low", "ci_high", "n_seeds")
+
+
+def paired_difference_frame(runs: pd.DataFrame, comparisons: dict[str, str] | None = None) -> pd.DataFrame:
+    """Each ACE method minus its baseline per (benchmark, model, k), paired by the seeds both ran.
+
+    ``runs``: :data:`acerl.report.frames.RUN_COLUMNS`; ``comparisons``: ``{method: baseline}``. ``delta`` is the
+    mean per-seed difference (a fraction), ``ci_low``/``ci_high`` its paired 95% t interval
+    (:func:`acerl.evaluate.power.paired_effect`, NaN for one seed), ``n_seeds`` the seeds paired.
+    """
+    require_columns(runs, RUN_COLUMNS, "paired differences")
+    rows = []
+    for (bench, model, k), grp in runs.groupby(["benchmark", "model", "k"], sort=True):
+        for method, baseline in (comparisons or {}).items():
+            a = grp[grp["method"] == method].dropna(subset=["seed"]).set_index("seed")["pass_at_k"]
+            b = grp[grp["method"] == baseline].dropna(subset=["seed"]).set_index("seed")["pass_at_k"]
+            shared = a.index.intersection(b.index)
+            if shared.empty:
+                continue
+            d = a.loc[shared].to_numpy(dtype=float) - b.loc[shared].to_numpy(dtype=float)
+            eff = paired_effect(d)
+            rows.append(
+                (bench, model, method, baseline, int(k), eff.delta, eff.ci_low, eff.ci_high, eff.n_seeds)
+            )
+    return pd.DataFrame(rows, columns=list(DIFF_COLUMNS))
+
+
+def passk_difference_figure(
+    diffs: pd.DataFrame,
+    *,
+    names: DisplayNames,
+    models: Sequence[str],
+    benchmarks: Sequence[str],
+    scale: float = 100.0,
+) -> Figure:
+    """ACE minus baseline in Pass@k points against k, one panel per model x benchmark: the mean paired
+    difference with its paired 95% t interval (error bars from two seeds up), a line at 0 (no difference) and
+    the seed count in each legend entry.
+
+    ``diffs``: :func:`paired_difference_frame`.
+
+    Raises:
+        MissingData: no comparison has a seed both methods ran.
+    """
+    require_columns(diffs, DIFF_COLUMNS, "paired differences")
+    panels = [
+        (m, b)
+        for m in models
+        for b in benchmarks
+        if not diffs[(diffs["model"] == m) & (diffs["benchmark"] == b)].empty
+    ]
+    if not panels:
+        raise MissingData("no ACE method shares a seed with its baseline (no paired differences)")
+    rows_m = [m for m in models if any(p[0] == m for p in panels)]
+    cols_b = [b for b in benchmarks if any(p[1] == b for p in panels)]
+    with report_style():
+        fig = Figure(figsize=(3.2 * len(cols_b) + 0.4, 2.5 * len(rows_m) + 0.6), layout="constrained")
+        axes = fig.subplots(len(rows_m), len(cols_b), squeeze=False)
+        for i, model in enumerate(rows_m):
+            for j, bench in enumerate(cols_b):
+                ax = axes[i][j]
+                sub = diffs[(diffs["model"] == model) & (diffs["benchmark"] == bench)]
+                if sub.empty:
+                    ax.set_axis_off()
+                    continue
+                ax.axhline(0.0, color="#555555", lw=0.8, zorder=1)
+                pairs = list(dict.fromkeys(zip(sub["method"], sub["baseline"], strict=True)))
+                for n, (method, baseline) in enumerate(pairs):
+                    d = sub[(sub["method"] == method) & (sub["baseline"] == baseline)].sort_values("k")
+                    # side by side at each k (a small factor on the log axis) so intervals do not overlap
+                    x = d["k"].to_numpy(dtype=float) * 2.0 ** (0.08 * (n - (len(pairs) - 1) / 2))
+                    y = d["delta"].to_numpy(dtype=float) * scale
+                    lo = d["ci_low"].to_numpy(dtype=float) * scale
+                    hi = d["ci_high"].to_numpy(dtype=float) * scale
+                    seeds = int(d["n_seeds"].min())
+                    kw = _line_kwargs(method)
+                    label = f"{names.method(method)} − {names.method(baseline)} ({seeds} seeds)"
+                    ax.plot(x, y, label=label, **kw)
+                    ok = np.isfinite(lo) & np.isfinite(hi)
+                    if ok.any():
+                        ax.errorbar(x[ok], y[ok], yerr=[(y - lo)[ok], (hi - y)[ok]], fmt="none",
+                                    ecolor=kw["color"], elinewidth=1.0, capsize=2.0, zorder=kw["zorder"])  # fmt: skip
+                _log2_k_axis(ax, sorted(int(k) for k in sub["k"].unique()))
+                ax.set_title(f"{names.model(model)} · {names.benchmark(bench)}")
+                if i == len(rows_m) - 1:
+                    ax.set_xlabel("$k$ (samples)")
+                if j == 0:
+                    ax.set_ylabel("Δ Pass@$k$ (points)\nACE − baseline, paired")
+        _legend_below(fig, [a for row in axes for a in row], ncol=2)
+    return fig
+
+
+# ------------------------------------------------------------------------------------- training dynamics
+def training_dynamics_figure(
+    curves: pd.DataFrame,
+    *,
+    names: DisplayNames,
+    methods: Sequence[str],
+    models: Sequence[str] | None = None,
+    panels: Sequence[Curve] = TRAINING_CURVES,
+) -> Figure:
+    """Per training step, one row per model and one panel per curve that any run logged: the mean over seeds
+    with its 95% t band (clipped to the quantity's range, from :data:`MIN_BAND_SEEDS` seeds up).
+
+    ``curves``: :func:`acerl.report.training.curves_frame` (both backends' ``metrics.jsonl``).
+
+    Raises:
+        MissingData: no run of ``methods`` logged any of the curves.
+    """
+    require_columns(curves, CURVE_COLUMNS, "training curves")
+    rows_m = _models_with(curves, models, methods)
+    shown = [c for c in panels if (curves["curve"] == c.name).any()]
+    if not rows_m or not shown:
+        raise MissingData(f"no training metrics for methods {list(methods)}")
+    ncol = min(3, len(shown))
+    nrow_per = math.ceil(len(shown) / ncol)
+    with report_style():
+        fig = Figure(figsize=(3.1 * ncol + 0.3, 2.2 * nrow_per * len(rows_m) + 0.6), layout="constrained")
+        axes = fig.subplots(nrow_per * len(rows_m), ncol, squeeze=False)
+        for i, model in enumerate(rows_m):
+            d = curves[curves["model"] == model]
+            for n, curve in enumerate(shown):
+                ax = axes[i * nrow_per + n // ncol][n % ncol]
+                c = d[d["curve"] == curve.name].rename(columns={"value": curve.name})
+                _step_lines(ax, c, curve.name, methods, names, bounds=curve.bounds)
+                ax.set_ylabel(curve.label)
+                ax.set_title(f"{names.model(model)}" if len(rows_m) > 1 else "", loc="left")
+                ax.set_xlabel("training step")
+            for n in range(len(shown), nrow_per * ncol):
+                axes[i * nrow_per + n // ncol][n % ncol].set_axis_off()
+        _legend_below(fig, [a for row in axes for a in row], ncol=len(methods))
     return fig

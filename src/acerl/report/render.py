@@ -12,6 +12,8 @@ file-reading wrappers. Output layout::
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
     <out>/figures/passk_curves.{pdf,png}             Fig. 2
+    <out>/figures/passk_difference.{pdf,png}         ACE minus baseline against k, paired by seed
+    <out>/figures/training_dynamics.{pdf,png}        reward, entropy, KL, length, multiplier, OEF per step
     <out>/figures/oef_dynamics.{pdf,png}             Fig. 3
     <out>/figures/entropy_early.{pdf,png}            Fig. 4
     <out>/report.md                                  every Markdown table and PNG on one page
@@ -44,6 +46,7 @@ from acerl.report.frames import Diagnostics, load_diagnostics, load_passk_proble
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
 from acerl.report.power import power_frame
 from acerl.report.spec import ReportSpec
+from acerl.report.training import curves_frame
 
 __all__ = ["write_table", "render_all", "render_from_files", "render_paper"]
 
@@ -126,6 +129,7 @@ def render_all(
     ci: str = "t",
     problems: pd.DataFrame | None = None,
     software: Sequence[Mapping[str, Any]] = (),
+    curves: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write every table and figure the data allows into ``out_dir``.
 
@@ -147,6 +151,8 @@ def render_all(
             (:func:`acerl.report.power.power_frame`); ``None``: no power tables.
         software: the stamps recorded in the inputs (the Pass@k files' ``software``); the report's
             "Software" section lists them with its own (:func:`acerl.provenance.software_section`).
+        curves: every run's per-step training metrics (:func:`acerl.report.training.curves_frame`) for the
+            training-dynamics figure; ``None``: no such figure.
 
     Returns:
         Every file written (tables, figures, ``report.md``).
@@ -240,6 +246,17 @@ def render_all(
                 agg, names=names, models=models, benchmarks=benchmarks, methods=spec.main_methods
             ),
         )
+        if runs is not None:
+            w.figure(
+                "Pass@k difference, ACE minus baseline",
+                "passk_difference",
+                lambda: figures.passk_difference_figure(
+                    figures.paired_difference_frame(runs, dict(spec.comparisons)),
+                    names=names,
+                    models=models,
+                    benchmarks=benchmarks,
+                ),
+            )
     else:
         log.info("skipping Pass@k tables and curves: no Pass@k results")
     if hyperparameters:
@@ -253,6 +270,16 @@ def render_all(
         "penalty_multiplier",
         lambda: figures.penalty_multiplier_figure(spec.penalty_alpha, names=names),
     )
+    if curves is not None:
+        w.figure(
+            "Training dynamics",
+            "training_dynamics",
+            lambda: figures.training_dynamics_figure(
+                curves, names=names, methods=spec.main_methods, models=spec.models
+            ),
+        )
+    else:
+        log.info("skipping the training-dynamics figure: no training metrics")
     if diagnostics is not None:
         w.figure(
             "Overconfident-error dynamics",
@@ -292,9 +319,15 @@ def render_from_files(
     title: str = "Results",
     formats: Sequence[str] = ("pdf", "png"),
     ci: str = "t",
+    metrics_paths: Iterable[str | Path] = (),
 ) -> list[Path]:
-    """Read Pass@k and diagnostics files (:mod:`acerl.report.frames`) and call :func:`render_all`."""
-    passk_paths, diagnostics_paths = list(passk_paths), list(diagnostics_paths)
+    """Read Pass@k and diagnostics files (:mod:`acerl.report.frames`) and the training runs' ``metrics.jsonl``
+    (:func:`acerl.report.training.curves_frame`) and call :func:`render_all`."""
+    passk_paths, diagnostics_paths, metrics_paths = (
+        list(passk_paths),
+        list(diagnostics_paths),
+        list(metrics_paths),
+    )
     runs = load_passk_records(passk_paths) if passk_paths else None
     software = stamps_in(stamp for p in passk_paths for stamp in read_json(p).get("software", []))
     problems = load_passk_problems(passk_paths) if passk_paths else None
@@ -317,6 +350,7 @@ def render_from_files(
         ci=ci,
         problems=problems,
         software=software,
+        curves=curves_frame(metrics_paths) if metrics_paths else None,
     )
 
 

@@ -21,6 +21,7 @@ from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
 from acerl.report.tables import to_markdown
+from acerl.stages import main_grid_runs
 
 __all__ = [
     "report_spec",
@@ -28,6 +29,7 @@ __all__ = [
     "report_study",
     "add_compute_accounting",
     "remove_stale",
+    "training_metrics_files",
 ]
 
 log = logging.getLogger(__name__)
@@ -165,9 +167,16 @@ def report_study(cfg: Config, root: str | Path, partial: bool = False) -> list[P
         title=f"Results: {cfg.name}",
         formats=tuple(cfg.report.formats),
         ci=cfg.report.ci,
+        metrics_paths=[p for p in training_metrics_files(cfg, root) if p.is_file()],
     )
     remove_stale(written, [paths.tables_dir(root), paths.figures_dir(root)])
     return written + add_compute_accounting(cfg, root)
+
+
+def training_metrics_files(cfg: Config, root: str | Path) -> list[Path]:
+    """The ``metrics.jsonl`` of every run of the main grid (the training-dynamics figure's input); the stage
+    table's report inputs (:mod:`acerl.stages`) list the same files."""
+    return [paths.train_metrics_file(root, r) for r in main_grid_runs(cfg)]
 
 
 def remove_stale(written: list[Path], folders: list[Path]) -> None:

@@ -16,6 +16,7 @@ import math
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,16 @@ from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm
 from acerl.io import read_jsonl
 
-__all__ = ["DIAGNOSTIC_KEYS", "last_steps_frame", "paired_diagnostics", "main"]
+__all__ = [
+    "DIAGNOSTIC_KEYS",
+    "Curve",
+    "TRAINING_CURVES",
+    "CURVE_COLUMNS",
+    "last_steps_frame",
+    "curves_frame",
+    "paired_diagnostics",
+    "main",
+]
 
 DIAGNOSTIC_KEYS: Mapping[str, str] = {
     "ace/overconfident_frac_neg": "overconfident-error fraction (c > 0 among the errors ACE amplifies)",
@@ -34,6 +44,41 @@ DIAGNOSTIC_KEYS: Mapping[str, str] = {
     "actor/entropy": "token entropy of the sampling policy",
     "train/pass_rate": "training-batch accuracy",
 }
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One training-dynamics panel: the metric keys that hold it (the local trainer's first, then verl's), its
+    axis label and the range the quantity can take (a band is clipped to it)."""
+
+    name: str
+    label: str
+    keys: tuple[str, ...]
+    bounds: tuple[float, float] = (-math.inf, math.inf)
+
+
+TRAINING_CURVES: tuple[Curve, ...] = (
+    Curve("reward", "training reward\n(batch mean)", ("train/reward_mean", "critic/score/mean")),
+    Curve("entropy", "token entropy (nats)", ("actor/entropy",), (0.0, math.inf)),
+    Curve("kl", "KL to reference\n(k3 estimate)", ("actor/kl_loss",), (0.0, math.inf)),
+    Curve(
+        "length",
+        "response length\n(tokens)",
+        ("train/response_length_mean", "response_length/mean"),
+        (0.0, math.inf),
+    ),  # fmt: skip
+    Curve(
+        "multiplier",
+        "ACE multiplier on errors\n" + r"$1 + \alpha\,\phi(c)$",
+        ("ace/multiplier_mean_neg",),
+        (1.0, math.inf),
+    ),  # fmt: skip
+    Curve("oef", "overconfident-error\nfraction", ("ace/overconfident_frac_neg",), (0.0, 1.0)),
+)
+"""The panels of the training-dynamics figure; a run's ``metrics.jsonl`` holds the local trainer's keys
+(:mod:`acerl.train.metrics`) or verl's, merged by :func:`acerl.verl_backend.launcher.collect_metrics`."""
+
+CURVE_COLUMNS = ("model", "method", "seed", "step", "curve", "value")
 
 _RUN_PATH = re.compile(r"(?P<model>[^/]+)/(?P<method>[^/]+)/seed(?P<seed>\d+)/metrics\.jsonl$")
 
@@ -65,6 +110,25 @@ def last_steps_frame(
             value = float(finite.mean()) if finite.size else math.nan
             rows.append((model, method, seed, key, value, len(records)))
     return pd.DataFrame(rows, columns=["model", "method", "seed", "key", "value", "steps"])
+
+
+def curves_frame(paths: Iterable[str | Path], curves: Sequence[Curve] = TRAINING_CURVES) -> pd.DataFrame:
+    """Every step of every run as one long table (:data:`CURVE_COLUMNS`), one row per (run, step, curve) whose
+    value is finite; each curve takes the first of its keys a record holds.
+
+    Raises:
+        BadInputError: a path that is not ``runs/<model>/<method>/seed<s>/metrics.jsonl``, or a corrupt file
+            (the message names it).
+    """
+    rows = []
+    for path in map(Path, paths):
+        model, method, seed = _run_of(path)
+        for record in read_jsonl(path, required=("step",), remake="rerun the training run"):
+            for curve in curves:
+                value = next((record[k] for k in curve.keys if record.get(k) is not None), None)
+                if isinstance(value, int | float) and math.isfinite(value):
+                    rows.append((model, method, seed, int(record["step"]), curve.name, float(value)))
+    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
 def paired_diagnostics(
