@@ -177,11 +177,13 @@ class FinalCalibration:
         return float(ok.max()) if ok.size else 0.0
 
 
+@functools.lru_cache(maxsize=8)
 def final_calibration(
     design: SequentialDesign, floor: float, *, n_sims: int = 100_000, seed: int = 20261127
 ) -> FinalCalibration:
     """Simulate the design for one comparison under the null at each true SD of :data:`CALIBRATION_RATIOS`
-    (times the floor, or the target where ``floor`` is 0) with the observed ``floor`` (fractions)."""
+    (times the floor, or the target where ``floor`` is 0) with the observed ``floor`` (fractions). Cached: a
+    look calls it per comparison, the simulation takes about a second."""
     unit = floor if floor > 0 else design.target
     sims = []
     for j, ratio in enumerate(CALIBRATION_RATIOS):

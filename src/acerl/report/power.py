@@ -42,6 +42,8 @@ __all__ = [
     "power_frame",
     "decomposition_frame",
     "design_frame",
+    "write_counts_csv",
+    "read_counts_csv",
     "main",
 ]
 
@@ -243,6 +245,63 @@ def design_frame(
         "mde",
     ]
     return pd.DataFrame(rows, columns=cols)
+
+
+COUNTS_KEYS = ("benchmark", "model", "method", "seed", "n")
+"""The leading columns of a counts file (:func:`write_counts_csv`); the rest are problem ids."""
+
+
+def write_counts_csv(problems: pd.DataFrame, directory: Path, ks: Sequence[int]) -> tuple[Path, Path]:
+    """A study's per-run data as two small CSV files in ``directory``: ``counts.csv`` (one row per run and
+    benchmark: :data:`COUNTS_KEYS`, then the correct samples of each problem, one column per problem id) and
+    ``passk.csv`` (run, method, seed, benchmark, k, pass@k in points, for every ``k <= n``). The counts
+    file holds everything the power analysis reads (:func:`read_counts_csv` gives the metrics files' frame
+    back); the Pass@k file is for reading."""
+    require_columns(problems, PROBLEM_COLUMNS, "per-problem counts")
+    if problems.empty:
+        raise ValueError("no per-problem counts to write (no metrics files were read)")
+    directory.mkdir(parents=True, exist_ok=True)
+    wide = problems.pivot_table(
+        index=list(COUNTS_KEYS), columns="id", values="c", dropna=False, aggfunc="first"
+    )
+    wide = wide.reset_index().sort_values(["benchmark", "model", "method", "seed"], na_position="first")
+    wide = wide.dropna(subset=[c for c in wide.columns if c not in COUNTS_KEYS], how="all")
+    counts = directory / "counts.csv"
+    wide.astype({c: "Int64" for c in wide.columns if c not in COUNTS_KEYS[:3]}).to_csv(counts, index=False)
+    rows = []
+    for bench, model, method, seed, n in wide[list(COUNTS_KEYS)].itertuples(index=False):
+        sub = problems[
+            (problems["benchmark"] == bench) & (problems["model"] == model) & (problems["method"] == method)
+            & (problems["seed"].isna() if pd.isna(seed) else problems["seed"] == seed)
+        ]  # fmt: skip
+        run = f"{model}/{method}" + ("" if pd.isna(seed) else f"/seed{int(seed)}")
+        for k in (k for k in ks if k <= int(n)):
+            value = 100.0 * float(pass_at_k_array(int(n), sub["c"].to_numpy(np.int64), k).mean())
+            rows.append((run, method, None if pd.isna(seed) else int(seed), bench, int(k), round(value, 6)))
+    passk = directory / "passk.csv"
+    pd.DataFrame(rows, columns=["run", "method", "seed", "benchmark", "k", "pass@k"]).astype(
+        {"seed": "Int64"}
+    ).to_csv(passk, index=False)
+    return counts, passk
+
+
+def read_counts_csv(path: Path) -> pd.DataFrame:
+    """The per-problem frame (:data:`PROBLEM_COLUMNS`, as :func:`acerl.report.frames.load_passk_problems`) of a
+    counts file written by :func:`write_counts_csv`.
+
+    Raises:
+        ValueError: the file lacks a key column or holds no problem column.
+    """
+    wide = pd.read_csv(path, dtype={"benchmark": str, "model": str, "method": str})
+    missing = [c for c in COUNTS_KEYS if c not in wide.columns]
+    if missing or len(wide.columns) == len(COUNTS_KEYS):
+        raise ValueError(
+            f"{path}: not a counts file (needs columns {', '.join(COUNTS_KEYS)} and problem ids)"
+        )
+    long = wide.melt(id_vars=list(COUNTS_KEYS), var_name="id", value_name="c").dropna(subset=["c"])
+    long = long.astype({"n": np.int64, "c": np.int64, "id": str})
+    long["seed"] = long["seed"].astype("Int64")
+    return long[list(PROBLEM_COLUMNS)].reset_index(drop=True)
 
 
 def _markdown(df: pd.DataFrame, decimals: int = 2) -> str:
