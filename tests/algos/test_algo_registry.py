@@ -75,6 +75,11 @@ def test_config_names_are_the_registries_names():
     assert all(_choices(variant, "name") == {name} for name, variant in ESTIMATORS.items())
     assert _choices(AceEstimator, "modulation") == set(MODULATIONS.names())
     assert _choices(AceEstimator, "amplify") == set(AMPLIFY_RULES)
-    assert _choices(FamilyConfig, "policy_loss") == {"vanilla"}  # the one loss, vanilla_policy_loss
+    from acerl.algos.losses import POLICY_LOSS_FUNCTIONS
+    from acerl.config import POLICY_LOSSES
+
+    assert set(POLICY_LOSSES) == set(POLICY_LOSS_FUNCTIONS.names()) >= {"vanilla", "clip_cov", "kl_cov"}
+    assert all(_choices(variant, "name") == {name} for name, variant in POLICY_LOSSES.items())
+    assert FamilyConfig().policy_loss.name == "vanilla"
     assert _choices(FamilyConfig, "loss_agg_mode") == set(LOSS_AGG_MODES)
     assert _choices(FamilyConfig, "kl_type") <= set(KL_KINDS)

@@ -331,6 +331,8 @@ class AdvantageOutput:
             elsewhere; same shape as ``confidence``; always >= 1; ``None`` from GRPO.
         amplified: (B,) bool, the rollouts ACE amplifies (``negative`` and, with ``amplify="incorrect"``,
             incorrect); ``None`` from GRPO.
+        loss_rows: (B,) bool, the rollouts that enter the policy loss (its token counts included): PSR keeps the
+            correct ones, NSR the incorrect ones, as the authors' trainer subsets its batch; ``None``: all.
     """
 
     advantages: Tensor
@@ -338,6 +340,13 @@ class AdvantageOutput:
     confidence: Tensor | None = None
     multiplier: Tensor | None = None
     amplified: Tensor | None = None
+    loss_rows: Tensor | None = None
+
+    def loss_mask(self, response_mask: Tensor) -> Tensor:
+        """(B, T) the tokens the policy loss counts: ``response_mask`` on :attr:`loss_rows` (all rows if None)."""
+        if self.loss_rows is None:
+            return response_mask
+        return response_mask * self.loss_rows.to(response_mask.device)[:, None].to(response_mask.dtype)
 
     def token_level(self, response_mask: Tensor) -> Tensor:
         """(B, T) advantages zeroed on padding -- verl's ``data.batch["advantages"]`` layout."""

@@ -11,15 +11,19 @@ response tokens, ``V`` vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
+
+from acerl.algos.registry import Registry
 
 __all__ = [
     "LOSS_AGG_MODES",
     "KL_KINDS",
     "LossAggMode",
+    "POLICY_LOSS_FUNCTIONS",
+    "PolicyLoss",
     "PolicyLossOutput",
     "agg_loss",
     "entropy_from_logits",
@@ -133,6 +137,26 @@ class PolicyLossOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+class PolicyLoss(Protocol):
+    """Shared policy-loss signature: the family's clip ratios and aggregation as keywords (a loss ignores those
+    it does not use), then the loss's own parameters (``acerl.config.PolicyLossParams.kwargs``)."""
+
+    def __call__(
+        self,
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        loss_agg_mode: str = "token-mean",
+        **params: Any,
+    ) -> PolicyLossOutput: ...
+
+
+POLICY_LOSS_FUNCTIONS: Registry[PolicyLoss] = Registry("policy loss")
+"""Policy losses by the config's ``families.<f>.policy_loss`` name (verl's ``policy_loss.loss_mode``)."""
+
+
+@POLICY_LOSS_FUNCTIONS.register("vanilla")
 def vanilla_policy_loss(
     old_log_prob: Tensor,
     log_prob: Tensor,

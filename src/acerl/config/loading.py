@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from acerl.config.root import Config
-from acerl.config.schema import ESTIMATORS, ConfigError
+from acerl.config.schema import ESTIMATORS, POLICY_LOSSES, ConfigError
 
 
 def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,12 +77,14 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
     except ValidationError as e:
         lines = []
         for err in e.errors():
-            parts, variant = _untagged(err["loc"])
+            parts = [str(x) for x in err["loc"]]
             loc = ".".join(parts) or "<root>"
             msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden" and variant is not None:
-                valid = ", ".join(ESTIMATORS[variant].model_fields)
-                msg = f"not a key of the {variant!r} estimator (misspelt?); valid: {valid}"
+            variant = _variant_at(data, parts) if err["type"] == "extra_forbidden" else None
+            if variant is not None:
+                kind, cls = variant
+                valid = ", ".join(cls.model_fields)
+                msg = f"not a key of the {cls.model_fields['name'].default!r} {kind} (misspelt?); valid: {valid}"
             elif err["type"] == "extra_forbidden":
                 msg = "unknown key (misspelt? see docs/config.md)"
             lines.append(f"{loc}: {msg}" if err["loc"] else msg)
@@ -91,15 +93,27 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
         raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
 
 
-def _untagged(loc: tuple[int | str, ...]) -> tuple[list[str], str | None]:
-    """An error location as key path parts, without the variant pydantic inserts after a tagged union's key
-    (``methods.grpo.estimator.grpo.alpha`` -> ``methods.grpo.estimator.alpha``), and that variant."""
-    parts, variant = [str(x) for x in loc], None
-    for i in range(len(parts) - 1):
-        if parts[i] == "estimator" and parts[i + 1] in ESTIMATORS:
-            variant = parts.pop(i + 1)
-            break
-    return parts, variant
+_VARIANT_KEYS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "estimator": ("estimator", ESTIMATORS, "grpo"),
+    "policy_loss": ("policy loss", POLICY_LOSSES, "vanilla"),
+}
+"""Keys whose value is a registered variant picked by ``name``: (kind, registry, default name)."""
+
+
+def _variant_at(data: Mapping[str, Any], parts: list[str]) -> tuple[str, type[BaseModel]] | None:
+    """The registered variant whose key an error at ``parts`` is (``methods.x.estimator.alpah`` -> the class
+    of ``methods.x.estimator``'s ``name``), with its kind; ``None`` elsewhere."""
+    if len(parts) < 2 or parts[-2] not in _VARIANT_KEYS:
+        return None
+    node: Any = data
+    for part in parts[:-1]:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    kind, table, default = _VARIANT_KEYS[parts[-2]]
+    name = node.get("name", default) if isinstance(node, Mapping) else node
+    cls = table.get(str(name))
+    return None if cls is None else (kind, cls)
 
 
 def load_config(paths: str | Path | Iterable[str | Path], overrides: Iterable[str] = ()) -> Config:

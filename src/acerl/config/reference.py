@@ -12,7 +12,9 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
+from acerl.config.plugins import load_builtin_plugins
 from acerl.config.root import Config
+from acerl.config.schema import registered_variants
 
 
 def reference_markdown() -> str:
@@ -27,6 +29,7 @@ def reference_markdown() -> str:
         "`config/power.yaml` (the power study: main grid, primary endpoint, sequential; docs/reports.md).",
         "",
     ]
+    load_builtin_plugins()  # acerl's own methods' keys are listed; plugins of one's own are not
     seen: set[type] = set()
 
     def table(model: type[BaseModel], prefix: str) -> None:
@@ -70,6 +73,8 @@ def _type_name(ann: Any) -> str:
     if getattr(ann, "__origin__", None) is Literal:
         return " \\| ".join(str(a) for a in ann.__args__)
     variants = _submodels(ann)
+    if isinstance(ann, type) and registered_variants(ann) != [ann]:
+        return " \\| ".join(v.__name__ for v in variants)  # an open registry of config models
     if getattr(ann, "__origin__", None) is typing.Union and len(variants) == len(ann.__args__):
         return " \\| ".join(v.__name__ for v in variants)  # a tagged union of config models
     ann = _without_metadata(ann)
@@ -103,6 +108,6 @@ def _submodels(ann: Any) -> list[type[BaseModel]]:
     out: list[type[BaseModel]] = []
     for c in [ann, *getattr(ann, "__args__", ())]:
         for inner in (c, *getattr(c, "__args__", ())):
-            if isinstance(inner, type) and issubclass(inner, BaseModel) and inner not in out:
-                out.append(inner)
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                out += [v for v in registered_variants(inner) if v not in out]
     return out

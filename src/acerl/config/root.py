@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from acerl.config.grid import BASE_METHOD, StudyGrid, check_overlong, require
+from acerl.config.plugins import import_plugins
 from acerl.config.schema import (
     AceEstimator,
     ComputeConfig,
@@ -30,6 +31,11 @@ class Config(StudyGrid, _Model):
     """The root of a pipeline config file."""
 
     name: str = Field("study", description="study name (shown in reports)")
+    plugins: list[str] = Field(
+        [],
+        description="modules imported before the methods are validated, each registering estimators or policy "
+        "losses of one's own (importable from PYTHONPATH; docs/extending.md)",
+    )
     data: DataConfig = Field(default_factory=DataConfig, description="training, evaluation and held-out data")
     models: dict[str, ModelConfig] = Field(..., description="base models by key")
     families: dict[str, FamilyConfig] = Field(..., description="algorithm families (grpo, dapo) by key")
@@ -41,6 +47,12 @@ class Config(StudyGrid, _Model):
     grading: GradingConfig = Field(default_factory=GradingConfig, description="math-verify grader")
     compute: ComputeConfig = Field(default_factory=ComputeConfig, description="backend, device, resources")
     report: ReportConfig = Field(default_factory=ReportConfig, description="tables and figures")
+
+    @field_validator("plugins")
+    @classmethod
+    def _import_plugins(cls, v: list[str]) -> list[str]:
+        import_plugins(v)  # before families and methods, whose validation needs what they register
+        return v
 
     @field_validator("methods")
     @classmethod

@@ -20,12 +20,12 @@ from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
-    Discriminator,
     Field,
     SerializationInfo,
+    SerializeAsAny,
     SerializerFunctionWrapHandler,
-    Tag,
     ValidationInfo,
     field_serializer,
     field_validator,
@@ -271,6 +271,87 @@ class OverlongShaping(_Model):
     penalty_factor: float = Field(1.0, ge=0)
 
 
+# ------------------------------------------------------------------------- open registries of parameters
+def _register(table: dict[str, type[_Model]], kind: str, cls: type[_Model]) -> type[_Model]:
+    """Add ``cls`` to ``table`` under the default of its ``name`` field (a ``Literal`` of one value)."""
+    name = cls.model_fields["name"].default
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            f"{cls.__name__}: a {kind}'s parameters need a default name, e.g. name: Literal['x'] = 'x'"
+        )
+    if table.get(name, cls) is not cls:
+        raise ValueError(
+            f"{kind} {name!r} is already registered (to {table[name].__name__}); pick another name"
+        )
+    table[name] = cls
+    return cls
+
+
+def _variant(table: dict[str, type[_Model]], kind: str, default: str) -> Any:
+    """A before-validator picking the registered parameter class named by a mapping's ``name`` (a bare string
+    is a name with no keys). An unknown name loads the registered plugins once (``acerl.config.plugins``)."""
+
+    def pick(value: Any) -> Any:
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, Mapping):
+            return value
+        name = str(value.get("name", default))
+        if name not in table:
+            from acerl.config.plugins import load_registered_plugins
+
+            load_registered_plugins()
+        if name not in table:
+            valid = ", ".join(repr(k) for k in table)
+            raise ValueError(
+                f"unknown {kind} {name!r}; valid: {valid} (a method of your own: list its module under "
+                "'plugins', docs/extending.md)"
+            )
+        return table[name].model_validate(value)
+
+    return pick
+
+
+class PolicyLossParams(_Model):
+    """A policy loss's own keys (beyond the family's clip ratios and aggregation), the keyword arguments of the
+    loss registered under ``name`` (``acerl.algos.losses.POLICY_LOSSES``). A loss with no keys of its own is
+    written and recorded as its bare name (``policy_loss: vanilla``)."""
+
+    name: str
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the loss registered as ``name``: the variant's own fields."""
+        return {k: getattr(self, k) for k in type(self).model_fields if k != "name"}
+
+    @model_serializer(mode="wrap")
+    def _bare_name(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        return data["name"] if isinstance(data, dict) and set(data) == {"name"} else data
+
+
+class VanillaLoss(PolicyLossParams):
+    """``name: vanilla``: the clipped surrogate with dual clip (acerl.algos.losses.vanilla_policy_loss)."""
+
+    name: Literal["vanilla"] = "vanilla"
+
+
+POLICY_LOSSES: dict[str, type[PolicyLossParams]] = {"vanilla": VanillaLoss}
+"""Policy loss name -> its parameters; grown by :func:`register_policy_loss_params` (docs/extending.md)."""
+
+
+def register_policy_loss_params(cls: type[PolicyLossParams]) -> type[PolicyLossParams]:
+    """Register a policy loss's parameter class under its ``name`` default (a duplicate name is an error)."""
+    if not issubclass(cls, PolicyLossParams):
+        raise TypeError(f"{cls.__name__} must subclass acerl.config.PolicyLossParams")
+    return _register(POLICY_LOSSES, "policy loss", cls)  # type: ignore[arg-type, return-value]
+
+
+PolicyLossConfig = Annotated[
+    SerializeAsAny[PolicyLossParams], BeforeValidator(_variant(POLICY_LOSSES, "policy loss", "vanilla"))
+]
+"""A family's policy loss: the registered variant named by ``name`` (or a bare name), each with its own keys."""
+
+
 class FamilyConfig(_Model):
     """An algorithm family: everything about the policy update except the advantage estimator."""
 
@@ -286,10 +367,11 @@ class FamilyConfig(_Model):
     reward: Literal["binary", "signed"] = Field("binary", description="binary: 1/0; signed: +1/-1 (DAPO)")
     dynamic_sampling: DynamicSampling = Field(default_factory=DynamicSampling)
     overlong: OverlongShaping = Field(default_factory=OverlongShaping)
-    policy_loss: Literal["vanilla"] = Field(
-        "vanilla",
-        description="policy loss: the clipped surrogate with dual clip (acerl.algos.losses.vanilla_policy_loss; "
-        "verl's policy_loss.loss_mode)",
+    policy_loss: PolicyLossConfig = Field(
+        default_factory=VanillaLoss,
+        description="policy loss by name (verl's policy_loss.loss_mode): vanilla (the clipped surrogate with dual "
+        "clip), clip_cov (clip_cov_ratio, clip_cov_lb, clip_cov_ub), kl_cov (kl_cov_ratio, ppo_kl_coef), or one "
+        "registered by a plugin (docs/extending.md); a key the named loss does not take is an error",
     )
     reference: Literal["initial", "ema"] = Field(
         "initial",
@@ -312,9 +394,20 @@ class _Estimator(_Model):
     """The estimator takes reference log-probs (ACE's ``c_i``); a test checks this against the registered
     function's signature (``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``)."""
 
+    code_version: ClassVar[int] = 0
+    """A plugin's result version: bump it with a change to the estimator's code that changes its result; a
+    nonzero value enters the run spec (as ``code_version``), so exactly the method's runs retrain."""
+
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the estimator registered as ``name``: the variant's own fields, nothing else."""
-        return self.model_dump(exclude={"name"})
+        return {k: getattr(self, k) for k in type(self).model_fields if k != "name"}
+
+    @model_serializer(mode="wrap")
+    def _with_code_version(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and self.code_version:
+            data["code_version"] = self.code_version
+        return data
 
 
 class GrpoEstimator(_Estimator):
@@ -346,21 +439,36 @@ class AceEstimator(_Estimator):
     needs_reference: ClassVar[bool] = True
 
 
-def _estimator_tag(value: Any) -> str | None:
-    """The variant of an estimator: its ``name`` (``grpo`` when a mapping leaves it out)."""
-    if isinstance(value, Mapping):
-        return str(value.get("name", "grpo"))
-    return getattr(value, "name", None)
-
-
 ESTIMATORS: dict[str, type[_Estimator]] = {"grpo": GrpoEstimator, "ace": AceEstimator}
-"""Estimator name -> its parameters (the names of ``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``)."""
+"""Estimator name -> its parameters (the names of ``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``); grown by
+:func:`register_estimator_params` (docs/extending.md)."""
+
+EstimatorParams = _Estimator
+"""The base class of an estimator's parameters (``name``, ``eps``, ``norm_by_std``): subclass it for a method of
+your own (docs/extending.md)."""
+
+
+def register_estimator_params(cls: type[_Estimator]) -> type[_Estimator]:
+    """Register an estimator's parameter class under its ``name`` default (a duplicate name is an error)."""
+    if not issubclass(cls, _Estimator):
+        raise TypeError(f"{cls.__name__} must subclass acerl.config.EstimatorParams")
+    return _register(ESTIMATORS, "advantage estimator", cls)  # type: ignore[arg-type, return-value]
+
+
+def registered_variants(cls: type[BaseModel]) -> list[type[BaseModel]]:
+    """The registered parameter classes of an open registry's base class (``EstimatorParams``,
+    ``PolicyLossParams``), in registration order; ``[cls]`` for any other model."""
+    if cls is _Estimator:
+        return list(ESTIMATORS.values())
+    if cls is PolicyLossParams:
+        return list(POLICY_LOSSES.values())
+    return [cls]
+
 
 EstimatorConfig = Annotated[
-    Annotated[GrpoEstimator, Tag("grpo")] | Annotated[AceEstimator, Tag("ace")],
-    Discriminator(_estimator_tag),
+    SerializeAsAny[_Estimator], BeforeValidator(_variant(ESTIMATORS, "advantage estimator", "grpo"))  # type: ignore[arg-type]
 ]
-"""A method's advantage estimator: the variant named by ``name`` (a discriminated union), each with its own keys."""
+"""A method's advantage estimator: the registered variant named by ``name``, each with its own keys."""
 
 
 class MethodConfig(_Model):
@@ -368,8 +476,9 @@ class MethodConfig(_Model):
     family: str = Field(..., description="key of families.<name>")
     estimator: EstimatorConfig = Field(
         default_factory=GrpoEstimator,
-        description="advantage estimator by name: grpo (eps, norm_by_std) or ace (those and alpha, modulation, "
-        "length_normalize, granularity, amplify); a key the named estimator does not take is an error",
+        description="advantage estimator by name: grpo (eps, norm_by_std), ace (those and alpha, modulation, "
+        "length_normalize, granularity, amplify), psr, nsr, w_reinforce (positive_weight), or one registered by a "
+        "plugin (docs/extending.md); a key the named estimator does not take is an error",
     )
 
 

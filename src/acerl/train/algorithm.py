@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageOutput, ace_metrics, confidence_scores
-from acerl.algos.losses import agg_loss, kl_penalty, vanilla_policy_loss
+from acerl.algos.losses import POLICY_LOSS_FUNCTIONS, agg_loss, kl_penalty
 from acerl.config import AceEstimator, EstimatorConfig
 from acerl.generate.rollout import RolloutBatch, response_logprobs
 from acerl.runtime import autocast
@@ -219,7 +219,7 @@ def _loss(
 ) -> Tensor:
     """Alg. 1 line 11 on one micro-batch: the policy loss plus ``beta * KL`` (their values go to ``stats``)."""
     fam = setup.family
-    out = vanilla_policy_loss(
+    out = POLICY_LOSS_FUNCTIONS.get(fam.policy_loss.name)(
         old,
         logprobs,
         adv,
@@ -229,6 +229,7 @@ def _loss(
         clip_ratio_high=fam.clip_ratio_high,
         clip_ratio_c=fam.clip_ratio_c,
         **agg,
+        **fam.policy_loss.kwargs(),
     )
     for k, v in out.metrics.items():
         stats.sums[k].append(v)
@@ -297,15 +298,15 @@ def update_policy(
     timer = timer or Timer()
     if old_logprobs is None and not single_pass_update(setup, mask.shape[0]):
         raise ValueError("update_policy without old_logprobs needs an update that is a single forward pass")
-    old, out, advantages = old_logprobs, None, None
+    old, out, advantages, loss_mask = old_logprobs, None, None, mask
     if old is not None:
         with timer("advantage"):
             out = estimate(old)
-        advantages = out.token_level(mask)
+        advantages, loss_mask = out.token_level(mask), out.loss_mask(mask)
     stats = _ActorStats()
     for epoch in range(h.ppo_epochs):
         for mini in torch.arange(mask.shape[0], device=mask.device).split(h.mini_batch_size * h.group_size):
-            agg = _aggregation(setup, mask[mini])
+            agg = None if out is None else _aggregation(setup, loss_mask[mini])
             state.optimizer.zero_grad(set_to_none=True)
             for rows in micro_batches(
                 batch, mini, h.micro_batch_size_per_gpu, setup.max_tokens_per_micro_batch
@@ -315,12 +316,14 @@ def update_policy(
                     old = logprobs.detach().masked_fill(~m.bool(), 0.0)
                     with timer("advantage"):
                         out = estimate(old)
-                    advantages = out.token_level(mask)
-                assert advantages is not None
+                    advantages, loss_mask = out.token_level(mask), out.loss_mask(mask)
+                    agg = _aggregation(setup, loss_mask[mini])
+                assert advantages is not None and agg is not None
                 t = m.shape[1]
                 stats.add_entropy(entropy, m)  # entropy of the policy that sampled the batch (first pass)
                 ref = None if ref_logprobs is None else ref_logprobs[rows, :t]
-                loss = _loss(setup, stats, logprobs, old[rows, :t], advantages[rows, :t], ref, m, agg)
+                lm = loss_mask[rows, :t]  # the estimator's loss rows (PSR / NSR keep a subset)
+                loss = _loss(setup, stats, logprobs, old[rows, :t], advantages[rows, :t], ref, lm, agg)
                 loss.backward()
             _optimizer_step(state, setup, stats)
     assert old is not None and out is not None

@@ -14,4 +14,8 @@ GEN_BATCH_KEY = "trainer.acerl.gen_batch_size"
 """The DAPO recipe's generation batch in prompts (its ``data.gen_batch_size``, which verl's V1 trainer resets
 to 1 under dynamic sampling): written by the launcher, read by the plugin's dynamic-sampling cap."""
 
-__all__ = ["GEN_BATCH_KEY", "PLUGIN_MODULE"]
+VERL_BUILTIN_ESTIMATORS: frozenset[str] = frozenset({"grpo"})
+"""acerl estimators that are verl's own: the launcher renders them as verl's and the plugin leaves them alone;
+every other registered estimator runs through the plugin (docs/extending.md)."""
+
+__all__ = ["GEN_BATCH_KEY", "PLUGIN_MODULE", "VERL_BUILTIN_ESTIMATORS"]

@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from acerl import paths
-from acerl.config import AceEstimator, Config, Run
+from acerl.config import AceEstimator, Config, ConfigError, PolicyLossParams, Run
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
 from acerl.io import write_json, write_text
 from acerl.provenance import record_launch
 from acerl.settings import resolve, run_spec
-from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE
+from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE, VERL_BUILTIN_ESTIMATORS
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     export_checkpoint,
@@ -186,7 +186,7 @@ def _actor_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
         _kv(f"{a}.clip_ratio_high", fam.clip_ratio_high),
         _kv(f"{a}.clip_ratio_c", fam.clip_ratio_c),
         _kv(f"{a}.loss_agg_mode", fam.loss_agg_mode),
-        _kv(f"{a}.policy_loss.loss_mode", fam.policy_loss),
+        *_policy_loss_overrides(fam.policy_loss, a),
         _kv(f"{a}.use_kl_loss", settings.needs_reference),  # verl computes pi_ref only with its KL loss
         _kv(f"{a}.kl_loss_coef", settings.kl_loss_coef),
         _kv(f"{a}.kl_loss_type", fam.kl_type),
@@ -217,6 +217,28 @@ def token_budgets(cfg: Config, run: Run) -> tuple[int, int]:
             f"(max_prompt_length + max_response_length = {longest}): raise it to at least {longest}"
         )
     return update, update * 3 // 2
+
+
+VERL_POLICY_LOSS_KEYS: dict[str, frozenset[str]] = {
+    "vanilla": frozenset(),
+    "clip_cov": frozenset({"clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"}),
+    "kl_cov": frozenset({"kl_cov_ratio", "ppo_kl_coef"}),
+}
+"""acerl policy losses that are verl 0.9.1's own (``policy_loss.loss_mode``), with the keys verl's
+``actor.policy_loss`` section takes for each."""
+
+
+def _policy_loss_overrides(loss: PolicyLossParams, actor: str) -> list[str]:
+    """``actor.policy_loss.loss_mode`` and the loss's own keys: verl runs its own function, which the local
+    trainer's equals (tests/algos/test_covariance.py). A loss verl lacks is a one-line error."""
+    keys = VERL_POLICY_LOSS_KEYS.get(loss.name)
+    if keys is None or set(loss.kwargs()) != keys:
+        raise ConfigError(
+            f"policy loss {loss.name!r} has no verl counterpart (verl's own: {', '.join(VERL_POLICY_LOSS_KEYS)}); "
+            "train it with compute.backend: local, or register a verl policy loss of the same name"
+        )
+    out = [_kv(f"{actor}.policy_loss.loss_mode", loss.name)]
+    return out + [_kv(f"{actor}.policy_loss.{k}", v) for k, v in loss.kwargs().items()]
 
 
 def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
@@ -260,6 +282,11 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
     if isinstance(est, AceEstimator):  # GRPO is verl's built-in (its eps is checked when the config loads)
         out.append(_kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"))
         out += [_kv(f"+algorithm.ace.{k}", v) for k, v in est.kwargs().items() if k != "norm_by_std"]
+    elif est.name not in VERL_BUILTIN_ESTIMATORS:  # any other acerl estimator: the plugin's generic path
+        out.append(_kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"))
+        out += [
+            _kv(f"+algorithm.estimator_params.{k}", v) for k, v in est.kwargs().items() if k != "norm_by_std"
+        ]
     out.append(_kv("critic.enable", False))
     return out
 
@@ -325,10 +352,11 @@ def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
 
 
 def verl_env(cfg: Config, run: Run, root: Path | str) -> dict[str, str]:
-    """Environment variables every verl process needs: the ACE plugin and the per-step metrics file."""
+    """Environment variables every verl process needs: the config's ``plugins`` (first, so the ACE plugin
+    registers their estimators), the ACE plugin and the per-step metrics file."""
     extra = [m.strip() for m in os.environ.get(EXTRA_MODULES_ENV, "").split(",") if m.strip()]
     return {
-        PLUGIN_ENV: ",".join([PLUGIN_MODULE, *extra]),
+        PLUGIN_ENV: ",".join([*cfg.plugins, PLUGIN_MODULE, *extra]),
         FILE_LOGGER_ENV: str(paths.verl_logs_dir(Path(root).resolve(), run) / "metrics.jsonl"),
     }
 

@@ -38,14 +38,17 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
 from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, ace_metrics, as_group_ids
-from acerl.config import AceEstimator
-from acerl.verl_backend import GEN_BATCH_KEY
+from acerl.config import ESTIMATORS, AceEstimator
+from acerl.verl_backend import GEN_BATCH_KEY, VERL_BUILTIN_ESTIMATORS
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ESTIMATOR_NAME",
     "LOGPROB_ESTIMATORS",
+    "VERL_BUILTIN_ESTIMATORS",
+    "compute_registered_advantage",
+    "plugin_estimators",
     "RAY_TRAINER_MODULE",
     "AceAlgoConfig",
     "AceConfig",
@@ -109,6 +112,9 @@ class AceAlgoConfig(AlgoConfig):
     ``algorithm._target_=acerl.verl_backend.plugin.AceAlgoConfig``."""
 
     ace: Optional[AceConfig] = None  # noqa: UP045 (OmegaConf structured configs need Optional)
+    estimator_params: Optional[dict[str, Any]] = None  # noqa: UP045
+    """Keys of an acerl estimator other than ACE (``acerl.config.ESTIMATORS``), e.g. W-REINFORCE's
+    ``positive_weight``; validated by its parameter class when the estimator runs."""
 
     def __post_init__(self) -> None:
         if self.ace is not None and not isinstance(self.ace, AceConfig):
@@ -206,6 +212,64 @@ def compute_ace_outcome_advantage(
     return adv, adv
 
 
+def plugin_estimators() -> frozenset[str]:
+    """The estimators the shim computes: every acerl-registered one but verl's own (ACE, PSR, NSR, W-REINFORCE
+    and those of a plugin of one's own imported before this module)."""
+    return frozenset(ADVANTAGE_ESTIMATORS.names()) - VERL_BUILTIN_ESTIMATORS
+
+
+def _as_mapping(section: Any) -> dict[str, Any]:
+    if section is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(section, DictConfig):
+            section = OmegaConf.to_container(section, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf ships with verl
+        pass
+    return dict(section)
+
+
+def compute_registered_advantage(
+    name: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    old_log_probs: torch.Tensor | None = None,
+    ref_log_prob: torch.Tensor | None = None,
+    correct: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An acerl-registered estimator (not ACE, which has :func:`compute_ace_outcome_advantage`) in verl's layout:
+    the estimator config the local trainer would hold (``algorithm.estimator_params`` validated by the
+    registered parameter class, ``norm_by_std`` from ``algorithm.norm_adv_by_std_in_grpo``), the same registry
+    entry with the same keywords.
+
+    Returns:
+        ``(advantages, loss_rows)``: (bs, resp_len) advantages zero on padding, and the (bs,) bool rows the
+        loss keeps (``None``: all).
+    """
+    params = _as_mapping(None if config is None else config.get("estimator_params", None))
+    norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
+    try:
+        est = ESTIMATORS[name].model_validate({**params, "name": name, "norm_by_std": norm_by_std})
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"algorithm.estimator_params.{loc}: {err['msg']} (estimator {name!r})") from None
+    out = ADVANTAGE_ESTIMATORS.get(name)(
+        token_level_rewards.sum(dim=-1),
+        as_group_ids(index),
+        old_log_probs,
+        ref_log_prob,
+        response_mask,
+        correct=correct,
+        **est.kwargs(),
+    )
+    return out.token_level(response_mask), out.loss_rows
+
+
 # ------------------------------------------------------------------------------------ step context
 @dataclass
 class _StepContext:
@@ -286,6 +350,8 @@ def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., A
         config: Any = None,
     ) -> Any:
         name = _estimator_name(adv_estimator)
+        if name in plugin_estimators() - LOGPROB_ESTIMATORS:
+            return _registered_advantage(data, name, config)
         if name not in LOGPROB_ESTIMATORS:
             return original(
                 data,
@@ -329,6 +395,34 @@ def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., A
     compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(compute_advantage, _SHIM_FLAG, True)
     return compute_advantage
+
+
+def _registered_advantage(data: Any, name: str, config: Any) -> Any:
+    """The shim's path for :func:`compute_registered_advantage`: advantages and returns into ``data.batch``; the
+    rows the estimator leaves out of the loss (PSR, NSR: the authors' batch subset) get a zero
+    ``response_mask``, which verl's policy loss and its token counts read."""
+    if "response_mask" not in data.batch.keys():
+        responses = data.batch["responses"]
+        data.batch["response_mask"] = data.batch["attention_mask"][:, -responses.size(1) :]
+    if "uid" not in data.non_tensor_batch:
+        raise ValueError(f"advantage estimator {name!r} needs the group index non_tensor_batch['uid']")
+    keys = set(data.batch.keys())
+    mask = data.batch["response_mask"]
+    advantages, loss_rows = compute_registered_advantage(
+        name,
+        data.batch["token_level_rewards"],
+        mask,
+        data.non_tensor_batch["uid"],
+        config=config,
+        old_log_probs=data.batch["old_log_probs"] if "old_log_probs" in keys else None,
+        ref_log_prob=data.batch["ref_log_prob"] if "ref_log_prob" in keys else None,
+        correct=_batch_correct(data, name),
+    )
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = advantages
+    if loss_rows is not None:
+        data.batch["response_mask"] = mask * loss_rows.to(mask.device)[:, None].to(mask.dtype)
+    return data
 
 
 def _patch_ray_trainer(module: Any) -> None:
@@ -470,10 +564,11 @@ def _patch_v1_trainer(module: Any) -> None:
 
     def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
         algorithm = self.config.algorithm
-        if _estimator_name(algorithm.adv_estimator) not in LOGPROB_ESTIMATORS:
+        name = _estimator_name(algorithm.adv_estimator)
+        if name not in plugin_estimators():
             return original(self, batch, metrics)
         correct = None
-        if ace_config_from(algorithm).amplify == "incorrect":
+        if name not in LOGPROB_ESTIMATORS or ace_config_from(algorithm).amplify == "incorrect":
             rows = module.tq.kv_batch_get(
                 keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
             )
