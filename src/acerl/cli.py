@@ -279,21 +279,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_canary(args: argparse.Namespace) -> int:
-    from acerl.verl_backend.canary import CanaryLimits, canary_targets, check_canary, format_checks
-
-    cfg = _load(args)
-    if args.action == "targets":
-        print(" ".join(canary_targets(cfg)))
-        return 0
-    grid_files = args.grid_config or (args.config or [])[:-1]
-    grid = load_config(config_files(grid_files, default=not args.no_default_config), [])
-    limits = CanaryLimits(gpu_memory_gb=args.gpu_memory_gb, max_jobs=args.max_jobs)
-    checks = check_canary(cfg, grid, args.root, limits)
-    print(format_checks(checks))
-    return 0 if all(c.ok for c in checks) else 4
-
-
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "config": (cmd_config, "validate / show the resolved config, list the runs, print the key reference"),
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
@@ -312,10 +297,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "estimate": (
         cmd_estimate,
         "the grid's GPU-hours and peak disk per model and method before submitting it (verl backend)",
-    ),
-    "canary": (
-        cmd_canary,
-        "the canary's Snakemake targets, or the checks of its metrics before the grid (make paper-canary)",
     ),
     "profile": (
         cmd_profile,
@@ -353,21 +334,6 @@ def build_parser() -> argparse.ArgumentParser:
             )
         if name == "resample":
             _add_resample_args(p)
-        if name == "canary":
-            p.add_argument(
-                "action", choices=["targets", "check"], help="print the targets / check the metrics"
-            )
-            p.add_argument(
-                "--grid-config",
-                action="append",
-                default=None,
-                metavar="FILE",
-                help="the grid's config files to project the step time to (default: every --config but the last)",
-            )
-            p.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU (default 80)")
-            p.add_argument(
-                "--max-jobs", type=int, default=4, help="SLURM jobs a run may take (default 4: retries 3 + 1)"
-            )
         if name == "estimate":
             p.add_argument(
                 "--assume", action="append", default=[], metavar="KEY=VALUE", help="override one assumption"
