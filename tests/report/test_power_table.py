@@ -50,10 +50,10 @@ def test_power_table_renders(problems):
     pw = power_frame(problems, COMPARISONS, (1, 2, 8))
     table = power_table(pw, "bench_a", names=NAMES, models=["m_large"], comparisons=COMPARISONS)
     assert table.header == ("Comparison", "Statistic", "@1", "@2", "@8")
-    assert len(table.rows) == 3 and table.rows[0].label == "Large-7B: ACE-GRPO vs GRPO"
+    assert len(table.rows) == 5 and table.rows[0].label == "Large-7B: ACE-GRPO vs GRPO"
     md, tex = to_markdown(table), to_latex(table)
     r8 = pw[pw["k"] == 8].iloc[0]
-    assert f"{100 * r8.mde:.1f}" in md.splitlines()[-1]
+    assert f"{100 * r8.mde:.1f}" in next(line for line in md.splitlines() if "| MDE" in line)
     assert "4 seeds, 30 problems, n = 8" in md and "MDE" in md and "seeds and problems" in md
     assert r"\tpm{" in tex and r"$\alpha$" in tex and r"\begin{tabular}{llccc}" in tex
     with pytest.raises(MissingData):

@@ -713,6 +713,19 @@ class ReportConfig(_Model):
         "which it used (docs/deviations.md)",
     )
     formats: list[Literal["pdf", "png"]] = ["pdf", "png"]
+    equivalence_margin: float = Field(
+        4.0,
+        gt=0.0,
+        description="equivalence margin of ACE vs its baseline in Pass@k points: the power tables' TOST p tests "
+        "|difference| < margin. Default 4: the power study's MDE target, the smallest effect its design "
+        "resolves; the paper's +2.5 (MATH-500, Pass@32) lies inside it, so equivalence at 4 does not exclude "
+        "the paper's effect (docs/deviations.md)",
+    )
+    pilot_seeds: Seeds = Field(
+        [],
+        description="seeds of the main grid whose results were seen before a sequential design was fixed "
+        "(pilot): python -m acerl.report.sequential also reports the design without them",
+    )
 
 
 def spec_json(spec: Mapping[str, Any]) -> str:

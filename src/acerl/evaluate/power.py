@@ -257,13 +257,16 @@ def seeds_problems_ci(d: np.ndarray, *, level: float = 0.95) -> tuple[float, flo
         level: confidence level.
 
     Returns:
-        ``(low, high)``; with one seed (or one problem) the t interval over the other axis.
+        ``(low, high)``; ``(nan, nan)`` with one seed (the seed variance is unknown: an interval over problems
+        alone would read as one over both); with one problem the t interval over the seeds.
     """
     d = np.asarray(d, dtype=np.float64)
     if d.ndim != 2 or 0 in d.shape:
         raise ValueError(f"seeds_problems_ci: expected a (seeds, problems) array, got {d.shape}")
     n_s, n_p = d.shape
-    if n_s == 1 or n_p == 1:
+    if n_s == 1:
+        return math.nan, math.nan
+    if n_p == 1:
         ci = mean_ci(d.ravel(), level=level)
         return ci.low, ci.high
     ms_s, ms_p, ms_e = _anova(d)
@@ -310,7 +313,9 @@ def _anova(d: np.ndarray) -> tuple[float, float, float]:
 
 def per_problem_floor_sd(d: np.ndarray) -> float:
     """``sqrt(MS_error / P)`` of ``d: (S, P)``: the part of ``sd(d_s)`` that training x problem and sampling
-    noise alone give, which ``Var(d_s)`` cannot fall below in expectation (``nan`` with one seed)."""
+    noise alone give (``nan`` with one seed). ``Var(d_s)`` is not below it in expectation *under the assumption*
+    of the additive random-effects model (a seed effect of variance >= 0, i.e. the problems' errors of one seed
+    not negatively correlated); it is a floor of the model, not a bound the data guarantee."""
     d = np.asarray(d, dtype=np.float64)
     if d.ndim != 2 or d.shape[0] < 2 or d.shape[1] < 2:
         return math.nan
@@ -323,8 +328,9 @@ def comparison_components(d: np.ndarray, v: np.ndarray) -> Components:
     Args:
         d: ``(S, P)`` per-problem differences ``x_A - x_B``.
         v: ``(S, P)`` their sampling variances ``v_A + v_B`` (:func:`sampling_variance` of each run; the two
-            methods' sampling noise is taken as independent, so with common evaluation seeds this is an upper
-            bound and the training terms are lower bounds).
+            methods' sampling noise is taken as independent; with common evaluation seeds it is an upper bound
+            and the training terms lower bounds *if* the coupling correlates the two methods' sampling noise
+            positively, an assumption the coupling makes likely but no formula guarantees).
 
     Returns:
         :class:`Components`: ``sampling = mean(v)``; ``seed_problem = max(MS_error - sampling, 0)``;
@@ -363,8 +369,9 @@ def predicted_sd(c: Components, *, n_problems: int, sampling: float | None = Non
 @dataclass(frozen=True)
 class MethodComponents:
     """Standard deviations (Pass@k fraction) of one method's per-seed score: ``between_seeds`` observed,
-    ``sampling`` (evaluation noise of one run's mean), ``training`` = the rest, ``problems`` (bootstrap over
-    problems of one run's mean; shared by every run on the same problems)."""
+    ``sampling`` (evaluation noise of one run's mean), ``training`` = the rest, ``problems`` (the standard
+    error over problems of one run's mean, ``sd_i(x) / sqrt(P)``, averaged over seeds: the analytic formula,
+    not a bootstrap; shared by every run on the same problems)."""
 
     between_seeds: float
     sampling: float

@@ -29,6 +29,7 @@ from acerl.evaluate.power import (
     sampling_variance,
     seeds_problems_ci,
 )
+from acerl.evaluate.stats import tost_paired
 from acerl.passk import pass_at_k_array
 from acerl.report.aggregate import require_columns
 from acerl.report.frames import load_passk_problems
@@ -52,9 +53,11 @@ PROBLEM_COLUMNS = ("benchmark", "model", "method", "seed", "id", "n", "c")
 
 POWER_COLUMNS = (
     "benchmark", "model", "method", "baseline", "k", "n_seeds", "n_problems", "n_samples",
-    "delta", "ci_low", "ci_high", "p_paired", "sp_low", "sp_high", "sd_diff", "mde",
+    "delta", "ci_low", "ci_high", "p_paired", "sp_low", "sp_high", "sd_diff", "mde", "dz", "p_tost",
     "var_seed", "var_seed_problem", "var_sampling", "var_problem",
 )  # fmt: skip
+DEFAULT_MARGIN = 0.04
+"""The equivalence margin (a fraction) where no ``report.equivalence_margin`` is given."""
 
 
 @dataclass(frozen=True)
@@ -145,13 +148,16 @@ def power_frame(
     *,
     alpha: float = 0.05,
     power: float = 0.8,
+    margin: float = DEFAULT_MARGIN,
 ) -> pd.DataFrame:
     """Every ACE-vs-baseline comparison per (benchmark, model, k): :data:`POWER_COLUMNS` (fractions).
 
     ``delta, ci_low, ci_high, p_paired``: the paired t-test on per-seed differences; ``sp_low/high``: the
-    interval with seeds and problems both random (:func:`acerl.evaluate.power.seeds_problems_ci`); ``sd_diff``: ``sd(d_s)``; ``mde``: its minimal detectable
-    effect at ``alpha``/``power`` with this design; ``var_*``: :func:`acerl.evaluate.power.comparison_components`.
-    Comparisons where either method is absent are left out.
+    interval with seeds and problems both random (:func:`acerl.evaluate.power.seeds_problems_ci`; ``nan`` with
+    one seed); ``sd_diff``: ``sd(d_s)``; ``mde``: its minimal detectable effect at ``alpha``/``power`` with this
+    design; ``dz``: the standardized effect ``delta / sd_diff``; ``p_tost``: equivalence within ``+-margin``
+    (:func:`acerl.evaluate.stats.tost_paired`, the larger one-sided p); ``var_*``:
+    :func:`acerl.evaluate.power.comparison_components`. Comparisons where either method is absent are left out.
     """
     rows = []
     for bench, model, method, baseline in _comparisons(problems, comparisons):
@@ -163,10 +169,12 @@ def power_frame(
             eff = paired_effect(d.mean(axis=1), alpha=alpha, power=power)
             both = seeds_problems_ci(d, level=1.0 - alpha)
             comp = comparison_components(d, a.sampling(k) + b.sampling(k))
+            dz = eff.delta / eff.sd if eff.sd > 0 else math.nan
+            p_tost = max(tost_paired(d.mean(axis=1), margin))
             rows.append(
                 (bench, model, method, baseline, int(k), len(a.seeds), len(a.ids), a.n, eff.delta, eff.ci_low,
-                 eff.ci_high, eff.pvalue, *both, eff.sd, eff.mde, comp.seed, comp.seed_problem, comp.sampling,
-                 comp.problem)
+                 eff.ci_high, eff.pvalue, *both, eff.sd, eff.mde, dz, p_tost, comp.seed, comp.seed_problem,
+                 comp.sampling, comp.problem)
             )  # fmt: skip
     return pd.DataFrame(rows, columns=list(POWER_COLUMNS))
 
@@ -308,7 +316,9 @@ def _markdown(df: pd.DataFrame, decimals: int = 2) -> str:
     """A DataFrame as a Markdown pipe table (floats to ``decimals`` places)."""
 
     def cell(v: object) -> str:
-        return f"{v:.{decimals}f}" if isinstance(v, float) else str(v)
+        if isinstance(v, float):
+            return "n/a" if math.isnan(v) else f"{v:.{decimals}f}"
+        return str(v)
 
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
@@ -332,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", type=int, nargs="+", default=None, help="problem counts of the designs")
     ap.add_argument("--comparisons", nargs="+", default=["ace_grpo:grpo", "ace_dapo:dapo"],
                     help="method:baseline pairs")  # fmt: skip
+    ap.add_argument("--margin", type=float, default=100 * DEFAULT_MARGIN,
+                    help="equivalence margin of the TOST p in points (default 4, report.equivalence_margin)")  # fmt: skip
     args = ap.parse_args(argv)
     problems = load_passk_problems(args.metrics)
     n_max = int(problems["n"].min())
@@ -339,21 +351,32 @@ def main(argv: list[str] | None = None) -> int:
     comparisons = dict(pair.split(":", 1) for pair in args.comparisons)
     k = args.k or max(ks)
     pct = 100.0
+    seeds = int(problems.loc[problems["seed"].notna(), "seed"].nunique())
+    few = f"n/a: needs >= 2 seeds, the study has {seeds}" if seeds < 2 else ""
     dec = decomposition_frame(problems, ks)
     dec[["mean", *[c for c in dec.columns if c.startswith("sd_")]]] *= pct
     print("## Variance decomposition (Pass@k points; SD of one run's score)\n")
+    if few:
+        print(f"The between-seed and training SDs are {few} (they are variances across seeds).\n")
     print(_markdown(dec))
-    pw = power_frame(problems, comparisons, ks)
+    pw = power_frame(problems, comparisons, ks, margin=args.margin / pct)
     pw[["delta", "ci_low", "ci_high", "sp_low", "sp_high", "sd_diff", "mde"]] *= pct
     for c in ("var_seed", "var_seed_problem", "var_sampling", "var_problem"):
         pw[c] = np.sqrt(pw[c]) * pct  # shown as SDs in points
     print("## Comparisons (points; var_* columns shown as SDs in points)\n")
+    print(f"Intervals at 95%, unadjusted; p_paired unadjusted; p_tost: equivalence within +-{args.margin:g} "
+          "points; dz = delta / sd_diff.\n")  # fmt: skip
+    if few:
+        print(f"The paired test, its interval, the seeds-and-problems interval and the MDE are {few}.\n")
     print(_markdown(pw, decimals=3))
+    print(f"## Designs at Pass@{k} (predicted sd of the per-seed difference and MDE, points)\n")
+    if few:
+        print(f"Not predicted ({few}: the seed variance component is unknown).\n")
+        return 0
     des = design_frame(
         problems, comparisons, k, seeds=args.seeds, n_samples=args.n or [n_max], n_problems=args.problems
     )
     des[["sd_diff", "mde"]] *= pct
-    print(f"## Designs at Pass@{k} (predicted sd of the per-seed difference and MDE, points)\n")
     print(_markdown(des))
     return 0
 

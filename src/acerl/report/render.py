@@ -171,7 +171,11 @@ def render_all(
             else significance_from_summary(agg, spec.comparisons)
         )
         ks = spec.ks or sorted(int(k) for k in agg["k"].unique())
-        pw = power_frame(problems, spec.comparisons, ks) if problems is not None else None
+        pw = (
+            power_frame(problems, spec.comparisons, ks, margin=spec.equivalence_margin)
+            if problems is not None
+            else None
+        )
         for i, bench in enumerate(benchmarks):
             with_ci = bench not in spec.no_ci_benchmarks
             number = (
@@ -202,6 +206,7 @@ def render_all(
                         comparisons=spec.comparisons,
                         ks=spec.ks,
                         primary=spec.primary,
+                        margin=spec.equivalence_margin,
                     ),  # fmt: skip
                 )
         if spec.ablation is not None:

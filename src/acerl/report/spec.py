@@ -111,6 +111,7 @@ class ReportSpec:
         penalty_alpha: alpha of the penalty-multiplier figure (paper default 1.0).
         primary: the primary endpoint ``(benchmark, k)`` of the significance and power tables' multiplicity
             correction (``None``: every table is one family of secondary tests).
+        equivalence_margin: the power tables' TOST margin (a fraction; ``report.equivalence_margin / 100``).
     """
 
     names: DisplayNames = field(default_factory=DisplayNames)
@@ -126,6 +127,7 @@ class ReportSpec:
     entropy_steps: int = 20
     penalty_alpha: float = 1.0
     primary: tuple[str, int] | None = None
+    equivalence_margin: float = 0.04
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comparisons", _frozen(self.comparisons))

@@ -100,6 +100,7 @@ def report_spec(cfg: Config) -> ReportSpec:
         entropy_steps=diag.early_steps if diag else 20,
         penalty_alpha=ace_alphas[0] if ace_alphas else 1.0,
         primary=cfg.primary_endpoint,
+        equivalence_margin=cfg.report.equivalence_margin / 100.0,
     )
 
 

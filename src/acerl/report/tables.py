@@ -868,12 +868,15 @@ def power_table(
     primary: Primary | None = None,
     name: str | None = None,
     scale: float = 100.0,
+    margin: float = 0.04,
 ) -> Table:
     """ACE vs its baseline on one benchmark with the power of the design (:func:`acerl.report.power.power_frame`).
 
-    Per comparison three rows, columns @k: the paired difference (points) +- its t interval with the paired
-    p-value Holm-adjusted by :func:`holm_by_family` (bold where the adjusted ``p < alpha_level``); the interval with seeds and problems both random; the
-    minimal detectable effect (two-sided ``alpha_level``, ``power``).
+    Per comparison five rows, columns @k: the paired difference (points) +- its t interval with the paired
+    p-value Holm-adjusted by :func:`holm_by_family` (bold where the adjusted ``p < alpha_level``); the interval
+    with seeds and problems both random ("n/a" with one seed); the minimal detectable effect (two-sided
+    ``alpha_level``, ``power``); the standardized effect ``d_z``; the TOST p of equivalence within ``margin``
+    (a fraction; ``pw`` computed with the same margin; unadjusted).
 
     Raises:
         MissingData: no comparison for this benchmark.
@@ -900,9 +903,15 @@ def power_table(
         ),
         (
             f"{level} CI (seeds and problems random)",
-            lambda r: Cell(raw=f"[{_number(r.sp_low * scale, 1, True)}, {_number(r.sp_high * scale, 1, True)}]"),
+            lambda r: Cell(raw=f"[{_number(r.sp_low * scale, 1, True)}, {_number(r.sp_high * scale, 1, True)}]")
+            if r.n_seeds >= 2 else Cell(raw="n/a (needs >= 2 seeds)"),
         ),
         (f"MDE ($\\alpha$ = {alpha_level:g}, power {power:g})", lambda r: Cell(value=r.mde * scale)),
+        ("Standardized effect ($\\Delta$ / SD across seeds)", lambda r: Cell(raw=_number(r.dz, 2, True)) if _finite(r.dz) else Cell()),
+        (
+            f"TOST p (equivalence within ±{scale * margin:g})",
+            lambda r: Cell(raw="".join(_p_parts(r.p_tost)).lstrip("=")) if _finite(r.p_tost) else Cell(),
+        ),
     )  # fmt: skip
     groups, designs = [], set()
     for model in models:
@@ -923,11 +932,19 @@ def power_table(
             )
     if not groups:
         raise MissingData(f"no comparisons for models {list(models)} on {benchmark!r}")
-    design = "; ".join(f"{s} seeds, {p} problems, n = {n}" for s, p, n in sorted(designs))
+    design = "; ".join(
+        f"{s} seed{'s' if s != 1 else ''}, {p} problems, n = {n}" for s, p, n in sorted(designs)
+    )
+    if not any(_finite(p) for p in adjusted.values()):
+        note = (
+            "no test: the paired t, its p-value, the interval with seeds and problems random and the MDE "
+            "need >= 2 seeds"
+        )
     caption = (
         f"Power of ACE vs its baseline on {names.benchmark(benchmark)} ({design}): difference in Pass@$k$ "
         f"(points) paired by seed with its t interval and p-value, the interval with seeds and problems "
-        f"both random, and the minimal detectable effect (MDE) of this design; {note}; bold = adjusted "
+        f"both random, the minimal detectable effect (MDE) of this design, the standardized effect and the "
+        f"TOST p of equivalence within ±{scale * margin:g} points (unadjusted); {note}; bold = adjusted "
         f"$p < {alpha_level:g}$."
     )
     name = name or f"power_{benchmark}"

@@ -1,0 +1,71 @@
+"""The power table and ``python -m acerl.report.power`` with too few seeds, and the equivalence columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from report_synthetic import NAMES
+from scipy import stats as sps
+
+from acerl.records import passk_record, write_passk_record
+from acerl.report.power import main, power_frame, run_matrix
+from acerl.report.tables import power_table, to_markdown
+
+N, P = 8, 30
+COMPARISONS = {"ace_grpo": "grpo"}
+
+
+def _problems(seeds) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    theta = rng.normal(-1.0, 1.2, size=P)
+    rows = []
+    for method, shift in (("grpo", 0.0), ("ace_grpo", 0.4)):
+        for seed in seeds:
+            p = 1 / (1 + np.exp(-(theta + shift + rng.normal(0, 0.2) + rng.normal(0, 0.3, size=P))))
+            rows += [
+                ("bench_a", "m_large", method, seed, f"q{i}", N, int(c))
+                for i, c in enumerate(rng.binomial(N, p))
+            ]
+    df = pd.DataFrame(rows, columns=["benchmark", "model", "method", "seed", "id", "n", "c"])
+    df["seed"] = df["seed"].astype("Int64")
+    return df
+
+
+def test_one_seed_prints_no_interval_that_reads_as_a_finding():
+    pw = power_frame(_problems([0]), COMPARISONS, (1, 8))
+    assert pw["sp_low"].isna().all() and pw["sp_high"].isna().all()
+    md = to_markdown(power_table(pw, "bench_a", names=NAMES, models=["m_large"], comparisons=COMPARISONS,
+                                 primary=("bench_a", 8)))  # fmt: skip
+    row = next(line for line in md.splitlines() if "seeds and problems random) |" in line)
+    assert row.count("n/a (needs >= 2 seeds)") == 2 and "[" not in row
+    assert "(1 seed," in md and "no test" in md and "0 comparison(s)" not in md
+
+
+def test_the_cli_says_why_instead_of_printing_nan(tmp_path, capsys):
+    problems = _problems([0])
+    paths = []
+    for (method, seed), grp in problems.groupby(["method", "seed"]):
+        rec = passk_record(
+            "bench_a", "m_large", method, int(seed), list(grp["id"]), N, grp["c"].to_numpy(), [1, 8]
+        )
+        paths.append(write_passk_record(rec, tmp_path / f"{method}_{seed}.json"))
+    assert main([str(p) for p in paths] + ["--comparisons", "ace_grpo:grpo"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out and "needs >= 2 seeds, the study has 1" in out
+    assert "Not predicted" in out and "| bench_a | m_large | ace_grpo | grpo | 8 | 3 |" not in out
+
+
+def test_standardized_effect_and_tost(tmp_path):
+    problems = _problems(range(5))
+    pw = power_frame(problems, COMPARISONS, (1, 8), margin=0.05)
+    a, b = (run_matrix(problems, "bench_a", "m_large", m) for m in ("ace_grpo", "grpo"))
+    for r in pw.itertuples():
+        d = (a.passk(r.k) - b.passk(r.k)).mean(axis=1)
+        assert r.dz == pytest.approx(d.mean() / d.std(ddof=1))
+        lower = sps.ttest_1samp(d, -0.05, alternative="greater").pvalue
+        upper = sps.ttest_1samp(d, 0.05, alternative="less").pvalue
+        assert r.p_tost == pytest.approx(max(lower, upper))
+    md = to_markdown(power_table(pw, "bench_a", names=NAMES, models=["m_large"], comparisons=COMPARISONS,
+                                 margin=0.05))  # fmt: skip
+    assert "TOST p (equivalence within ±5)" in md and "Standardized effect" in md
