@@ -131,6 +131,11 @@ def cmd_config(args: argparse.Namespace) -> int:
         for run in cfg.base_runs() + cfg.runs():
             print(run.id)
     else:
+        from acerl.data.real import missing_local_datasets
+
+        for message in missing_local_datasets(cfg, args.root):
+            # a warning, not an error: a config is often checked where the study does not run (a login node)
+            print(f"acerl config: warning: {message}", file=sys.stderr)
         print(
             f"ok: {len(cfg.runs())} training runs, {len(cfg.base_runs())} base models, "
             f"benchmarks {', '.join(cfg.evaluation.benchmarks)}"

@@ -263,3 +263,46 @@ except DataSourceError as e:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "HuggingFaceH4/MATH-500" in proc.stdout, proc.stderr[-2000:]
     assert "Set data.real.benchmarks.math500.path" in proc.stdout
+
+
+def test_a_relative_dataset_path_is_read_under_the_work_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``data.real.<name>.path`` is relative to ``--root`` (docs/config.md), not to the directory acerl runs in."""
+    root = tmp_path / "work"
+    rows = [{"id": str(i), "problem": f"p{i}", "answer": str(i)} for i in range(4)]
+    write_jsonl(root / "inputs" / "train.jsonl", rows)
+    write_jsonl(root / "inputs" / "bench.jsonl", rows[:1])
+    monkeypatch.chdir(tmp_path)  # the working directory holds no inputs/
+    cfg = _paper_cfg(
+        "inputs/train.jsonl", "inputs/bench.jsonl", "inputs/bench.jsonl", "data.real.heldout_size=1"
+    )
+    out = prepare_real_data(cfg, root)
+    assert len(read_jsonl(out["train"])) == 3 and len(read_jsonl(out["math500"])) == 1
+
+
+def test_a_missing_dataset_file_is_exit_3_naming_file_key_and_work_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was exit 4 naming the path only, resolved against the working directory; ``acerl config`` said ok."""
+    from acerl.cli import main
+    from acerl.errors import MissingInputError
+
+    root = tmp_path / "work"
+    bench = write_jsonl(tmp_path / "b.jsonl", [{"id": "b", "problem": "q", "answer": "1"}])
+    cfg = _paper_cfg("inputs/train.jsonl", str(bench), str(bench), "data.real.heldout_size=0")
+    with pytest.raises(MissingInputError) as e:
+        prepare_real_data(cfg, root)
+    assert e.value.exit_code == 3
+    assert str(e.value).startswith(
+        f"dataset file not found: {root / 'inputs' / 'train.jsonl'} (data.real.train.path: 'inputs/train.jsonl', "
+        f"relative to the work directory --root {root})"
+    )
+    monkeypatch.chdir(REPO)
+    argv = ["--config", "config/paper.yaml", "--set", "data.real.train={path: inputs/train.jsonl}"]
+    assert main(["config", *argv, "--root", str(root)]) == 0  # a warning: the study may run elsewhere
+    out, err = capsys.readouterr()
+    assert out.startswith("ok: ")
+    assert err.startswith(f"acerl config: warning: dataset file not found: {root / 'inputs' / 'train.jsonl'}")
+    assert main(["prepare-data", *argv, "--root", str(root)]) == 3
+    assert "acerl prepare-data: missing input: dataset file not found" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Paper-scale data: DAPO-Math-17K (training), MATH-500 and AIME 2025 (evaluation), a held-out DAPO subset.
 
-Each dataset comes from a local JSON Lines / parquet file (``data.real.<name>.path``, relative to the working
-directory) or, only when no path is configured, from the Hugging Face hub by id
+Each dataset comes from a local JSON Lines / parquet file (``data.real.<name>.path``, relative to the work
+directory ``--root``) or, only when no path is configured, from the Hugging Face hub by id
 (``datasets.load_dataset(hub_id, split=hub_split)``). Known column layouts are mapped to the project schema
 ``id`` / ``problem`` / ``answer`` (:data:`LAYOUTS`):
 
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acerl import paths
-from acerl.errors import BadInputError
+from acerl.errors import BadInputError, MissingInputError
 from acerl.io import read_jsonl, write_json, write_jsonl, write_parquet
 from acerl.prompts import DAPO_PREFIX, DAPO_SUFFIX, build_prompt
 
@@ -71,6 +71,9 @@ __all__ = [
     "dedupe_problems",
     "detect_layout",
     "load_dataset_rows",
+    "local_dataset_path",
+    "missing_dataset_message",
+    "missing_local_datasets",
     "normalize_rows",
     "prepare_real_data",
     "prepare_verl_data",
@@ -109,15 +112,20 @@ def read_table(path: Path | str) -> list[dict[str, Any]]:
     raise DataSourceError(f"{path}: unsupported file type; use .jsonl, .jsonl.gz or .parquet")
 
 
-def load_dataset_rows(source: DatasetSource, name: str) -> tuple[Iterable[Mapping[str, Any]], str]:
+def load_dataset_rows(
+    source: DatasetSource, name: str, root: Path | str = "."
+) -> tuple[Iterable[Mapping[str, Any]], str]:
     """Raw rows of one configured dataset and a label naming where they came from (for error messages).
 
-    A local ``path`` (relative to the working directory) wins; otherwise ``datasets.load_dataset(hub_id,
-    split=hub_split)`` is called. A hub failure (offline, unknown id, gated) raises :class:`DataSourceError`
-    telling the user to set ``data.real.<name>.path``.
+    A local ``path`` (relative to the work directory ``root``) wins; a missing one is a
+    :class:`~acerl.errors.MissingInputError` naming the file and its key. Otherwise
+    ``datasets.load_dataset(hub_id, split=hub_split)`` is called. A hub failure (offline, unknown id, gated)
+    raises :class:`DataSourceError` telling the user to set ``data.real.<name>.path``.
     """
     if source.path is not None:
-        path = Path(source.path)
+        path = local_dataset_path(source, root)
+        if not path.is_file():
+            raise MissingInputError(missing_dataset_message(name, source, root))
         return read_table(path), str(path)
     assert source.hub_id is not None  # DatasetSource guarantees path or hub_id
     label = f"hub dataset {source.hub_id!r} (split {source.hub_split!r})"
@@ -131,6 +139,34 @@ def load_dataset_rows(source: DatasetSource, name: str) -> tuple[Iterable[Mappin
             f"Set data.real.{_config_key(name)}.path to a local .jsonl or .parquet file."
         ) from err
     return ds, label
+
+
+def local_dataset_path(source: DatasetSource, root: Path | str) -> Path:
+    """A dataset's local file: ``path`` as written if absolute, else under the work directory ``root``."""
+    assert source.path is not None
+    return Path(root) / source.path
+
+
+def missing_dataset_message(name: str, source: DatasetSource, root: Path | str) -> str:
+    """What to say about a dataset whose local file is absent: the file, its key and the way out."""
+    return (
+        f"dataset file not found: {local_dataset_path(source, root)} (data.real.{_config_key(name)}.path: "
+        f"{source.path!r}, relative to the work directory --root {root}); fix the path, or remove it to read "
+        "the hub_id"
+    )
+
+
+def missing_local_datasets(cfg: Config, root: Path | str) -> list[str]:
+    """:func:`missing_dataset_message` for every configured local dataset file that is absent."""
+    real = cfg.data.real
+    if cfg.data.kind != "real" or real is None:
+        return []
+    sources = {TRAIN: real.train, **real.benchmarks}
+    return [
+        missing_dataset_message(name, source, root)
+        for name, source in sources.items()
+        if source.path is not None and not local_dataset_path(source, root).is_file()
+    ]
 
 
 def _config_key(name: str) -> str:
@@ -471,7 +507,7 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
         raise DataSourceError("prepare_real_data needs data.kind: real with a data.real section")
     real = cfg.data.real
     root = Path(root)
-    raw, where = load_dataset_rows(real.train, TRAIN)
+    raw, where = load_dataset_rows(real.train, TRAIN, root)
     rows = normalize_rows(raw, TRAIN, where)
     unique, dedupe = dedupe_problems(rows)
     logger.info(
@@ -490,7 +526,7 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
     }
     bench_counts: dict[str, dict[str, Any]] = {}
     for bench, source in real.benchmarks.items():
-        raw_b, where_b = load_dataset_rows(source, bench)
+        raw_b, where_b = load_dataset_rows(source, bench, root)
         rows_b = normalize_rows(raw_b, bench, where_b)
         _check_unique_ids(rows_b, where_b)
         out[bench] = write_jsonl(paths.data_file(root, bench), rows_b)
