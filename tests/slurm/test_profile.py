@@ -31,6 +31,7 @@ from acerl.config import Config, Run, load_config
 TEMPLATE = REPO / "profiles" / "slurm-template" / "config.yaml"
 PARTITION, ACCOUNT = "gpu-test", "lab_test"
 PAPER = "config/paper.yaml"
+TWO_NODES = "config/paper_2node.yaml"  # Qwen3-8B-Base on 2 nodes: the multi-node sbatch path
 
 
 def install(xdg: Path, *args: str, path_prefix: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -191,7 +192,7 @@ def test_paper_grid_requests_gpus_and_nodes_from_the_config(
         assert int(job.resources["mem_mb"]) == want.mem_mb and int(job.resources["runtime"]) == want.runtime
         assert job.resources["slurm_extra"] == "--signal=TERM@300"
         nodes_seen.add((job.wildcards["model"], want.nodes))
-    assert ("qwen3_8b_base", 2) in nodes_seen and ("qwen25_math_7b", 1) in nodes_seen
+    assert ("qwen3_8b_base", 1) in nodes_seen and ("qwen25_math_7b", 1) in nodes_seen  # one node each
     for rule in ("sample", "diagnose"):
         gpus = {int(j.resources["gpus"]) for j in jobs if j.rule == rule}
         assert gpus == {1}, (rule, gpus)
@@ -240,7 +241,9 @@ def _sbatch_calls(site: tuple[Path, Path], cfg: Config, tmp_path: Path) -> dict[
             str(SNAKEMAKE),
             "--profile",
             "slurm",
-            f"--configfile={PAPER}",
+            "--configfile",
+            PAPER,
+            TWO_NODES,
             "--retries",
             "0",
             "--slurm-init-seconds-before-status-checks",
@@ -265,7 +268,8 @@ def _sbatch_calls(site: tuple[Path, Path], cfg: Config, tmp_path: Path) -> dict[
 def sbatch_calls(
     site: tuple[Path, Path], paper_cfg: Config, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, list[str]]:
-    return _sbatch_calls(site, paper_cfg, tmp_path_factory.mktemp("sbatch"))
+    two_nodes = load_config([REPO / "config" / "config.yaml", REPO / PAPER, REPO / TWO_NODES])
+    return _sbatch_calls(site, two_nodes, tmp_path_factory.mktemp("sbatch"))
 
 
 def _options(argv: list[str]) -> str:
@@ -273,11 +277,12 @@ def _options(argv: list[str]) -> str:
 
 
 def test_sbatch_gets_partition_account_nodes_memory_time_and_signal(
-    sbatch_calls: dict[str, list[str]], paper_cfg: Config
+    sbatch_calls: dict[str, list[str]],
 ) -> None:
+    two_nodes = load_config([REPO / "config" / "config.yaml", REPO / PAPER, REPO / TWO_NODES])
     for model, nodes in (("qwen25_math_7b", 1), ("qwen3_8b_base", 2)):
         argv = sbatch_calls[f"rule_train_policy_wildcards_{model}_grpo_0"]
-        want = paper_cfg.resources("train_policy", model)
+        want = two_nodes.resources("train_policy", model)
         assert want.nodes == nodes
         opts = _options(argv)
         for expected in (

@@ -136,10 +136,12 @@ def test_check_canary_reads_each_runs_metrics_and_projects_to_the_grid(tmp_path:
     checks = check_canary(cfg, grid, tmp_path, CanaryLimits(max_jobs=1))
     step = {c.run: c.value for c in checks if c.name == "step time"}
     llama = Run("llama31_8b_instruct", "ace_dapo", 9000).id
-    assert step[llama] == "600 s; 160 steps = 26.7 h = 1 job(s) of 2880 min"  # the grid's steps and runtime
+    assert step[llama] == "600 s; 160 steps = 26.7 h = 1 job(s) of 4320 min"  # the grid's steps and runtime
     assert format_checks(checks).splitlines()[-1] == f"all {len(checks)} checks passed"
-    for run in runs:  # 1200 s a step: Llama's 160 steps take 53.3 h, two 48-hour jobs
-        rows = [_healthy(1), _healthy(2, **{"timing_s/step": 1200.0})]
+    for run in (
+        runs
+    ):  # 2000 s a step: Llama's 160 steps take 88.9 h, two 72-hour jobs (Qwen3: 120 h, Qwen2.5: 80 steps)
+        rows = [_healthy(1), _healthy(2, **{"timing_s/step": 2000.0})]
         _write_run(paths.verl_logs_dir(tmp_path, run), paths.train_metrics_file(tmp_path, run), rows)
     checks = check_canary(cfg, grid, tmp_path, CanaryLimits(max_jobs=1))
     assert {(c.run, c.name) for c in checks if not c.ok} == {(llama, "step time")}

@@ -45,6 +45,9 @@ def test_one_cell_by_hand(paper_cfg) -> None:
     cell = next(c for c in cells if (c.model, c.method) == ("qwen25_math_7b", "grpo"))
     assert (cell.runs, cell.steps) == (5, 80) and cell.gpu_hours == pytest.approx(5 * grpo, rel=1e-9)
     assert cell.low < cell.gpu_hours < cell.high
+    # on one 8-GPU node: 24.8 h, one 48-hour job; a kill loses at most save_freq - 1 = 9 of the 80 steps
+    assert cell.wall_hours == pytest.approx(grpo / 8, rel=1e-9) and cell.jobs == 1
+    assert cell.kill_gpu_hours == pytest.approx(9 * grpo / 80, rel=1e-9)
     assert sum(c.runs for c in cells) == 69
 
 

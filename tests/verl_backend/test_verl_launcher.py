@@ -157,7 +157,9 @@ def test_resources_and_ray(paper_cfg) -> None:
     one = _ov(paper_cfg, Run("qwen25_math_7b", "grpo", 0))
     assert (one["trainer.nnodes"], one["trainer.n_gpus_per_node"]) == ("1", "8")
     assert one["ray_kwargs.ray_init.num_cpus"] == "64"
-    two = _ov(paper_cfg, Run("qwen3_8b_base", "grpo", 0))  # model_resources: 2 nodes
+    assert _ov(paper_cfg, Run("qwen3_8b_base", "grpo", 0))["trainer.nnodes"] == "1"  # one node by default
+    two_nodes = load_config([*PAPER_CONFIGS, REPO / "config" / "paper_2node.yaml"])
+    two = _ov(two_nodes, Run("qwen3_8b_base", "grpo", 0))  # config/paper_2node.yaml: 2 nodes
     assert (two["trainer.nnodes"], two["trainer.n_gpus_per_node"]) == ("2", "8")
     assert two["ray_kwargs.ray_init.num_cpus"] == "null"  # ray.init() joining a cluster rejects num_cpus
 
@@ -269,7 +271,8 @@ def test_misconfigurations_fail(paper_cfg) -> None:
         verl_overrides(paper_cfg, Run("qwen25_math_7b", "base", 0), "/work")
 
 
-def test_command_and_dry_run(paper_cfg, tmp_path: Path, monkeypatch, caplog) -> None:
+def test_command_and_dry_run(tmp_path: Path, monkeypatch, caplog) -> None:
+    paper_cfg = load_config([*PAPER_CONFIGS, REPO / "config" / "paper_2node.yaml"])
     run = Run("qwen3_8b_base", "ace_dapo", 1)
     cmd = build_verl_command(paper_cfg, run, tmp_path)
     assert cmd[:3] == [sys.executable, "-m", ENTRY_MODULE]

@@ -23,12 +23,13 @@ diagnostic snapshot holds the fp32 weights (4 bytes); an exported Hugging Face f
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from acerl.config import Config, ConfigError, Run
 from acerl.settings import resolve
+from acerl.verl_backend.checkpoints import save_frequency
 
 __all__ = [
     "KNOWN_PARAMS",
@@ -176,10 +177,13 @@ class Cell:
     peak_disk_gb: float
     left_disk_gb: float
     peak_sum_gb: float
+    wall_hours: float = 0.0  # the longest run's wall-clock on its job's GPUs
+    jobs: int = 0  # SLURM jobs of compute.resources runtime that run takes
+    kill_gpu_hours: float = 0.0  # GPU-hours a time-limit kill loses at most: save_freq - 1 steps
 
 
 def estimate_grid(
-    cfg: Config, a: Assumptions, params: Mapping[str, float] | None = None, root: Path | None = None
+    cfg: Config, a: Assumptions, params: Mapping[str, float] | None = None
 ) -> tuple[list[Cell], list[Cell]]:
     """The training cells of ``cfg.runs()`` grouped by (model, method), and one evaluation cell per model."""
     params = params or {}
@@ -193,7 +197,28 @@ def estimate_grid(
         disk = [run_disk_gb(cfg, r, n) for r in runs]
         steps = cfg.models[model].train.total_steps
         peak, left, peak_sum = max(d[0] for d in disk), sum(d[1] for d in disk), sum(d[0] for d in disk)
-        cells.append(Cell(model, method, len(runs), steps, *hours, peak, left, peak_sum))
+        res = cfg.resources("train_policy", model)
+        longest = max(run_gpu_hours(cfg, r, n, a) for r in runs)
+        wall = longest / max(1, res.gpus * res.nodes)
+        freq = max(
+            save_frequency(cfg.models[model].train.save_every, resolve(cfg, r).diagnostic_steps) for r in runs
+        )
+        kill = (min(freq, steps) - 1) * longest / steps
+        cells.append(
+            Cell(
+                model,
+                method,
+                len(runs),
+                steps,
+                *hours,
+                peak,
+                left,
+                peak_sum,
+                wall,
+                math.ceil(wall * 60 / res.runtime),
+                kill,
+            )
+        )
     evals: dict[str, list[float]] = {}
     for benchmark, run in cfg.evaluations():
         problems = _problems(cfg, benchmark)
@@ -220,13 +245,14 @@ def _problems(cfg: Config, benchmark: str) -> int:
 def format_estimate(cells: Sequence[Cell], evals: Sequence[Cell], a: Assumptions) -> str:
     """The estimate as a plain-text table, its totals and the assumptions it rests on."""
     lines = [
-        f"{'model':<22} {'method':<22} {'runs':>4} {'steps':>5} {'GPU-h':>8} {'low':>8} {'high':>8} "
-        f"{'peak GB/run':>11} {'left GB':>8}"
+        f"{'model':<20} {'method':<18} {'runs':>4} {'steps':>5} {'GPU-h':>7} {'low':>7} {'high':>7} "
+        f"{'h/run':>6} {'jobs':>4} {'kill GPU-h':>10} {'peak GB/run':>11} {'left GB':>7}"
     ]
     for c in [*cells, *evals]:
         lines.append(
-            f"{c.model:<22} {c.method:<22} {c.runs:>4} {c.steps:>5} {c.gpu_hours:>8.0f} {c.low:>8.0f} "
-            f"{c.high:>8.0f} {c.peak_disk_gb:>11.0f} {c.left_disk_gb:>8.0f}"
+            f"{c.model:<20} {c.method:<18} {c.runs:>4} {c.steps:>5} {c.gpu_hours:>7.0f} {c.low:>7.0f} "
+            f"{c.high:>7.0f} {c.wall_hours:>6.0f} {c.jobs:>4} {c.kill_gpu_hours:>10.0f} {c.peak_disk_gb:>11.0f} "
+            f"{c.left_disk_gb:>7.0f}"
         )
     total = [sum(getattr(c, k) for c in [*cells, *evals]) for k in ("gpu_hours", "low", "high")]
     peak_all = sum(c.peak_sum_gb for c in cells)
@@ -237,6 +263,8 @@ def format_estimate(cells: Sequence[Cell], evals: Sequence[Cell], a: Assumptions
         f"disk: {left_all / 1e3:,.1f} TB left after the grid; {peak_all / 1e3:,.1f} TB if every run peaked at once",
         "assumptions (acerl estimate --assume KEY=VALUE): "
         + ", ".join(f"{f.name}={getattr(a, f.name):g}" for f in dataclasses.fields(a)),
+        "h/run: the longest run's wall-clock on its job's GPUs; jobs: SLURM jobs of the rule's runtime it takes; "
+        "kill GPU-h: what one time-limit kill loses at most (save_freq - 1 steps, docs/cluster.md)",
         "low/high: mfu x1.3/x0.7, vllm_tokens_per_gpu_s x1.5/x0.6, response_fill x0.75/x1.4, "
         "usable_group_fraction x1.3/x0.7",
     ]
