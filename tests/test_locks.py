@@ -116,3 +116,37 @@ def test_lock_is_what_pyproject_resolves_to(name: str) -> None:
         capture_output=True, text=True, timeout=600, env={**os.environ, "PATH": f"{Path(uv).parent}:{os.environ['PATH']}"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# What verl's FSDP worker imports beyond the lock's own requirements, per attention implementation
+# (transformers' check in `from_pretrained`); sdpa and eager are torch's own.
+ATTENTION_PACKAGES = {"flash_attention_2": "flash-attn", "sdpa": None, "eager": None}
+VERL_DEFAULT_ATTENTION = "flash_attention_2"  # verl/workers/config/model.py, HFModelConfig.__post_init__
+
+
+def _rendered(overrides: list[str], key: str) -> str | None:
+    values = [ov.split("=", 1)[1] for ov in overrides if ov.split("=", 1)[0].lstrip("+") == key]
+    return values[-1] if values else None
+
+
+def test_gpu_lock_builds_verls_workers_with_the_launchers_settings() -> None:
+    """Every paper run's FSDP workers, built with the attention the launcher renders (verl's default where it
+    renders none), find what that attention needs in the GPU lock; and verl's trl probe cannot break them: the
+    lock holds no trl that lacks the value-head class verl 0.9.1's ``apply_monkey_patch`` imports."""
+    from acerl.config import load_config
+    from acerl.verl_backend.launcher import verl_overrides
+
+    cfg = load_config([REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"])
+    pins = lock.read_pins(lock.environments()["gpu"].path)
+    runs = [r for r in cfg.runs() if not r.is_base]
+    assert runs
+    for run in runs:
+        overrides = verl_overrides(cfg, run, "/work")
+        attention = _rendered(overrides, "actor_rollout_ref.model.override_config.attn_implementation")
+        attention = attention or VERL_DEFAULT_ATTENTION
+        assert attention in ATTENTION_PACKAGES, (run.id, attention)
+        needs = ATTENTION_PACKAGES[attention]
+        assert needs is None or needs in pins, f"{run.id}: attn_implementation={attention} needs {needs}"
+        assert _rendered(overrides, "actor_rollout_ref.model.use_remove_padding") is not None, run.id
+    trl = pins.get("trl")
+    assert trl is None or int(trl.split(".")[0]) < 1, f"gpu.txt holds trl=={trl}, which breaks verl's worker"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from acerl.allocator import tune_allocator
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
-from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError
+from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, invocation_options
 from acerl.stages import StageSpec, subcommand_stage
 
 log = logging.getLogger("acerl")
@@ -459,6 +459,22 @@ def configure_logging(verbose: bool) -> None:
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
+def _invocation_options(args: argparse.Namespace) -> list[str]:
+    """The options of this command that decide its config and work directory, as the user gave them: every
+    fix command an error prints repeats them (:func:`acerl.errors.fix_command`)."""
+    options: list[str] = []
+    for file in getattr(args, "config", None) or []:
+        options += ["--config", str(file)]
+    if getattr(args, "no_default_config", False):
+        options.append("--no-default-config")
+    for override in getattr(args, "set", None) or []:
+        options += ["--set", override]
+    root = getattr(args, "root", None)
+    if root is not None and Path(root) != Path("."):
+        options += ["--root", str(root)]
+    return options
+
+
 def report_error(command: str, err: UserError, verbose: bool) -> int:
     """Print an expected failure as one line (after its traceback with ``verbose``); returns its exit code."""
     if verbose:
@@ -496,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.verbose)
     try:
         tune_allocator()
-        code = args.func(args)
+        with invocation_options(_invocation_options(args)):
+            code = args.func(args)
         sys.stdout.flush()  # a closed pipe surfaces here, inside the policy, not at interpreter exit
         return code
     except UserError as e:

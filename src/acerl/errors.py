@@ -25,9 +25,11 @@ Exit statuses of every ``acerl`` command (also in the README):
 from __future__ import annotations
 
 import pickle
+import shlex
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 EXIT_OK = 0
@@ -98,3 +100,24 @@ def reading(
             f"{path} is unreadable (truncated or corrupt: {reason[:200]}); "
             f"delete {'it' if delete is None else delete} and {remake}"
         ) from e
+
+
+_INVOCATION_OPTIONS: ContextVar[tuple[str, ...]] = ContextVar("acerl_invocation_options", default=())
+
+
+@contextmanager
+def invocation_options(options: Sequence[str]) -> Iterator[None]:
+    """Inside this block :func:`fix_command` repeats ``options``: the ``--config``/``--set``/``--root`` of the
+    ``acerl`` command being run (set by the CLI), so a printed fix reads and writes the same files."""
+    token = _INVOCATION_OPTIONS.set(tuple(options))
+    try:
+        yield
+    finally:
+        _INVOCATION_OPTIONS.reset(token)
+
+
+def fix_command(subcommand: str, *args: str) -> str:
+    """```acerl <subcommand> <args> <the invocation's options>```: a command to print in an error message, in
+    backticks and shell-quoted, as the user would type it again (``fix_command("prepare-base", "--model",
+    "tiny")`` -> ```acerl prepare-base --model tiny --config my.yaml --root work```)."""
+    return "`" + shlex.join(["acerl", subcommand, *args, *_INVOCATION_OPTIONS.get()]) + "`"

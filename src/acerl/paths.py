@@ -33,6 +33,7 @@ folder is the base model folder itself.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from acerl.config import Run
@@ -83,6 +84,31 @@ def policy_dir(root: Path | str, run: Run) -> Path:
     if run.is_base:
         return base_model_dir(root, run.model)
     return run_dir(root, run) / "final"
+
+
+def model_folder_command(folder: Path | str) -> list[str] | None:
+    """``[subcommand, *args]`` of the ``acerl`` command that writes the model folder ``folder``: a base model
+    (``models/base/<model>``) or a run's final policy (``runs/<model>/<method>/seed<s>/final``), told by its
+    place in this layout; ``None`` for any other folder."""
+    parts = Path(folder).parts
+    if len(parts) >= 3 and parts[-3:-1] == ("models", "base"):
+        return ["prepare-base", "--model", parts[-1]]
+    if (
+        len(parts) >= 5
+        and parts[-5] == "runs"
+        and parts[-1] == "final"
+        and re.fullmatch(r"seed\d+", parts[-2])
+    ):
+        return [
+            "train",
+            "--model",
+            parts[-4],
+            "--method",
+            parts[-3],
+            "--seed",
+            parts[-2].removeprefix("seed"),
+        ]
+    return None
 
 
 def checkpoints_dir(root: Path | str, run: Run) -> Path:

@@ -58,8 +58,6 @@ def cpu_overrides() -> list[str]:
         f"{env}.VERL_PLATFORM=cpu",
         f"{env}.VERL_ENGINE_DEVICE=cuda",
         f"{env}.PYTHONPATH={HERE}{os.pathsep}{REPO / 'src'}",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.model.use_remove_padding=False",
         f"{a}.strategy=fsdp2",
         f"{ref}.strategy=fsdp2",
         f"+{a}.fsdp_config.mixed_precision={fp32}",

@@ -161,16 +161,6 @@ def unpin_fsdp2_offload() -> None:
     transformer_impl.CPUOffloadPolicy = unpinned  # type: ignore[assignment]
 
 
-def ignore_trl() -> None:
-    """verl 0.9.1's ``apply_monkey_patch`` (``verl/models/transformers/monkey_patch.py``) patches trl's
-    ``AutoModelForCausalLMWithValueHead`` whenever trl is importable; trl >= 1.0 (the project's dev extra, for
-    the TRL benchmark) no longer has it, so the import fails and the worker cannot build its model. verl's GPU
-    environment (``.[gpu]``) has no trl; here trl is hidden from that one check."""
-    from verl.models.transformers import monkey_patch
-
-    monkey_patch.is_trl_available = lambda: False
-
-
 def fix_gloo_backend_string() -> None:
     """verl's ``initialize_global_process_group_ray`` (``verl/utils/distributed.py``) builds the backend
     ``cpu:gloo,<device>:<backend>``, i.e. ``cpu:gloo,cpu:gloo`` here, which torch rejects; on this platform it
@@ -221,11 +211,3 @@ def install_loop_hooks() -> None:
         return
     fix_gloo_backend_string()
     unpin_cpu_offload_class()
-    import sys
-
-    if "verl.models.transformers.monkey_patch" in sys.modules:
-        ignore_trl()
-    else:  # hide trl before monkey_patch imports the name (see ignore_trl)
-        from verl.utils import import_utils
-
-        import_utils.is_trl_available = lambda: False

@@ -88,8 +88,6 @@ def cpu_overrides(model_dir: Path) -> list[str]:
     a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     return [
         f"actor_rollout_ref.model.path={model_dir}",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.model.use_remove_padding=False",
         f"data.max_prompt_length={MAX_PROMPT_LEN}",
         f"data.max_response_length={MAX_RESPONSE_LEN}",
         f"data.train_batch_size={N_PROMPTS}",
@@ -491,7 +489,7 @@ def run_method(
 
 
 def main(argv: list[str]) -> None:
-    from cpu_platform import ignore_trl, init_gloo_process_group, unpin_fsdp2_offload
+    from cpu_platform import init_gloo_process_group, unpin_fsdp2_offload
 
     from acerl.config import load_config
 
@@ -499,7 +497,6 @@ def main(argv: list[str]) -> None:
     methods = argv[3].split(",") if len(argv) > 3 else list(METHODS)
     init_gloo_process_group(int(os.environ.get("MASTER_PORT", "29591")))
     unpin_fsdp2_offload()
-    ignore_trl()
     paper_cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "paper.yaml"])
     model_dir = build_model(work / "model", seed=0)
     ref_dir = build_model(work / "ref_model", seed=1)

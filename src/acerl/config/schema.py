@@ -649,6 +649,17 @@ class ComputeConfig(_Model):
         description="local trainer: also cap each micro-batch at this many padded tokens (rows x width), "
         "verl's ppo_max_token_len_per_gpu; null = micro_batch_size_per_gpu rows only",
     )
+    verl_attention: Literal["sdpa", "flash_attention_2", "eager"] = Field(
+        "sdpa",
+        description="verl backend: attention of the FSDP actor and reference (verl's attn_implementation; vLLM "
+        "keeps its own kernels). sdpa needs no extra package; flash_attention_2 needs flash-attn built for the "
+        "training environment's torch and CUDA, which the GPU lock cannot pin (docs/verl.md, 'Attention')",
+    )
+    verl_remove_padding: bool = Field(
+        True,
+        description="verl backend: pack each micro-batch's sequences without padding (verl's "
+        "use_remove_padding); with sdpa, transformers masks across the packed sequences (docs/verl.md, 'Attention')",
+    )
     torch_threads: int | Literal["job"] = Field(
         1,
         description="torch intra-op threads per job on CPU: a number, or 'job' for the threads Snakemake gives "

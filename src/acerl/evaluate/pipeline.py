@@ -32,7 +32,7 @@ import numpy as np
 
 from acerl import paths
 from acerl.config import Config, Run
-from acerl.errors import BadInputError, MissingInputError, reading
+from acerl.errors import BadInputError, MissingInputError, fix_command, reading
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
 from acerl.generate.shards import (
     SOFTWARE_KEY,
@@ -82,10 +82,10 @@ SCORED_COLUMNS: tuple[str, ...] = (
 # ---------------------------------------------------------------------------------------------- helpers
 def rerun(step: str, run: Run, benchmark: str) -> str:
     """The fix for a broken output of ``step`` (``sample``, ``grade``): the command that writes it again."""
-    return (
-        f"rerun `acerl {step} --model {run.model} --method {run.method} --seed {run.seed} "
-        f"--benchmark {benchmark}` (or the workflow, which reruns the job)"
+    command = fix_command(
+        step, "--model", run.model, "--method", run.method, "--seed", str(run.seed), "--benchmark", benchmark
     )
+    return f"rerun {command} (or the workflow, which reruns the job)"
 
 
 def eval_shard_seed(eval_seed: int, benchmark: str, run_seed: int, shard_index: int) -> int:

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from acerl.errors import BadInputError
+from acerl import paths
+from acerl.errors import BadInputError, fix_command, reading
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +71,28 @@ def load_model_folder(
     folder = Path(folder)
     reason = lean_model_reason(folder, dtype) if lean_enabled() else f"{LEAN_ENV}=0"
     tokenizer = load_tokenizer(folder)
+    from safetensors import SafetensorError
+
+    from acerl.models.lean import WEIGHTS
+
     if reason is None:
         from acerl.models.lean import LeanLlamaForCausalLM
 
-        return LeanLlamaForCausalLM.from_folder(folder, device), tokenizer
+        with reading(folder / WEIGHTS, weights_remake(folder), (SafetensorError,), delete=folder):
+            model = LeanLlamaForCausalLM.from_folder(folder, device)
+        return model, tokenizer
     logger.debug("%s: loading with transformers (%s)", folder, reason)
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval(), tokenizer
+    with reading(folder / WEIGHTS, weights_remake(folder), (SafetensorError,), delete=folder):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    return model.to(device).eval(), tokenizer
+
+
+def weights_remake(folder: Path) -> str:
+    """The fix for an unreadable model folder: the command that writes it again (``acerl prepare-base`` for a
+    base model, ``acerl train`` for a final policy, with the invocation's ``--config``/``--root``)."""
+    command = paths.model_folder_command(folder)
+    if command is None:
+        return "rerun the step that wrote it"
+    return f"rerun {fix_command(*command)}"

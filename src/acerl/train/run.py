@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from acerl import paths
 from acerl.config import Config, Run, spec_json
-from acerl.errors import MissingInputError
+from acerl.errors import MissingInputError, fix_command
 from acerl.io import read_jsonl, save_hf_folder, write_json
 from acerl.models.loading import load_model_folder
 from acerl.provenance import record_launch, software_stamp
@@ -203,7 +203,7 @@ def init_state(
     base = paths.base_model_dir(root, run.model)
     if not (base / "config.json").is_file():
         raise MissingInputError(
-            f"base model folder {base} is missing (run `acerl prepare-base --model {run.model}` first)"
+            f"base model folder {base} is missing (run {fix_command('prepare-base', '--model', run.model)} first)"
         )
     model, tokenizer = load_model_folder(base, device=device, dtype=torch.float32)
     # The reference keeps requires_grad=True although it is only ever run under no_grad: ATen folds 3-D matmuls

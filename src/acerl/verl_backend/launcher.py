@@ -58,6 +58,7 @@ __all__ = [
     "PLUGIN_ENV",
     "REWARD_FUNCTION",
     "build_verl_command",
+    "check_attention",
     "collect_metrics",
     "export_run",
     "format_value",
@@ -241,6 +242,29 @@ def _policy_loss_overrides(loss: PolicyLossParams, actor: str) -> list[str]:
     return out + [_kv(f"{actor}.policy_loss.{k}", v) for k, v in loss.kwargs().items()]
 
 
+def _attention_overrides(cfg: Config) -> list[str]:
+    """The FSDP workers' attention and padding mode, set explicitly: verl's own default is flash-attention 2,
+    which needs a ``flash_attn`` the GPU lock cannot pin (docs/verl.md, "Attention")."""
+    return [
+        _kv("+actor_rollout_ref.model.override_config.attn_implementation", cfg.compute.verl_attention),
+        _kv("actor_rollout_ref.model.use_remove_padding", cfg.compute.verl_remove_padding),
+    ]
+
+
+def check_attention(cfg: Config, find_spec: Callable[[str], Any] | None = None) -> None:
+    """Preflight in the training environment: refuse ``flash_attention_2`` when ``flash_attn`` is not importable
+    (verl's every worker would stop at step 0 with transformers' ImportError)."""
+    import importlib.util
+
+    find = find_spec or importlib.util.find_spec
+    if cfg.compute.verl_attention == "flash_attention_2" and find("flash_attn") is None:
+        raise ConfigError(
+            f"compute.verl_attention=flash_attention_2 but flash_attn is not importable by {sys.executable}: "
+            "install flash-attn built for this torch and CUDA (pip install flash-attn --no-build-isolation), "
+            "or set compute.verl_attention: sdpa"
+        )
+
+
 def _rollout_overrides(cfg: Config, run: Run) -> list[str]:
     tr = cfg.models[run.model].train
     ev = cfg.evaluation
@@ -380,6 +404,7 @@ def verl_overrides(cfg: Config, run: Run, root: Path | str) -> list[str]:
     return [
         *_data_overrides(cfg, run, root),
         *_actor_overrides(cfg, run, root),
+        *_attention_overrides(cfg),
         *_rollout_overrides(cfg, run),
         *_algorithm_overrides(cfg, run),
         *_reward_overrides(cfg, run),
@@ -646,6 +671,7 @@ def train_run_verl(
             f"{run.id}: {res.nodes}-node training must run inside a SLURM allocation of {res.nodes} nodes "
             "(SLURM_JOB_NODELIST is not set)"
         )
+    check_attention(cfg)
     supersede_if_settings_changed(cfg, run, root)
     if latest_step(paths.checkpoints_dir(root, run)) == cfg.models[run.model].train.total_steps:
         logger.info("%s: training finished earlier; exporting", run.id)

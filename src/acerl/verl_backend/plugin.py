@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import importlib.abc
 import logging
 import os
@@ -60,8 +61,10 @@ __all__ = [
     "RefillCap",
     "refill_cap",
     "install",
+    "keep_trl_out_of_verl",
     "make_compute_advantage_shim",
     "shim_installed",
+    "trl_has_value_head",
 ]
 
 ESTIMATOR_NAME = "ace"
@@ -630,6 +633,48 @@ def _register_estimator() -> None:
         )
 
 
+TRL_PROBE_MODULES = ("verl.utils.import_utils", "verl.models.transformers.monkey_patch")
+"""Modules that hold verl's ``is_trl_available`` (``monkey_patch`` imports the name)."""
+
+
+def trl_has_value_head(version: str | None) -> bool:
+    """Whether an installed trl of ``version`` still has ``AutoModelForCausalLMWithValueHead`` (removed in 1.0)."""
+    if version is None:
+        return False
+    from packaging.version import Version
+
+    return Version(version) < Version("1.0")
+
+
+def _installed_trl_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trl")
+    except PackageNotFoundError:
+        return None
+
+
+def keep_trl_out_of_verl() -> None:
+    """verl 0.9.1's ``apply_monkey_patch`` (``verl/models/transformers/monkey_patch.py``) patches trl's
+    ``AutoModelForCausalLMWithValueHead`` whenever trl is importable, and both of its imports fail with
+    trl >= 1.0, which removed that class: every FSDP worker would stop while building its model. The patch
+    concerns trl's PPO value head, which no run of this project uses; so verl's probe answers "no trl" unless
+    the installed trl still has the class (docs/verl.md, "trl")."""
+    if trl_has_value_head(_installed_trl_version()):
+        return
+
+    def is_trl_available() -> bool:
+        return False
+
+    for name in TRL_PROBE_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            module = importlib.import_module(name) if name == TRL_PROBE_MODULES[0] else None
+        if module is not None:
+            module.is_trl_available = is_trl_available
+
+
 def install() -> None:
     """Register ``"ace"`` and install the ``compute_advantage`` shim (idempotent; see the module docstring).
 
@@ -638,6 +683,7 @@ def install() -> None:
     """
     logger.setLevel(os.environ.get("ACERL_VERL_LOG_LEVEL", "INFO"))
     _register_estimator()
+    keep_trl_out_of_verl()
     for name, patch in _PATCHES.items():
         module = sys.modules.get(name)
         if module is not None and _module_executed(module, name):
