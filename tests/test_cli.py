@@ -112,6 +112,20 @@ def test_fix_command_repeats_only_the_options_of_its_invocation() -> None:
     assert fix_command("grade") == "`acerl grade`"
 
 
+def test_diagnose_on_a_run_outside_study_diagnostics_says_to_list_it_and_retrain(
+    capsys, tmp_path: Path
+) -> None:
+    """The advice was "train the run": a trained run outside the list has no diagnostic checkpoints to read."""
+    cfg = load_config([REPO / "config" / "config.yaml"])
+    assert Run("tiny", "dapo", 0) not in cfg.diagnostic_runs()
+    argv = ["diagnose", "--model", "tiny", "--method", "dapo", "--seed", "0", "--root", str(tmp_path)]
+    code, _, err = run_main(capsys, *argv)
+    assert code == 2
+    line = assert_one_line(err, "acerl diagnose: config error: tiny/dapo/seed0 is not in study.diagnostics")
+    assert "list it there" in line
+    assert f"retrain it with `acerl train --model tiny --method dapo --seed 0 --root {tmp_path}`" in line
+
+
 def test_verbose_adds_the_traceback(capsys, tmp_path: Path) -> None:
     code, _, err = run_main(
         capsys, "train", "--model", "tiny", "--method", "grpo", "--root", str(tmp_path), "--verbose"

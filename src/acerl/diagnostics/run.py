@@ -39,9 +39,9 @@ from tqdm.auto import tqdm
 
 from acerl import paths
 from acerl.algos.advantages import confidence_scores
-from acerl.config import Config, Run
+from acerl.config import Config, ConfigError, Run
 from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, token_weighted_mean
-from acerl.errors import MissingInputError
+from acerl.errors import MissingInputError, fix_command
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
 from acerl.generate import Sampler, SamplingParams, make_sampler, sampler_from_config
 from acerl.generate.shards import folder_stamp
@@ -283,7 +283,16 @@ def diagnose_run(
         raise ValueError(f"{run.id}: diagnostics need a training run (checkpoints), not the base model")
     d = cfg.study.diagnostics
     if d is None:
-        raise ValueError("study.diagnostics is not configured; add it to the config to run the diagnose step")
+        raise ConfigError(
+            "study.diagnostics is not configured; add it to the config to run the diagnose step"
+        )
+    train = fix_command("train", "--model", run.model, "--method", run.method, "--seed", str(run.seed))
+    if run not in cfg.diagnostic_runs():
+        raise ConfigError(
+            f"{run.id} is not in study.diagnostics (models {d.models}, methods {d.methods}, seeds {d.seeds}), so "
+            f"its training wrote no diagnostic checkpoints: list it there, delete {paths.run_dir(root, run)} and "
+            f"retrain it with {train}"
+        )
     heldout_file = paths.data_file(root, "heldout")
     problems = read_jsonl(heldout_file)[: d.num_prompts]
     if len(problems) < d.num_prompts:
@@ -294,10 +303,14 @@ def diagnose_run(
     steps = cfg.diagnostic_steps(run.model)
     ref_dir = paths.base_model_dir(root, run.model)
     step_dirs = {s: paths.diag_step_dir(root, run, s) for s in steps}
-    for folder in [ref_dir, *step_dirs.values()]:
+    if not ref_dir.is_dir():
+        raise MissingInputError(
+            f"{run.id}: base model folder not found: {ref_dir} (run {fix_command('prepare-base', '--model', run.model)})"
+        )
+    for folder in step_dirs.values():
         if not folder.is_dir():
             raise MissingInputError(
-                f"{run.id}: model folder not found: {folder} (train the run / prepare the base)"
+                f"{run.id}: diagnostic checkpoint not found: {folder} (train the run: {train})"
             )
     dev = resolve_device(device or cfg.compute.device)
     if factory is None:
