@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acerl.config import BASE_METHOD, ConfigError, Run, alpha_variant_key, load_config
+from acerl.config import BASE_METHOD, ConfigError, Run, alpha_variant_key, load_config, read_yaml
 from acerl.settings import run_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: [1, 2\n")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml:2:1: not valid YAML"):
         load_config(bad)
 
 
@@ -355,3 +355,47 @@ def test_a_bool_key_still_takes_a_bool(tmp_path: Path) -> None:
     d = base_dict()
     d["study"]["main"]["include_base"] = False
     assert load_config(write(tmp_path, d)).study.main.include_base is False
+
+
+def test_a_key_given_twice_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
+    """PyYAML keeps the last of two equal keys: the first value was dropped without a word."""
+    p = tmp_path / "c.yaml"
+    p.write_text("evaluation:\n  n: 8\n  ks: [1, 2]\n  n: 16\n")
+    with pytest.raises(ConfigError) as e:
+        load_config([REPO / "config" / "config.yaml", p])
+    assert str(e.value) == f"{p}:4: key 'n' is given twice in one mapping (first on line 2): keep one"
+    p.write_text("evaluation: {n: 8, n: 16}\n")
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(p))}:1: key 'n' is given twice"):
+        load_config([REPO / "config" / "config.yaml", p])
+    p.write_text("base: &b {n: 8}\nevaluation:\n  <<: *b\n  ks: [1, 2]\n")  # a merge key is not a repeat
+    assert read_yaml(p)["evaluation"] == {"n": 8, "ks": [1, 2]}
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("study:\n  main: {models: [tiny]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config([REPO / "config" / "config.yaml", p])
+    assert str(e.value).startswith(f"{p}:3:1: not valid YAML: while parsing a flow mapping")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "models.tiny.train.grup_size=3",
+            r"models\.tiny\.train\.grup_size: unknown key \(did you mean 'group_size'\?",
+        ),
+        ("evaluaton.n=3", r"evaluaton: unknown key \(did you mean 'evaluation'\?"),
+        ("study.main.seed=[1]", r"study\.main\.seed: unknown key \(did you mean 'seeds'\?"),
+        (
+            "methods.ace_grpo.estimator.alfa=1",
+            r"not a key of the 'ace' estimator \(did you mean 'alpha'\? valid: ",
+        ),
+        ("evaluation.zzzz=1", r"evaluation\.zzzz: unknown key \(misspelt\? see docs/config\.md\)"),
+    ],
+)
+def test_a_misspelt_key_suggests_the_closest_one(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(REPO / "config" / "config.yaml", [override])

@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -27,6 +29,49 @@ def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, A
     return out
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A key written twice in one YAML mapping (``line``: 1-based, of the second one)."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping: PyYAML keeps the last one silently,
+    so a second ``alpha:`` further down a file would quietly replace the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in first_line:
+                raise DuplicateKeyError(
+                    f"key {key!r} is given twice in one mapping (first on line {first_line[key]}): keep one",
+                    line,
+                )
+            if isinstance(key, (str, int, float, bool)):
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_position(error: yaml.YAMLError) -> str:
+    """``:line:column`` of a YAML error (1-based), or ``""``."""
+    mark = getattr(error, "problem_mark", None)
+    return "" if mark is None else f":{mark.line + 1}:{mark.column + 1}"
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error as one line: what went wrong, without PyYAML's multi-line excerpt."""
+    problem = getattr(error, "problem", None)
+    context = getattr(error, "context", None)
+    text = ", ".join(str(p) for p in (context, problem) if p) or str(error)
+    return " ".join(text.split())
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
@@ -40,9 +85,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file {path} cannot be read: {e}") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=UniqueKeyLoader) or {}
+    except DuplicateKeyError as e:
+        raise ConfigError(f"{path}:{e.line}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raise ConfigError(f"{path}{_yaml_position(e)}: not valid YAML: {_yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return data
@@ -84,13 +131,55 @@ def validate(data: Mapping[str, Any], source: str = "<config>") -> Config:
             if variant is not None:
                 kind, cls = variant
                 valid = ", ".join(cls.model_fields)
-                msg = f"not a key of the {cls.model_fields['name'].default!r} {kind} (misspelt?); valid: {valid}"
+                hint = _did_you_mean(parts[-1], list(cls.model_fields))
+                msg = f"not a key of the {cls.model_fields['name'].default!r} {kind} ({hint or 'misspelt? '}valid: {valid})"
             elif err["type"] == "extra_forbidden":
-                msg = "unknown key (misspelt? see docs/config.md)"
+                msg = f"unknown key ({_did_you_mean(parts[-1], _keys_at(parts[:-1]))}see docs/config.md)"
             lines.append(f"{loc}: {msg}" if err["loc"] else msg)
         if len(lines) == 1:
             raise ConfigError(f"{source}: invalid config: {lines[0]}") from None
         raise ConfigError(f"{source}: invalid config\n" + "\n".join(f"  {line}" for line in lines)) from None
+
+
+def _did_you_mean(key: str, valid: Iterable[str]) -> str:
+    """``"did you mean 'x'? "`` for the valid key closest to a misspelt ``key``, or ``"misspelt? "``."""
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else "misspelt? "
+
+
+def _keys_at(parts: Sequence[str]) -> list[str]:
+    """The keys the config mapping at key path ``parts`` takes (its schema class's fields; ``[]`` if unknown).
+    A ``dict[str, X]`` level (``models.<name>``) consumes the name."""
+    annotation: Any = Config
+    for part in [*parts, None]:
+        annotation = _unwrap(annotation)
+        if get_origin(annotation) in (dict, Mapping):
+            if part is None:
+                return []
+            annotation = get_args(annotation)[1]
+            continue
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        if part is None:
+            return list(annotation.model_fields)
+        field = annotation.model_fields.get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X`` from ``Annotated[X, ...]`` and ``X | None`` (a union of several types is left as it is)."""
+    while True:
+        if get_origin(annotation) is Annotated:
+            annotation = get_args(annotation)[0]
+            continue
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if get_origin(annotation) in (Union, UnionType) and len(args) == 1:
+            annotation = args[0]
+            continue
+        return annotation
 
 
 _VARIANT_KEYS: dict[str, tuple[str, dict[str, Any], str]] = {
