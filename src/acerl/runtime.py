@@ -25,7 +25,18 @@ def configure_torch(threads: int) -> None:
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
+    _cache_float_limits()
     torch.set_flush_denormal(True)
+
+
+def _cache_float_limits() -> None:
+    """Compute numpy's ``finfo`` of every float type now, while denormals still exist: numpy caches them, and
+    computed after the flush each one warns "The value of the smallest subnormal ... is zero" (eight warnings
+    at the start of every training log, from pandas and sklearn imports)."""
+    import numpy as np
+
+    for dtype in (np.float16, np.float32, np.float64, np.longdouble):
+        np.finfo(dtype)
 
 
 def autocast(device: torch.device | str, precision: str) -> AbstractContextManager[object]:
