@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from acerl.evaluate.sequential import SequentialDesign, final_calibration
 from acerl.evaluate.stats import mean_ci, sign_flip_test
@@ -22,10 +24,17 @@ N, P, SEEDS = 8, 30, tuple(range(10))
 COMPARISONS = {"ace_grpo": "grpo", "ace_dapo": "dapo"}
 
 
+FIXTURE = Path(__file__).parent / "fixtures" / "power_counts.csv"
+"""The counts file :func:`write_counts_csv` writes for :func:`write_metrics`'s study (committed: the format)."""
+
+
 @pytest.fixture(scope="module")
 def metrics(tmp_path_factory) -> list:
+    return write_metrics(tmp_path_factory.mktemp("study"))
+
+
+def write_metrics(root: Path) -> list:
     """Metrics files of a small study: base, and four methods on seeds 0-9 (the layout of a study's folder)."""
-    root = tmp_path_factory.mktemp("study")
     rng = np.random.default_rng(4)
     theta = rng.normal(-0.8, 1.2, size=P)
     paths = []
@@ -138,3 +147,19 @@ def test_warns_when_the_designs_seeds_were_seen_before(metrics, tmp_path, capsys
     assert seen_warnings([seen], per_seed, "synth_easy", [0, 1, 2]) == []
     assert main([*map(str, metrics), "--benchmark", "synth_easy", "--k", "8", "--seen", str(seen)]) == 0
     assert "warning: seeds [0, 1, 2]" in capsys.readouterr().err
+
+
+def test_the_committed_fixture_is_what_the_exporter_writes_and_gives_the_direct_numbers(metrics, tmp_path):
+    """The committed counts file: the exporter's format today, and the final table from it alone equals the
+    per-seed differences computed straight from the metrics files."""
+    counts, _ = write_counts_csv(load_passk_problems(metrics), tmp_path, [1, 2, 4, 8])
+    assert counts.read_text() == FIXTURE.read_text()
+    look = look_frame(
+        read_counts_csv(FIXTURE), COMPARISONS, "synth_easy", 8, SequentialDesign(stage1=4), final=True
+    )
+    for r in look.itertuples():
+        d = np.array(list(_direct_d(metrics, r.method, r.baseline, 8).values()))
+        assert r.n_seeds == len(SEEDS) and r.delta == pytest.approx(d.mean(), abs=1e-12)
+        assert r.sd_diff == pytest.approx(d.std(ddof=1)) and r.p_paired == pytest.approx(
+            sps.ttest_1samp(d, 0).pvalue
+        )
