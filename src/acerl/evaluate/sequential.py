@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,7 +109,7 @@ def simulate_design(
     n_comparisons: int = 2,
     n_sims: int = 100_000,
     seed: int = 0,
-    final_pvalue=None,
+    final_pvalue: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """The design run ``n_sims`` times under the null (every comparison's true difference 0).
 
