@@ -56,11 +56,12 @@ dryrun: setup
 
 # The paper's grid on a SLURM cluster (README, "Paper scale"). `acerl profile` first: when the site profile is
 # missing it names scripts/install_slurm_profile.sh instead of Snakemake's bare "no profile.yaml" error.
+# One or more files merged over config/config.yaml, e.g. PAPER_CONFIG="config/paper.yaml config/paper_methods.yaml"
 PAPER_CONFIG ?= config/paper.yaml
 paper-dryrun:
 	acerl profile slurm
-	acerl estimate --config $(PAPER_CONFIG)
-	snakemake --profile slurm --configfile=$(PAPER_CONFIG) -n all
+	acerl estimate $(foreach f,$(PAPER_CONFIG),--config $(f))
+	snakemake --profile slurm --configfile $(PAPER_CONFIG) -n all
 
 # The canary (docs/cluster.md, "Canary"): a 2-step ACE-DAPO job per model through the same profile and launcher,
 # then the checks of its metrics; "-": the checks run (and name what broke) also when a job failed.
@@ -73,7 +74,7 @@ paper-canary:
 
 paper:
 	acerl profile slurm
-	snakemake --profile slurm --configfile=$(PAPER_CONFIG) all
+	snakemake --profile slurm --configfile $(PAPER_CONFIG) all
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

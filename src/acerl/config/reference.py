@@ -103,11 +103,16 @@ def _is_mapping(ann: Any) -> bool:
     return getattr(ann, "__origin__", None) is dict
 
 
+def _shipped(model: type[BaseModel]) -> bool:
+    """A config model of acerl's own (a plugin's parameters, registered in this process, are not listed)."""
+    return model.__module__.split(".")[0] == "acerl"
+
+
 def _submodels(ann: Any) -> list[type[BaseModel]]:
     """The config model types inside an annotation (``X``, ``X | None``, ``dict[str, X]``, a union of variants)."""
     out: list[type[BaseModel]] = []
     for c in [ann, *getattr(ann, "__args__", ())]:
         for inner in (c, *getattr(c, "__args__", ())):
             if isinstance(inner, type) and issubclass(inner, BaseModel):
-                out += [v for v in registered_variants(inner) if v not in out]
+                out += [v for v in registered_variants(inner) if v not in out and _shipped(v)]
     return out

@@ -72,6 +72,17 @@ class Config(StudyGrid, _Model):
             require(mk, self.models, f"study.main.models[{i}]")
         for i, me in enumerate(s.main.methods):
             require(me, self.methods, f"study.main.methods[{i}]")
+        if self.report.methods is not None:
+            mc = self.report.methods
+            named = [("baseline", mc.baseline), *([("reference", mc.reference)] if mc.reference else [])]
+            named += [(f"methods[{i}]", m) for i, m in enumerate(mc.methods)]
+            named += [(f"expected.{m}", m) for m in mc.expected]
+            for where, me in named:
+                require(
+                    me,
+                    dict.fromkeys(s.main.methods),
+                    f"report.methods.{where} (a method of study.main.methods)",
+                )
         if s.alpha_sweep:
             require(s.alpha_sweep.model, self.models, "study.alpha_sweep.model")
             require(s.alpha_sweep.method, self.methods, "study.alpha_sweep.method")

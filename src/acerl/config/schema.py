@@ -710,6 +710,32 @@ class PrimaryEndpoint(_Model):
     )
 
 
+class MethodsComparison(_Model):
+    """Methods beyond the paper against the paper's two (config/methods.yaml; docs/reports.md, "Methods beyond
+    the paper"), declared before any run: each method of ``methods`` minus ``baseline`` and minus ``reference``
+    at the primary endpoint (``report.primary``), paired by seed; Holm over ``methods`` within each of the two
+    families of tests; every other k is secondary."""
+
+    methods: list[str] = Field(..., description="the methods compared (keys of methods)")
+    baseline: str = Field(
+        "grpo", description="the first reference: the primary tests are method minus baseline"
+    )
+    reference: str | None = Field(
+        "ace_grpo", description="the second reference (secondary tests: method minus reference); null: none"
+    )
+    seeds: list[int] | None = Field(
+        None,
+        description="seeds of the analysis (fresh ones, whose results nobody saw); null: the main grid's",
+    )
+    expected: dict[str, Literal["keeps", "lowers", "none"]] = Field(
+        {},
+        description="the direction the literature expects of each method at the primary endpoint vs the "
+        "baseline: keeps (raises or keeps large-k Pass@k: the positive control), lowers, none",
+    )
+    multiplicity: Literal["holm"] = Field("holm", description="adjustment over the methods (Holm 1979)")
+    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise error rate of each family of tests")
+
+
 class ReportConfig(_Model):
     primary: PrimaryEndpoint = Field(
         default_factory=PrimaryEndpoint,
@@ -736,6 +762,11 @@ class ReportConfig(_Model):
         [],
         description="seeds of the main grid whose results were seen before a sequential design was fixed "
         "(pilot): python -m acerl.report.sequential also reports the design without them",
+    )
+    methods: MethodsComparison | None = Field(
+        None,
+        description="the comparison of methods beyond the paper (python -m acerl.report.methods; "
+        "config/methods.yaml)",
     )
 
 
