@@ -13,6 +13,7 @@ from acerl.settings import run_spec
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+PAPER_OVERLAYS = ("canary.yaml", "paper_2node.yaml")  # stacked over config/paper.yaml (docs/cluster.md)
 
 
 def write(tmp_path: Path, data: dict, name: str = "c.yaml") -> Path:
@@ -28,6 +29,8 @@ def base_dict() -> dict:
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_shipped_configs_validate(path: Path) -> None:
     files = [REPO / "config" / "config.yaml"] if path.name != "config.yaml" else []
+    if path.name in PAPER_OVERLAYS:
+        files.append(REPO / "config" / "paper.yaml")
     cfg = load_config([*files, path])
     assert cfg.runs(), "a study with no training runs"
     assert max(cfg.evaluation.ks) <= cfg.evaluation.n
