@@ -163,3 +163,16 @@ def test_the_committed_fixture_is_what_the_exporter_writes_and_gives_the_direct_
         assert r.sd_diff == pytest.approx(d.std(ddof=1)) and r.p_paired == pytest.approx(
             sps.ttest_1samp(d, 0).pvalue
         )
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    args = ["--benchmark", "synth_easy", "--k", "8"]
+    assert main(["--counts", str(tmp_path / "absent.csv"), *args]) == 2
+    assert "absent.csv" in capsys.readouterr().err
+    overlay = Path(__file__).resolve().parents[2] / "config" / "power.yaml"
+    assert main(["--counts", str(FIXTURE), *args, "--config", str(overlay)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--config config/config.yaml --config config/power.yaml" in err and len(err.strip().splitlines()) == 1
+    )
+    assert main(args) == 2 and "give metrics files or --counts FILE" in capsys.readouterr().err

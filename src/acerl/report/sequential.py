@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from acerl.errors import UserError
 from acerl.evaluate.power import mde_paired, paired_effect, per_problem_floor_sd
 from acerl.evaluate.sequential import SequentialDesign, final_calibration, seeds_needed
 from acerl.evaluate.stats import holm, mean_ci, sign_flip_test, tost_paired, welch_test
@@ -304,7 +305,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="interim look: write the stage-2 seeds as a config file to merge over config/power.yaml")  # fmt: skip
     args = ap.parse_args(argv)
     design = SequentialDesign(target=args.target / 100.0, max_seeds=args.max_seeds, stage1=args.stage1)
-    pilot, margin = _config_defaults(args.config)
+    try:
+        pilot, margin = _config_defaults(args.config)
+    except UserError as err:
+        print(
+            f"acerl.report.sequential: {str(err).splitlines()[0]} (an overlay such as config/power.yaml goes over "
+            "the base: --config config/config.yaml --config config/power.yaml)",
+            file=sys.stderr,
+        )
+        return 2
     pilot = pilot if args.pilot_seeds is None else args.pilot_seeds
     margin = margin if args.margin is None else args.margin
     comparisons = dict(pair.split(":", 1) for pair in args.comparisons)
@@ -318,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                           margin=margin / 100.0)  # fmt: skip
         per_seed = per_seed_frame(problems, comparisons, args.benchmark, args.k, stage1=design.stage1,
                                   pilot_seeds=pilot)  # fmt: skip
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         print(f"acerl.report.sequential: {err}", file=sys.stderr)
         return 2
     for warning in seen_warnings(args.seen, per_seed, args.benchmark, pilot):
