@@ -25,13 +25,7 @@ from acerl.config import load_config
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 SNAKEMAKE = VENV_BIN / "snakemake"
-WORKFLOW_PARTS = (
-    "Snakefile",
-    "workflow",
-    "config",
-    "profiles",
-    "results/paper",
-)  # results/paper: the report reads it
+WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "profiles")  # config/paper_results: the report reads it
 TEST_CONFIG_FILES = ("config/config.yaml", "config/test.yaml")
 TEST_CONFIG_ARG = "--configfile=config/test.yaml"
 KILL_GRACE_S = (

@@ -22,7 +22,7 @@ Layout under the work directory (``root``)::
     diagnostics/<run>.json                           diagnose
     diagnostics/<model>/<method>/.seed<s>.json.partial   records of the checkpoints diagnosed so far (resume)
     results/tables/, results/figures/                report
-    results/paper/                                   the paper's published numbers (tracked; the report reads them)
+    config/paper_results/                            the paper's published numbers (tracked; the report reads them)
     results/report.md, results/compute.md            report (compute: from the benchmark TSVs below)
     benchmarks/logs/<rule>/<job>.tsv                 Snakemake's benchmark of each job (compute accounting)
     logs/<rule>/<job>.log                            each Snakemake job's output
@@ -186,9 +186,10 @@ def results_dir(root: Path | str) -> Path:
 
 
 def paper_results_dir(root: Path | str) -> Path:
-    """The paper's published numbers (tracked in the repository, ``results/paper/README.md``), which the report's
-    "ours vs paper" table reads (:mod:`acerl.report.paper`)."""
-    return results_dir(root) / "paper"
+    """The paper's published numbers (tracked in the repository, ``config/paper_results/README.md``), which the
+    report's "ours vs paper" table reads (:mod:`acerl.report.paper`). An input like the config, so it lives
+    beside it: deleting the output folder ``results/`` leaves it in place."""
+    return Path(root) / "config" / "paper_results"
 
 
 def tables_dir(root: Path | str) -> Path:

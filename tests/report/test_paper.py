@@ -1,7 +1,7 @@
-"""The paper's published numbers (results/paper/) regenerate its Tables 1-5 exactly.
+"""The paper's published numbers (config/paper_results/) regenerate its Tables 1-5 exactly.
 
 The paper's LaTeX rows are parsed from ``ace_paper.tex`` (skipped where the source is absent) and compared
-cell by cell with the report's LaTeX rendering of ``results/paper/``: every number, every CI half-width, every
+cell by cell with the report's LaTeX rendering of ``config/paper_results/``: every number, every CI half-width, every
 bold mark, and every underline except the places where the paper itself is inconsistent with its own rule
 (listed in :data:`PAPER_UNDERLINE_OMISSIONS` and in docs/reports.md).
 """

@@ -2,7 +2,7 @@
 
 The paper's tables are read from the LaTeX source (``../shared/paper/ace_paper.tex``, skipped where absent) and
 numbered as LaTeX numbers them: ``table`` floats in source order (``\\appendix`` does not reset the counter).
-The report's rendering of ``results/paper/`` must emit each of Tables 1-5 exactly once, with that number, the
+The report's rendering of ``config/paper_results/`` must emit each of Tables 1-5 exactly once, with that number, the
 caption's first sentence, and the same numbers in its body, so the numbering can never drift from the paper's.
 """
 

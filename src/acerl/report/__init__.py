@@ -6,11 +6,11 @@ Modules (import from them; this file imports nothing so that reading a schema do
 - :mod:`acerl.report.aggregate` — seeds -> mean +- 95% CI, significance tests, ours vs paper;
 - :mod:`acerl.report.tables` — Tables 1-5 (+ significance, ours vs paper) in LaTeX and Markdown;
 - :mod:`acerl.report.figures` / :mod:`acerl.report.style` — Figures 1-4;
-- :mod:`acerl.report.paper` — the paper's published numbers (``results/paper/``);
+- :mod:`acerl.report.paper` — the paper's published numbers (``config/paper_results/``);
 - :mod:`acerl.report.spec` — display names and table layout (:class:`~acerl.report.spec.ReportSpec`);
 - :mod:`acerl.report.render` — :func:`~acerl.report.render.render_all` writes everything;
 - :mod:`acerl.report.study` — ``acerl report``: a configured study's files -> report;
-- ``python -m acerl.report`` — the paper's tables from ``results/paper/``.
+- ``python -m acerl.report`` — the paper's tables from ``config/paper_results/``.
 
 See docs/reports.md.
 """

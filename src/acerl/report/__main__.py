@@ -1,4 +1,4 @@
-"""``python -m acerl.report --out DIR [--paper-dir results/paper]``: regenerate the paper's Tables 1-5 (and
+"""``python -m acerl.report --out DIR [--paper-dir config/paper_results]``: regenerate the paper's Tables 1-5 (and
 the Fig. 1 analogue and Pass@k curves) from its published numbers. A study's report is ``acerl report``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, required=True, help="output folder (tables/, figures/, report.md)"
     )
     parser.add_argument(
-        "--paper-dir", type=Path, default=None, help="folder of the paper's numbers (results/paper)"
+        "--paper-dir", type=Path, default=None, help="folder of the paper's numbers (config/paper_results)"
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

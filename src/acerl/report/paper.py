@@ -1,6 +1,6 @@
-"""The paper's published numbers (``results/paper/``) as data, in the shape of our aggregated results.
+"""The paper's published numbers (``config/paper_results/``) as data, in the shape of our aggregated results.
 
-Files (transcribed from ``ace_paper.tex``; percentages as printed, see ``results/paper/README.md``):
+Files (transcribed from ``ace_paper.tex``; percentages as printed, see ``config/paper_results/README.md``):
 
 - ``table1_math500.csv`` — Table 1, Pass@k on MATH-500 with 95% CI half-widths (5 runs);
 - ``table2_aime2025.csv`` — Table 2, Pass@k on AIME 2025 (point estimates);
@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from acerl import paths
+from acerl.errors import MissingInputError
 from acerl.records import ResultFormatError
 from acerl.report.aggregate import AGG_COLUMNS, AGG_KEYS
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
@@ -40,6 +41,9 @@ __all__ = [
     "load_paper_hyperparameters",
     "paper_spec",
 ]
+
+RESTORE = f"tracked in git: restore it with `git checkout -- {paths.paper_results_dir('.').as_posix()}`"
+"""How to get the paper's numbers back (they are part of the repository, not an output)."""
 
 PAPER_FILES = (
     "table1_math500.csv",
@@ -78,7 +82,7 @@ _REQUIRED = ("benchmark", "model", "method", "k", "pass_at_k_pct", "ci95_pct", "
 
 
 def paper_results_dir() -> Path:
-    """``$ACERL_PAPER_RESULTS`` if set, else ``results/paper`` of the source checkout this package lives in."""
+    """``$ACERL_PAPER_RESULTS`` if set, else ``config/paper_results`` of the source checkout this package lives in."""
     env = os.environ.get("ACERL_PAPER_RESULTS")
     if env:
         return Path(env)
@@ -88,15 +92,15 @@ def paper_results_dir() -> Path:
 def _resolve(directory: str | Path | None) -> Path:
     d = Path(directory) if directory is not None else paper_results_dir()
     if not d.is_dir():
-        raise FileNotFoundError(
-            f"paper results folder not found: {d} (pass a directory or set ACERL_PAPER_RESULTS to results/paper)"
+        raise MissingInputError(
+            f"paper results folder not found: {d} ({RESTORE}, or set ACERL_PAPER_RESULTS to a copy of it)"
         )
     return d
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
     if not path.is_file():
-        raise ResultFormatError(f"{path}: file not found")
+        raise MissingInputError(f"paper results file not found: {path} ({RESTORE})")
     df = pd.read_csv(path, dtype={"benchmark": str, "model": str, "method": str})
     missing = [c for c in _REQUIRED if c not in df.columns]
     if missing:
@@ -165,7 +169,7 @@ def load_paper_hyperparameters(directory: str | Path | None = None) -> dict[str,
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ResultFormatError(f"{path}: file not found") from None
+        raise MissingInputError(f"paper results file not found: {path} ({RESTORE})") from None
     except json.JSONDecodeError as e:
         raise ResultFormatError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):

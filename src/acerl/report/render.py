@@ -362,13 +362,13 @@ def render_from_files(
 def render_paper(
     out_dir: str | Path, directory: str | Path | None = None, formats: Sequence[str] = ("pdf", "png")
 ) -> list[Path]:
-    """Regenerate the paper's Tables 1-5 (and the Pass@k curves and Fig. 1 analogue) from ``results/paper/``."""
+    """Regenerate the paper's Tables 1-5 (and the Pass@k curves and Fig. 1 analogue) from ``config/paper_results/``."""
     agg = load_paper_results(directory)
     return render_all(
         out_dir,
         spec=paper_spec(directory),
         agg=agg,
         hyperparameters=load_paper_hyperparameters(directory),
-        title="The paper's published numbers (results/paper)",
+        title="The paper's published numbers (config/paper_results)",
         formats=formats,
     )
