@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
@@ -205,3 +206,24 @@ def test_tables_that_repeat_a_cell_must_agree(tmp_path):
         load_paper_results(d)
     with pytest.raises(FileNotFoundError, match="ACERL_PAPER_RESULTS"):
         load_paper_results(tmp_path / "nowhere")
+
+
+def test_the_paper_s_numbers_live_outside_the_output_folder_and_a_missing_one_names_its_path(tmp_path):
+    """``rm -rf results`` deleted the tracked numbers in ``results/paper/`` and the next report failed with
+    Snakemake's MissingInputException and no hint."""
+    from acerl import paths
+    from acerl.errors import MissingInputError
+
+    root = Path(__file__).resolve().parents[2]
+    assert paper_results_dir() == paths.paper_results_dir(root) == root / "config" / "paper_results"
+    assert not paths.paper_results_dir(tmp_path).is_relative_to(paths.results_dir(tmp_path))
+    d = tmp_path / "paper"
+    shutil.copytree(paper_results_dir(), d)
+    (d / "table1_math500.csv").unlink()
+    with pytest.raises(MissingInputError) as e:
+        load_paper_results(d)
+    assert str(e.value) == (
+        f"paper results file not found: {d / 'table1_math500.csv'} "
+        "(tracked in git: restore it with `git checkout -- config/paper_results`)"
+    )
+    assert e.value.exit_code == 3
