@@ -184,7 +184,7 @@ def final_calibration(
 ) -> FinalCalibration:
     """Simulate the design for one comparison under the null at each true SD of :data:`CALIBRATION_RATIOS`
     (times the floor, or the target where ``floor`` is 0) with the observed ``floor`` (fractions). Cached: a
-    look calls it per comparison, the simulation takes about a second."""
+    look calls it per comparison; one calibration simulates a million studies (seconds)."""
     unit = floor if floor > 0 else design.target
     sims = []
     for j, ratio in enumerate(CALIBRATION_RATIOS):
