@@ -178,3 +178,14 @@ def test_portable_path(tmp_path: Path) -> None:
 
     assert portable_path(tmp_path / "config" / "x.yaml", tmp_path) == "config/x.yaml"
     assert portable_path("/tmp/elsewhere/x.yaml", tmp_path) == "/tmp/elsewhere/x.yaml"
+
+
+def test_the_workflow_prints_its_config_files_in_merge_order(tmp_path: Path) -> None:
+    """Snakemake's banner lists ``--configfile`` files before config/config.yaml, the reverse of how they merge."""
+    wd = copy_workflow(tmp_path)
+    proc = snakemake(wd, "-n", "all", TEST_CONFIG_ARG)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "acerl: config files, later ones win: config/config.yaml < config/test.yaml"
+        in proc.stdout + proc.stderr
+    )

@@ -1,5 +1,7 @@
 # Config loading and validation, and the input functions of all the rules. No pipeline logic lives here;
 # the config schema, the run grid and every path live in the acerl package.
+from snakemake.logging import logger
+
 from acerl.config import load_config, spec_json, validate
 from acerl.stages import (
     job_benchmark_file,
@@ -24,6 +26,11 @@ CONFIG_FILES = list(
             *map(portable_path, workflow.config_settings.configfiles),
         ]
     )
+)
+# Snakemake's banner ("Config file(s): ...") lists the --configfile files before config/config.yaml; this line
+# gives the order in which they are merged.
+logger.info(
+    "acerl: config files, later ones win: " + " < ".join(map(str, CONFIG_FILES))
 )
 CONFIG_REFUSED = (
     "snakemake --config key=value overrides are not passed to the jobs; put them in a file and use "
