@@ -234,7 +234,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     cfg = _load(args)
     from acerl.report.study import report_study
 
-    report_study(cfg, args.root, partial=args.partial)
+    report_study(
+        cfg,
+        args.root,
+        partial=args.partial,
+        config_files=config_files(args.config, default=not args.no_default_config),
+    )
     return 0
 
 

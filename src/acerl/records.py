@@ -407,5 +407,5 @@ def read_json(path: str | Path) -> Any:
     except json.JSONDecodeError as e:
         raise ResultFormatError(
             f"{path}: not valid JSON ({e}), a truncated or corrupt file: delete it and rerun the step that wrote "
-            "it (the workflow reruns the job of a deleted file)"
+            "it (with Snakemake, name the file as a target: deleting it alone does not rerun its job)"
         ) from None

@@ -178,6 +178,11 @@ def test_story1_a_colleague_pulls_everything_and_reruns_nothing(study: Study):
     assert re.findall(r"Running stage '([^']+)'", proc.stdout) == ["report"], proc.stdout
     assert tree_digest(b / "results/tables") == tables
     assert dvc_status(b) == {}
+    # ... without erasing the study's cost (B has no benchmark files): compute.md and dvc.lock as pulled
+    compute = "results/compute.md"
+    assert (b / compute).read_bytes() == (study.a / compute).read_bytes()
+    assert "Compute per run" in (b / compute).read_text()
+    assert sh(b, "git", "status", "--porcelain", "dvc.lock").stdout == ""
 
     # The same with Snakemake.
     for p in REPORT_OUTS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -130,6 +131,36 @@ def test_compute_md_and_report_section(tmp_path: Path) -> None:
         assert caption in report and caption in paths.compute_file(tmp_path).read_text()
 
 
+def test_a_report_without_benchmark_files_keeps_the_study_s_accounting(tmp_path: Path, caplog) -> None:
+    """A colleague's clone (or ``dvc repro -f -s report``) has no benchmark files: the report used to replace the
+    study's accounting with "No compute accounting"; it now writes the same compute.md and report section
+    again, with a warning, so the file and ``dvc.lock`` stay as they were. Another study's file is not kept."""
+    cfg = load_config(CONFIGS)
+    paths.report_file(tmp_path).parent.mkdir(parents=True)
+    paths.report_file(tmp_path).write_text("# Results\n")
+    fill(cfg, tmp_path)
+    add_compute_accounting(cfg, tmp_path)
+    measured = paths.compute_file(tmp_path).read_bytes()
+    report = paths.report_file(tmp_path).read_bytes()
+    shutil.rmtree(tmp_path / "benchmarks")
+    paths.report_file(tmp_path).write_text("# Results\n")
+    with caplog.at_level("WARNING", logger="acerl.report.study"):
+        add_compute_accounting(cfg, tmp_path)
+    assert paths.compute_file(tmp_path).read_bytes() == measured and b"Compute per run" in measured
+    assert paths.report_file(tmp_path).read_bytes() == report
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "acerl.report.study"]
+    assert warning.endswith(
+        f"keeping the accounting of {paths.compute_file(tmp_path)}, made when they were present"
+    )
+    other = load_config(CONFIGS, ["name=another study"])
+    add_compute_accounting(other, tmp_path)
+    assert (
+        paths.compute_file(tmp_path)
+        .read_text()
+        .startswith("# Compute: another study\n\nNo compute accounting")
+    )
+
+
 def test_a_bad_benchmark_file_is_named(tmp_path: Path) -> None:
     cfg = load_config(CONFIGS)
     job = study_jobs(cfg)[0]
@@ -147,6 +178,7 @@ def test_catalog_categories_and_fallback() -> None:
     assert "Holm" in describe("significance_math500", "table").caption
     assert describe("passk_curves", "figure").category == "Figures"
     assert describe("power_analysis", "table") == describe("power_analysis", "table")
-    assert describe("power_analysis", "table").category == "Other tables"
+    assert describe("an_unknown_table", "table").category == "Other tables"
+    assert describe("power_synth_easy", "table").category == "Significance"
     caps = captions(load_config(CONFIGS))
     assert {"passk_synth_easy", "significance_synth_hard", "hyperparameters", "entropy_early"} <= set(caps)

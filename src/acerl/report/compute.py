@@ -9,7 +9,8 @@ per run, with GPU-hours = wall x the GPUs the job requested (``compute.resources
 
 What it does not count: the report job itself (its TSV is written after it ends), Snakemake's own process, and
 the attempts before a retry (a retried or resumed job's TSV holds its last attempt only). A job run by DVC writes
-no TSV; with none present the tables are skipped.
+no TSV; with none present the report keeps the study's previous accounting (:func:`kept_accounting`, a
+``persist`` output in ``dvc.yaml``), or says there is none.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from acerl.report.aggregate import MissingData
 from acerl.report.tables import Cell, Row, Table
 from acerl.stages import Job, job_benchmark_file, log_parts
 
-__all__ = ["GPU_RULES", "study_jobs", "load_benchmarks", "compute_tables", "BENCH_COLUMNS"]
+__all__ = ["GPU_RULES", "study_jobs", "load_benchmarks", "compute_tables", "BENCH_COLUMNS", "kept_accounting"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,24 @@ NOTE = (
     "training job) and child processes that end between two samples."
 )
 SHARED = "(shared)"  # the method label of jobs that belong to no method: data and base-model preparation
+
+
+NO_ACCOUNTING = "No compute accounting"  # how compute.md starts when no benchmark file was found
+
+
+def kept_accounting(path: Path, study_name: str) -> str | None:
+    """The body of the study's previous ``compute.md`` at ``path`` when it holds an accounting, else ``None``.
+
+    What the report writes again when no benchmark file is present (a pulled clone, jobs run by DVC): the cost
+    of the study, measured where it ran, is kept rather than replaced by "No compute accounting". A file of
+    another study (its ``# Compute: <name>`` header) is not kept."""
+    if not path.is_file():
+        return None
+    head = f"# Compute: {study_name}\n\n"
+    text = path.read_text(encoding="utf-8")
+    if not text.startswith(head) or text[len(head) :].startswith(NO_ACCOUNTING):
+        return None
+    return text[len(head) :]
 
 
 def study_jobs(cfg: Config) -> list[Job]:

@@ -8,6 +8,7 @@ file the study produced (``acerl.paths``) and writes ``<root>/results/{tables,fi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ from acerl.config import BASE_METHOD, Config
 from acerl.errors import MissingInputError
 from acerl.io import write_text
 from acerl.report.aggregate import MissingData
-from acerl.report.compute import compute_tables
+from acerl.report.compute import NO_ACCOUNTING, compute_tables, kept_accounting
+from acerl.report.inputs import (
+    SNAKEFILE_CONFIG,
+    check_result_files,
+    partial_notice,
+    result_jobs,
+    with_notice,
+)
 from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
@@ -137,13 +145,21 @@ def hyperparameters_from_config(cfg: Config) -> dict[str, dict[str, Any]]:
     return out
 
 
-def report_study(cfg: Config, root: str | Path, partial: bool = False) -> list[Path]:
+def report_study(
+    cfg: Config,
+    root: str | Path,
+    partial: bool = False,
+    config_files: Sequence[str | Path] = (SNAKEFILE_CONFIG,),
+) -> list[Path]:
     """Write the study's tables and figures under ``<root>/results`` from the study's result files.
 
     A missing Pass@k or diagnostics file is a :class:`~acerl.errors.MissingInputError` (exit 3) naming how many
     are missing and the first; with ``partial`` the runs present are reported and the missing ones are left out
-    with a warning (``acerl report --partial``, a look at a study still running).
+    with a warning (``acerl report --partial``, a look at a study still running). A truncated or corrupt one is
+    a :class:`~acerl.errors.BadInputError` whose fix carries ``config_files`` (the command's ``--config`` files)
+    and ``root`` (:func:`acerl.report.inputs.rebuild_advice`).
     """
+    check_result_files(result_jobs(cfg, root), config_files, root)
     wanted = [paths.passk_file(root, b, r) for b, r in cfg.evaluations()]
     diag_wanted = [paths.diagnostics_file(root, r) for r in cfg.diagnostic_runs()]
     passk_files = [p for p in wanted if p.is_file()]
@@ -171,6 +187,10 @@ def report_study(cfg: Config, root: str | Path, partial: bool = False) -> list[P
         metrics_paths=[p for p in training_metrics_files(cfg, root) if p.is_file()],
     )
     remove_stale(written, [paths.tables_dir(root), paths.figures_dir(root)])
+    if missing:  # --partial: report.md opens with what is left out
+        notice = partial_notice(missing, len(wanted) + len(diag_wanted), root)
+        report = paths.report_file(root)
+        write_text(report, with_notice(report.read_text(encoding="utf-8"), notice))
     return written + add_compute_accounting(cfg, root)
 
 
@@ -198,13 +218,20 @@ def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
 
     Kept out of ``results/tables/``: timings differ on every machine, while the tables are a function of the
     result files alone (a colleague who pulls the results regenerates them bit for bit). Jobs run by DVC leave
-    no benchmark files; ``compute.md`` then says so.
+    no benchmark files; the study's previous ``compute.md`` is then kept (a warning says so), else it says there
+    is no accounting.
     """
     try:
         text = "\n".join(to_markdown(t) + "\n" for t in compute_tables(cfg, root))
     except MissingData as e:
-        log.info("no compute accounting: %s", e)
-        text = f"No compute accounting: {e} (Snakemake writes them; DVC does not).\n"
+        kept = kept_accounting(paths.compute_file(root), cfg.name)
+        if kept is None:
+            log.info("no compute accounting: %s", e)
+        else:
+            log.warning(
+                "%s: keeping the accounting of %s, made when they were present", e, paths.compute_file(root)
+            )
+        text = kept or f"{NO_ACCOUNTING}: {e} (Snakemake writes them; DVC does not).\n"
     report = paths.report_file(root)
     section = "\n## Compute\n\n" + text
     return [

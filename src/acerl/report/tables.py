@@ -398,11 +398,13 @@ def _ks(agg: pd.DataFrame, ks: Sequence[int] | None) -> tuple[int, ...]:
 
 
 def _seed_phrase(counts: Sequence[Any]) -> str:
-    vals = sorted({int(c) for c in counts if not pd.isna(c) and int(c) >= 2})
+    """How many training runs the rows average: one count, or a range when rows differ (a partial report, where
+    a row with one run has no interval; :func:`rows_seed_note` then names the rows of each count)."""
+    vals = sorted({int(c) for c in counts if c is not None and not pd.isna(c)})
     if not vals:
         return "training runs"
     if len(vals) == 1:
-        return f"{vals[0]} independent training runs"
+        return f"{vals[0]} independent training run{'s' if vals[0] != 1 else ''}"
     return f"{vals[0]}-{vals[-1]} independent training runs"
 
 
@@ -449,8 +451,12 @@ def passk_table(
     decimals = 1
     groups: list[tuple[Row, ...]] = []
     seed_counts = []
+    row_counts: list[tuple[str, Any, bool]] = []  # (row label, training runs, the base model's row)
+    evaluated = set(
+        zip(agg["model"], agg["method"], strict=True)
+    )  # on any benchmark: missing here shows as "-"
     for model in models:
-        present = [m for m in methods if any((benchmark, model, m, k) in cells for k in ks)]
+        present = [m for m in methods if (model, m) in evaluated]
         if not present:
             continue
         columns: list[list[Cell]] = []
@@ -458,7 +464,8 @@ def passk_table(
             col = []
             for method in present:
                 mean, ci, n_seeds = cells.get((benchmark, model, method, k), (math.nan, math.nan, None))
-                seed_counts.append(n_seeds)
+                if method != "base":  # the base model is no training run (one evaluation, no interval)
+                    seed_counts.append(n_seeds)
                 col.append(Cell(value=mean * scale, ci=ci * scale if with_ci else None))
             if mark:
                 marks = rank_marks([c.value for c in col], decimals)
@@ -468,6 +475,10 @@ def passk_table(
             Row(_row_label(names, model, method), tuple(columns[j][i] for j in range(len(ks))))
             for i, method in enumerate(present)
         )
+        row_counts += [
+            (row.label, _row_seeds(cells, benchmark, model, m, ks), m == "base")
+            for row, m in zip(rows, present, strict=True)
+        ]
         groups.append(rows)
     if not groups:
         raise MissingData(f"none of models {list(models)} x methods {list(methods)} on {benchmark!r}")
@@ -479,6 +490,12 @@ def passk_table(
             else "Point estimates (mean over training runs)"
         )
         caption = f"Pass@$k$ (%) on {bench}. {stat}."
+        missing = [label for label, n, _ in row_counts if n is None]
+        trained = [(label, n) for label, n, base in row_counts if not base]
+        if len({n for _, n in trained if n is not None}) > 1:
+            caption += " " + rows_seed_note(trained)
+        if missing:
+            caption += f" Not evaluated on {bench} (shown as -): {', '.join(missing)}."
         if mark:
             caption += " Bold = best within each model group; underline = second best."
     return Table(

@@ -1,0 +1,84 @@
+"""The report's result files, checked before any is used: a truncated or corrupt one is a one-line error whose fix
+is a command that really writes it again.
+
+Deleting a result file is not enough with Snakemake 9: a missing intermediate whose consumers (the report's
+outputs, which a failed report keeps: ``update()``) are up to date is not rebuilt, and ``snakemake all`` says
+"Nothing to be done". ``--forcerun report`` reruns the report, and a job that runs has its missing inputs made
+first. So the fix is ``snakemake -c1 all --forcerun report`` with the study's ``--configfile``; for a work
+directory other than the current one (``--root``), the two ``acerl`` commands that write the file and the report.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from acerl import paths
+from acerl.config import Config
+from acerl.errors import reading
+from acerl.stages import Job, job_command, stage_command
+
+__all__ = [
+    "SNAKEFILE_CONFIG",
+    "check_result_files",
+    "partial_notice",
+    "rebuild_advice",
+    "result_jobs",
+    "with_notice",
+]
+
+SNAKEFILE_CONFIG = "config/config.yaml"  # the Snakefile's own `configfile:` (not given again as --configfile)
+
+
+def result_jobs(cfg: Config, root: str | Path) -> dict[Path, Job]:
+    """Every Pass@k and diagnostics file the report reads, and the job that writes it."""
+    out = {paths.passk_file(root, b, r): Job("passk", r.model, r, b) for b, r in cfg.evaluations()}
+    out.update({paths.diagnostics_file(root, r): Job("diagnose", r.model, r) for r in cfg.diagnostic_runs()})
+    return out
+
+
+def rebuild_advice(job: Job, config_files: Sequence[str | Path], root: str | Path) -> str:
+    """What to run after deleting an output of ``job`` so that it and the report are written again."""
+    if Path(root).resolve() != Path.cwd().resolve():
+        return f"run `{job_command(job, config_files, root)}` then `{stage_command('report', config_files, root)}`"
+    extra = [Path(f).as_posix() for f in config_files if Path(f).as_posix() != SNAKEFILE_CONFIG]
+    argv = ["snakemake", "-c1", "all", "--forcerun", "report", *(["--configfile", *extra] if extra else [])]
+    return f"run `{shlex.join(argv)}` (it writes the file again, then the report)"
+
+
+def check_result_files(files: dict[Path, Job], config_files: Sequence[str | Path], root: str | Path) -> None:
+    """Decode each file of ``files`` that exists: a truncated or corrupt one is a
+    :class:`~acerl.errors.BadInputError` naming it, to delete, and :func:`rebuild_advice`."""
+    for path, job in files.items():
+        if path.is_file():
+            with reading(path, rebuild_advice(job, config_files, root)):
+                json.loads(path.read_bytes())
+
+
+_LISTED = 20  # missing files named in the notice; the rest are counted
+
+
+def partial_notice(missing: Sequence[Path], total: int, root: str | Path) -> str:
+    """The paragraph a partial report (``acerl report --partial``) opens with: how many result files are
+    missing and which (paths relative to ``root``), so that no reader takes it for the whole study."""
+    names = [
+        Path(p).relative_to(root).as_posix() if Path(p).is_relative_to(root) else str(p) for p in missing
+    ]
+    shown = [f"> - `{n}`" for n in names[:_LISTED]]
+    if len(names) > _LISTED:
+        shown.append(f"> - and {len(names) - _LISTED} more")
+    return "\n".join(
+        [
+            f"> **Partial report** (`acerl report --partial`): {len(missing)} of {total} result files are missing, "
+            "so their runs are left out of every table and figure below:",
+            *shown,
+        ]
+    )
+
+
+def with_notice(markdown: str, notice: str) -> str:
+    """``markdown`` with ``notice`` after its title line (its first line)."""
+    title, _, rest = markdown.partition("\n")
+    return f"{title}\n\n{notice}\n{rest}"

@@ -1,0 +1,47 @@
+"""A corrupt result file stops the report with a fix that is a command (``acerl.report.inputs``); the slow test
+``test_corrupt_advice.py`` follows it on the CI-scale study."""
+
+from __future__ import annotations
+
+import pytest
+from report_synthetic import REPO_ROOT
+
+from acerl import paths
+from acerl.config import load_config
+from acerl.errors import BadInputError
+from acerl.records import passk_record, write_passk_record
+from acerl.report.inputs import rebuild_advice, result_jobs
+from acerl.report.study import report_study
+
+CONFIGS = ("config/config.yaml", "config/test.yaml")
+
+
+def test_a_corrupt_result_file_names_the_command_that_rebuilds_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = load_config(list(CONFIGS))
+    run, bench = cfg.base_runs()[0], cfg.evaluation.benchmarks[0]
+    rec = passk_record(bench, run.model, run.method, None, ["q0"], cfg.evaluation.n, [1], cfg.evaluation.ks)
+    path = write_passk_record(rec, paths.passk_file(tmp_path, bench, run))
+    path.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(BadInputError) as e:
+        report_study(cfg, tmp_path, partial=True, config_files=CONFIGS)
+    job = result_jobs(cfg, tmp_path)[path]
+    assert (job.stage, job.run, job.benchmark) == ("passk", run, bench)
+    assert str(e.value).startswith(f"{path} is unreadable (truncated or corrupt: ")
+    assert str(e.value).endswith(
+        f"delete it and run `acerl passk --config config/config.yaml --config config/test.yaml --root {tmp_path} "
+        f"--model {run.model} --method base --seed 0 --benchmark {bench}` then `acerl report --config "
+        f"config/config.yaml --config config/test.yaml --root {tmp_path}`"
+    )
+    assert not paths.report_file(tmp_path).exists()  # nothing rendered from a partial read
+
+
+def test_in_the_study_folder_the_fix_is_one_snakemake_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config([REPO_ROOT / f for f in CONFIGS])
+    path, job = next(iter(result_jobs(cfg, ".").items()))
+    assert rebuild_advice(job, CONFIGS, ".") == (
+        "run `snakemake -c1 all --forcerun report --configfile config/test.yaml` (it writes the file again, then "
+        "the report)"
+    )
+    assert "--configfile" not in rebuild_advice(job, CONFIGS[:1], tmp_path)
