@@ -68,9 +68,9 @@ paper-dryrun:
 CANARY_CONFIG ?= config/canary.yaml
 paper-canary:
 	acerl profile slurm
-	-snakemake --profile slurm $$(acerl canary targets --config $(PAPER_CONFIG) --config $(CANARY_CONFIG)) \
+	-snakemake --profile slurm $$(acerl canary targets $(foreach f,$(PAPER_CONFIG) $(CANARY_CONFIG),--config $(f))) \
 	  --configfile $(PAPER_CONFIG) $(CANARY_CONFIG)
-	acerl canary check --config $(PAPER_CONFIG) --config $(CANARY_CONFIG)
+	acerl canary check $(foreach f,$(PAPER_CONFIG) $(CANARY_CONFIG),--config $(f))
 
 paper:
 	acerl profile slurm
