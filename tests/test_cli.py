@@ -100,6 +100,28 @@ def test_a_printed_fix_command_keeps_the_invocation_s_config_set_and_root(capsys
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("command", "fix"),
+    [
+        (
+            "grade",
+            "run the sample step first: `acerl sample --model tiny --method grpo --seed 0 --benchmark synth_easy",
+        ),
+        (
+            "passk",
+            "run the grade step first: `acerl grade --model tiny --method grpo --seed 0 --benchmark synth_easy",
+        ),
+    ],
+)
+def test_a_missing_evaluation_input_names_the_command_with_the_invocation_s_options(
+    capsys, tmp_path: Path, command: str, fix: str
+) -> None:
+    argv = ["--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
+    code, _, err = run_main(capsys, command, *argv, "--config", "config/test.yaml", "--root", str(tmp_path))
+    assert code == 3
+    assert_one_line(err, f"{fix} --config config/test.yaml --root {tmp_path}`)")
+
+
 def test_fix_command_repeats_only_the_options_of_its_invocation() -> None:
     from acerl.errors import fix_command, invocation_options
 

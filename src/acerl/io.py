@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from acerl.errors import BadInputError, MissingInputError, reading
+from acerl.errors import BadInputError, MissingInputError, fix_command, reading
 
 __all__ = [
     "DEFAULT_REQUIRED",
@@ -197,7 +197,9 @@ def read_jsonl(
     """
     path = Path(path)
     if not path.is_file():
-        raise MissingInputError(f"dataset file not found: {path} (run prepare-data first, or fix the path)")
+        raise MissingInputError(
+            f"dataset file not found: {path} (run {fix_command('prepare-data')} first, or fix the path)"
+        )
     rows: list[dict[str, Any]] = []
     with reading(path, remake), _open_text_read(path) as fh:
         for lineno, line in enumerate(fh, start=1):

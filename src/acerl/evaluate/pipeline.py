@@ -82,10 +82,14 @@ SCORED_COLUMNS: tuple[str, ...] = (
 # ---------------------------------------------------------------------------------------------- helpers
 def rerun(step: str, run: Run, benchmark: str) -> str:
     """The fix for a broken output of ``step`` (``sample``, ``grade``): the command that writes it again."""
-    command = fix_command(
+    return f"rerun {step_command(step, run, benchmark)} (or the workflow, which reruns the job)"
+
+
+def step_command(step: str, run: Run, benchmark: str) -> str:
+    """```acerl <step> --model .. --method .. --seed .. --benchmark ..```, with the invocation's options."""
+    return fix_command(
         step, "--model", run.model, "--method", run.method, "--seed", str(run.seed), "--benchmark", benchmark
     )
-    return f"rerun {command} (or the workflow, which reruns the job)"
 
 
 def eval_shard_seed(eval_seed: int, benchmark: str, run_seed: int, shard_index: int) -> int:
@@ -340,7 +344,10 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
 
     gen_file = paths.generations_file(root, benchmark, run)
     if not gen_file.is_file():
-        raise MissingInputError(f"generations file not found: {gen_file} (run the sample step first)")
+        raise MissingInputError(
+            f"generations file not found: {gen_file} (run the sample step first: "
+            f"{step_command('sample', run, benchmark)})"
+        )
     remake = rerun("sample", run, benchmark)
     rows = read_jsonl(gen_file, required=("id", "answer", "completions"), remake=remake)
     check_completions(rows, gen_file, remake)
@@ -422,7 +429,9 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     """
     scored_path = paths.scored_file(root, benchmark, run)
     if not scored_path.is_file():
-        raise MissingInputError(f"scored file not found: {scored_path} (run the grade step first)")
+        raise MissingInputError(
+            f"scored file not found: {scored_path} (run the grade step first: {step_command('grade', run, benchmark)})"
+        )
     scored, attrs = read_scored_columns(scored_path, ("id", "correct"), rerun("grade", run, benchmark))
     ids, n, c = problem_counts(scored["id"], scored["correct"])
     k_max = max(cfg.evaluation.ks)
