@@ -10,6 +10,8 @@ Errors follow one policy (:mod:`acerl.errors`): an expected failure prints one l
 and the fix and exits with its documented status (2 config, 3 missing input, 4 unusable input; ``--verbose`` adds
 the traceback); anything else is a bug and keeps its traceback (exit 1). A closed stdout (``acerl config runs |
 head``) ends the command quietly with 141, as a Unix tool killed by SIGPIPE.
+
+Kept as one module: the parser of every subcommand and the error policy around them read in one place.
 """
 
 from __future__ import annotations
