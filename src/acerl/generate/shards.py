@@ -157,6 +157,8 @@ def run_sharded(
                 raise RuntimeError(f"shard {index}: work returned {len(rows)} rows for {len(rng)} items")
             write_jsonl(path, rows)
             done += 1
+            if not progress:  # job logs (the rules run --no-progress): one line per shard for `tail -f`
+                logger.info("%s: shard %d/%d done (%d items)", desc, index + 1, len(ranges), len(rng))
         out.extend(rows)
     if skipped:
         logger.info("%s: resumed; %d finished shard(s) reused, %d computed", shard_dir, skipped, done)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -251,6 +253,20 @@ def _grader(cfg: Config, verifier: Verifier | None) -> AbstractContextManager[Ve
     return Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers)
 
 
+def step_line(run_id: str, step: int, total: int, metrics: Mapping[str, float]) -> str:
+    """The job log's line for one training step: reward, batch accuracy, entropy, KL and step time (a metric
+    the step did not log shows as ``-``)."""
+
+    def fmt(key: str, spec: str = ".3f") -> str:
+        value = metrics.get(key)
+        return "-" if value is None or not math.isfinite(value) else format(value, spec)
+
+    return (
+        f"{run_id}: step {step}/{total} reward {fmt('train/reward_mean')} acc {fmt('train/pass_rate')} "
+        f"entropy {fmt('actor/entropy')} kl {fmt('actor/kl_loss', '.4f')} ({fmt('timing/step', '.1f')} s)"
+    )
+
+
 def _train_loop(
     state: TrainState,
     settings: RunSettings,
@@ -294,6 +310,8 @@ def _train_loop(
                 bar.set_postfix(
                     reward=f"{metrics['train/reward_mean']:.3f}", acc=f"{metrics['train/pass_rate']:.3f}"
                 )
+                if not progress:  # job logs (the rules run --no-progress): one line per step for `tail -f`
+                    logger.info("%s", step_line(run.id, state.step, h.total_steps, metrics))
                 if flag.requested and state.step < h.total_steps:
                     raise TrainingPreempted(state.step, flag.signum or 0)
         finally:
