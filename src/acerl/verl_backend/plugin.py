@@ -517,6 +517,14 @@ def _cap_refills(cls: Any) -> None:
     def prepare_step(self: Any) -> Any:
         cap = refill_cap(self.config)
         self._acerl_dispatched = 0 if cap is None else cap.train_batch_size
+        if cap is not None:
+            logger.info(
+                "acerl: dynamic sampling cap at step %s: %d prompts (max_num_gen_batches %d x %d)",
+                getattr(self, "global_steps", "?"),
+                cap.budget,
+                cap.max_num_gen_batches,
+                cap.gen_batch_size,
+            )
         return prepare(self)
 
     def _add_prompts_to_generate(self: Any, num_prompts: int) -> Any:
@@ -537,6 +545,15 @@ def _cap_refills(cls: Any) -> None:
                 "for no cap (the DAPO recipe's rule)"
             )
         take = min(int(num_prompts), left)
+        if take < int(num_prompts):
+            logger.info(
+                "acerl: dynamic sampling at step %s: refill of %d prompts cut to %d (%d of %d dispatched)",
+                getattr(self, "global_steps", "?"),
+                int(num_prompts),
+                max(take, 0),
+                dispatched,
+                cap.budget,
+            )
         if take <= 0:
             return 0
         self._acerl_dispatched = dispatched + take
