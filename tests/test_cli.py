@@ -201,8 +201,8 @@ def test_missing_dataset_file_names_the_key(capsys, tmp_path: Path) -> None:
         capsys, "prepare-data", "--config", "config/paper.yaml", "--root", str(tmp_path),
         "--set", f"data.real.train.path={tmp_path / 'nope.jsonl'}",
     )  # fmt: skip
-    assert code == BadInputError.exit_code == 4
-    assert_one_line(err, "acerl prepare-data: bad input:", "nope.jsonl")
+    assert code == MissingInputError.exit_code == 3
+    assert_one_line(err, "acerl prepare-data: missing input:", f"{tmp_path / 'nope.jsonl'} (data.real.train.path:")
 
 
 def test_malformed_data_row_names_file_and_line(capsys, tmp_path: Path) -> None:
