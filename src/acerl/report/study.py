@@ -43,6 +43,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NO_THINKING_TEMPLATES = {"qwen3_boxed_nothink"}
+VERL_ONLY_ROWS = ("Micro-batch size per GPU", "Validation samples", "GPU memory utilization")
+"""Table 5 rows only the verl backend reads (verl's micro-batches, its validation rollouts, vLLM's GPU share)."""
 
 
 def _ablation_label(cfg: Config, method: str) -> str:
@@ -80,6 +82,7 @@ def report_spec(cfg: Config) -> ReportSpec:
             benchmark=cfg.table_benchmark("alpha_sweep"),
             methods={cfg.sweep_method(a): float(a) for a in s.alphas},
             default_alpha=default,
+            ks=_sweep_ks(cfg),
             seeds=cfg.table_rows("alpha_sweep"),
         )
     ablation = None
@@ -113,9 +116,11 @@ def report_spec(cfg: Config) -> ReportSpec:
 
 
 def hyperparameters_from_config(cfg: Config) -> dict[str, dict[str, Any]]:
-    """Paper Table 5 from the config: ``{model: {row label: value}}`` for the main grid's models.
+    """Paper Table 5 from the config: ``{model: {row label: value}}`` for the main grid's models, with only the
+    settings the study used.
 
-    The verl backend counts epochs (``total_epochs``); the local backend counts optimizer steps.
+    The verl backend counts epochs (``total_epochs``); the local backend counts optimizer steps and reads none of
+    :data:`VERL_ONLY_ROWS`. Pass@k's samples per problem (``evaluation.n``) are a row for both.
     """
     out: dict[str, dict[str, Any]] = {}
     for key in cfg.study.main.models:
@@ -138,11 +143,19 @@ def hyperparameters_from_config(cfg: Config) -> dict[str, dict[str, Any]]:
             "Max response length": t.max_response_length,
             "Rollout samples per prompt": t.group_size,
             "Validation samples": t.val_samples,
+            "Pass@k samples per problem": cfg.evaluation.n,
             "GPU memory utilization": t.gpu_memory_utilization,
             "KL coefficient $\\beta$": t.kl_coef,
             "Enable thinking (Qwen3)": False if model.template in _NO_THINKING_TEMPLATES else None,
         }
+        if cfg.compute.backend != "verl":
+            out[key] = {k: v for k, v in out[key].items() if k not in VERL_ONLY_ROWS}
     return out
+
+
+def _sweep_ks(cfg: Config) -> tuple[int, ...]:
+    """Table 4's columns: Pass@1 and the study's largest k (the paper's Pass@32 at its scale)."""
+    return tuple(sorted({1, max(cfg.evaluation.ks)}))
 
 
 def report_study(
