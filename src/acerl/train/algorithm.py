@@ -305,9 +305,12 @@ def update_policy(
         advantages, loss_mask = out.token_level(mask), out.loss_mask(mask)
     stats = _ActorStats()
     for epoch in range(h.ppo_epochs):
-        for mini in torch.arange(mask.shape[0], device=mask.device).split(h.mini_batch_size * h.group_size):
+        for mini in _update_rows(mask.shape[0], out, mask.device).split(h.mini_batch_size * h.group_size):
+            if mini.numel() == 0:  # no rollout enters the loss (NSR on an all-correct batch): no update
+                continue
             agg = None if out is None else _aggregation(setup, loss_mask[mini])
             state.optimizer.zero_grad(set_to_none=True)
+            update = True
             for rows in micro_batches(
                 batch, mini, h.micro_batch_size_per_gpu, setup.max_tokens_per_micro_batch
             ):
@@ -318,6 +321,10 @@ def update_policy(
                         out = estimate(old)
                     advantages, loss_mask = out.token_level(mask), out.loss_mask(mask)
                     agg = _aggregation(setup, loss_mask[mini])
+                    if not bool(loss_mask[mini].any()):  # no rollout enters the loss (NSR, all correct)
+                        stats.add_entropy(entropy, m)
+                        update = False
+                        break
                 assert advantages is not None and agg is not None
                 t = m.shape[1]
                 stats.add_entropy(entropy, m)  # entropy of the policy that sampled the batch (first pass)
@@ -325,9 +332,19 @@ def update_policy(
                 lm = loss_mask[rows, :t]  # the estimator's loss rows (PSR / NSR keep a subset)
                 loss = _loss(setup, stats, logprobs, old[rows, :t], advantages[rows, :t], ref, lm, agg)
                 loss.backward()
-            _optimizer_step(state, setup, stats)
+            if update:
+                _optimizer_step(state, setup, stats)
     assert old is not None and out is not None
     return PolicyUpdate(stats.metrics(), old, out)
+
+
+def _update_rows(n: int, out: AdvantageOutput | None, device: torch.device) -> Tensor:
+    """The rows the update's mini-batches split, in order: all ``n``, or, once the advantages are known, the
+    estimator's loss rows only (PSR / NSR: the authors' trainer subsets the batch before splitting it)."""
+    rows = torch.arange(n, device=device)
+    if out is None or out.loss_rows is None:
+        return rows
+    return rows[out.loss_rows.to(device)]
 
 
 @torch.no_grad()
