@@ -127,6 +127,11 @@ def train_metrics_file(root: Path | str, run: Run) -> Path:
     return run_dir(root, run) / "metrics.jsonl"
 
 
+def tracker_dir(root: Path | str, run: Run) -> Path:
+    """The run's experiment-tracker folder (``compute.tracker``: TensorBoard event files, or wandb's files)."""
+    return run_dir(root, run) / "tracker"
+
+
 def live_dir(root: Path | str, run: Run) -> Path:
     """The run's dvclive folder (``plots/metrics/<prefix>/<name>.tsv``), rebuilt from ``metrics.jsonl``."""
     return run_dir(root, run) / "dvclive"
@@ -203,6 +208,11 @@ def figures_dir(root: Path | str) -> Path:
 def report_file(root: Path | str) -> Path:
     """A one-page Markdown view of every table and figure."""
     return results_dir(root) / "report.md"
+
+
+def report_page_file(root: Path | str) -> Path:
+    """:func:`report_file` as an HTML page (tables inline, figures embedded): the landing page of the report."""
+    return results_dir(root) / "report.html"
 
 
 def compute_file(root: Path | str) -> Path:

@@ -325,6 +325,7 @@ def _outputs_report(cfg: Config, job: Job) -> list[Output]:
         Output("figures", _p(paths.figures_dir(ROOT)), directory=True),
         Output("compute", _p(paths.compute_file(ROOT)), keep_in_dvc=True),
         Output("summary", _p(paths.report_file(ROOT))),
+        Output("page", _p(paths.report_page_file(ROOT))),
     ]
 
 
@@ -617,6 +618,28 @@ def _key_values(cfg: Config, keys: Iterable[str]) -> dict[str, Any]:
     """``{key: value}`` in the validated config (defaults included)."""
     data = cfg.model_dump(mode="json")
     return {k: _lookup(data, k) for k in keys}
+
+
+PARAMS_RECORD = "acerl_params.json"
+
+
+def params_record_file(root: str | Path, job: Job) -> Path | None:
+    """Where a preparation job (``prepare_data``, ``prepare_base``) records its :func:`param_values` beside its
+    outputs, so that a trainer reusing them can check they were made for its config; ``None`` for other jobs."""
+    if job.stage == "prepare_data":
+        return paths.data_file(root, "train").parent / PARAMS_RECORD
+    if job.stage == "prepare_base":
+        return paths.base_model_dir(root, _req(job.model, "model")) / PARAMS_RECORD
+    return None
+
+
+def record_params(cfg: Config, root: str | Path, job: Job) -> Path | None:
+    """Write :func:`param_values` of preparation ``job`` to :func:`params_record_file` (``None``: a job that
+    records none)."""
+    from acerl.io import write_json
+
+    file = params_record_file(root, job)
+    return None if file is None else write_json(file, param_values(cfg, job), indent=2, sort_keys=True)
 
 
 def param_values(cfg: Config, job: Job) -> dict[str, Any]:

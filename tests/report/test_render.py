@@ -33,6 +33,7 @@ def _check_outputs(
 ) -> None:
     assert sorted(p.stem for p in (out / "tables").glob("*.tex")) == sorted(tables)
     assert sorted(p.stem for p in (out / "tables").glob("*.md")) == sorted(tables)
+    assert sorted(p.stem for p in (out / "tables").glob("*.html")) == sorted(tables)
     for fmt, magic in (("pdf", PDF_MAGIC), ("png", PNG_MAGIC)):
         expected = sorted(figures) if fmt in formats else []
         assert sorted(p.stem for p in (out / "figures").glob(f"*.{fmt}")) == expected
@@ -73,7 +74,7 @@ def test_render_all_writes_every_table_and_figure(
         )
     assert "skipping" not in caplog.text
     _check_outputs(tmp_path, ALL_TABLES, ALL_FIGURES)
-    assert len(written) == 2 * len(ALL_TABLES) + 2 * len(ALL_FIGURES) + 1
+    assert len(written) == 3 * len(ALL_TABLES) + 2 * len(ALL_FIGURES) + 1
     md = (tmp_path / "tables" / "passk_bench_a.md").read_text()
     assert "| Large-7B + ACE-DAPO |" in md and " ± " in md
     assert " ± " not in (tmp_path / "tables" / "passk_bench_b.md").read_text()  # no-CI benchmark (Table 2)

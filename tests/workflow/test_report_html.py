@@ -45,10 +45,10 @@ def test_snakemake_report_holds_every_table_and_figure(ci_study: Path, tmp_path:
         names = z.namelist()
         html = "\n".join(z.read(n).decode("utf-8", "replace") for n in names if n.endswith((".html", ".js")))
     shipped = {Path(n).name for n in names}
-    tables = sorted(p.name for p in paths.tables_dir(study).glob("*.md"))
+    tables = sorted(p.name for p in paths.tables_dir(study).glob("*.html"))  # shown inline, unlike Markdown
     figures = sorted(p.name for p in paths.figures_dir(study).glob("*.png"))
     assert tables and figures
-    missing = [f for f in [*tables, *figures, "report.md", "compute.md"] if f not in shipped]
+    missing = [f for f in [*tables, *figures, "report.html", "compute.md"] if f not in shipped]
     assert not missing, f"not in the Snakemake report: {missing}"
     for stem, kind in [
         *((Path(t).stem, "table") for t in tables),

@@ -1,6 +1,7 @@
-# report: reads passk, diagnostics, training, paper; writes results/tables, results/figures, results/compute.md, results/report.md
+# report: reads passk, diagnostics, training, paper; writes results/tables, results/figures, results/compute.md, results/report.md, results/report.html
 # The paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
-# accounting from the benchmark TSVs. `snakemake --report report.html` shows every table and figure by category.
+# accounting from the benchmark TSVs. `snakemake --report report.html --configfile <the run's config>` shows
+# every table (its HTML rendering, readable in the page) and figure by category, and the summary page.
 # Inputs, outputs and params: the stage table (acerl.stages); report() adds the HTML report's presentation.
 # update(): Snakemake neither deletes the previous report before the job nor after a failure (a bad result file):
 # it keeps a copy and puts it back, so a failed report leaves the last good one in place.
@@ -13,7 +14,7 @@ rule report:
     output:
         tables=report(
             update(REPORT_OUT["tables"]),
-            patterns=["{name}.md"],
+            patterns=["{name}.html"],
             caption="../report/item.rst",
             category=report_category("table"),
             labels=report_labels("table"),
@@ -31,11 +32,12 @@ rule report:
             category="Compute",
             labels={"name": "compute.md", "kind": "compute"},
         ),
-        summary=report(
-            update(REPORT_OUT["summary"]),
+        summary=update(REPORT_OUT["summary"]),
+        page=report(
+            update(REPORT_OUT["page"]),
             caption="../report/summary.rst",
             category="Summary",
-            labels={"name": "report.md", "kind": "summary"},
+            labels={"name": "report.html", "kind": "summary"},
         ),
     log:
         log_path("report"),

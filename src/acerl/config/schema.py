@@ -551,9 +551,20 @@ class DiagnosticsConfig(_Model):
 
 class StudyConfig(_Model):
     main: MainGrid
-    alpha_sweep: AlphaSweep | None = None
-    ablation: Ablation | None = None
-    diagnostics: DiagnosticsConfig | None = None
+    alpha_sweep: AlphaSweep | None = Field(
+        None,
+        description="Table 4: extra runs of one ACE method at other alphas (null: no sweep, no runs); set it "
+        "null with ablation and diagnostics to run the main grid alone (config/one_method.yaml)",
+    )
+    ablation: Ablation | None = Field(
+        None,
+        description="Table 3: runs of the modulation functions, e.g. ACE-ReLU (null: no ablation, no runs)",
+    )
+    diagnostics: DiagnosticsConfig | None = Field(
+        None,
+        description="held-out OEF and entropy checkpoints of some runs (Figs. 3-4; null: no diagnose jobs, "
+        "no such figures; the training-dynamics figure still shows each batch's OEF)",
+    )
 
 
 # -------------------------------------------------------------------------------------- eval, resources
@@ -628,6 +639,13 @@ class Resources(_Model):
 
 class ComputeConfig(_Model):
     backend: Literal["local", "verl"] = Field("local", description="trainer backend")
+    tracker: Literal["none", "tensorboard", "wandb"] = Field(
+        "none",
+        description="experiment tracker that also receives each training step's metrics (metrics.jsonl is "
+        "written either way): tensorboard writes event files under runs/<model>/<method>/seed<s>/tracker "
+        "(`tensorboard --logdir runs`); wandb needs the wandb package and a login, or WANDB_MODE=offline. "
+        "The verl backend passes the same choice to trainer.logger",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="device of the local trainer and the HF sampler: 'auto' is cuda when a GPU is visible, "

@@ -1,7 +1,7 @@
 """What each table and figure of a study's report is: its category and caption in Snakemake's HTML report.
 
-``snakemake --report report.html`` (or ``.zip``) lists every table (``results/tables/*.md``) and figure
-(``results/figures/*.png``) the report rule wrote, grouped by category, each with the caption given here
+``snakemake --report report.html`` (or ``.zip``) lists every table (``results/tables/*.html``, the Markdown
+table as a page the report shows inline) and figure (``results/figures/*.png``) the report rule wrote, grouped by category, each with the caption given here
 (``workflow/rules/report.smk`` passes :func:`captions` to ``workflow/report/item.rst``). A file this catalog does
 not know (a table added later) still appears, under "Other tables" / "Other figures" with its name.
 """
@@ -37,6 +37,13 @@ _TABLES: tuple[tuple[str, str, str], ...] = (
         "Significance",
         "Each ACE method minus its GRPO-estimator baseline on {b}, in Pass@k points, with the paired t-test "
         "p-value where runs are paired by seed (else Welch's), Holm-adjusted (primary endpoint and the rest).",
+    ),
+    (
+        r"power_(?P<b>.+)",
+        "Significance",
+        "Each ACE method minus its baseline on {b}, in Pass@k points: the paired 95% interval across seeds, the "
+        "interval with seeds and problems both random, and the smallest difference the seeds could detect "
+        "(MDE at 80% power).",
     ),
     (
         r"alpha_sensitivity",
@@ -103,7 +110,11 @@ def describe(stem: str, kind: Kind) -> ReportItem:
 def captions(cfg: Config) -> dict[str, str]:
     """Caption of every table and figure a study can write, by file stem (Snakemake's report ``params``)."""
     stems = [
-        *(f"{prefix}_{b}" for b in cfg.evaluation.benchmarks for prefix in ("passk", "significance")),
+        *(
+            f"{prefix}_{b}"
+            for b in cfg.evaluation.benchmarks
+            for prefix in ("passk", "significance", "power")
+        ),
         *(p for p in TABLE_STEMS if "(" not in p),
     ]
     out = {s: describe(s, "table").caption for s in stems}

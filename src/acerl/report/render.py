@@ -3,7 +3,7 @@
 :func:`render_all` works on DataFrames; :func:`render_from_files` and :func:`render_paper` are the thin
 file-reading wrappers. Output layout::
 
-    <out>/tables/passk_<benchmark>.{tex,md}          Tables 1/2
+    <out>/tables/passk_<benchmark>.{tex,md,html}     Tables 1/2 (every table: LaTeX, Markdown, HTML)
     <out>/tables/significance_<benchmark>.{tex,md}   ACE vs baseline, paired (else Welch) p-values, Holm
     <out>/tables/ablation_modulation.{tex,md}        Table 3
     <out>/tables/alpha_sensitivity.{tex,md}          Table 4
@@ -43,6 +43,7 @@ from acerl.report.aggregate import (
     significance_from_summary,
 )
 from acerl.report.frames import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
+from acerl.report.html import html_page
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
 from acerl.report.power import power_frame
 from acerl.report.spec import ReportSpec
@@ -54,11 +55,14 @@ log = logging.getLogger(__name__)
 
 
 def write_table(table: tables.Table, directory: str | Path) -> list[Path]:
-    """Write ``<directory>/<table.name>.tex`` and ``.md`` atomically; returns both paths."""
+    """Write ``<directory>/<table.name>.tex``, ``.md`` and ``.html`` (the Markdown as a page a browser shows,
+    :func:`acerl.report.html.html_page`) atomically; returns the three paths."""
     d = Path(directory)
+    markdown = tables.to_markdown(table)
     return [
         write_text(d / f"{table.name}.tex", tables.to_latex(table)),
-        write_text(d / f"{table.name}.md", tables.to_markdown(table)),
+        write_text(d / f"{table.name}.md", markdown),
+        write_text(d / f"{table.name}.html", html_page(table.name, markdown)),
     ]
 
 

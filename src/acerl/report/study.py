@@ -8,9 +8,12 @@ file the study produced (``acerl.paths``) and writes ``<root>/results/{tables,fi
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from acerl import paths
 from acerl.config import BASE_METHOD, Config
@@ -18,6 +21,9 @@ from acerl.errors import MissingInputError
 from acerl.io import write_text
 from acerl.report.aggregate import MissingData
 from acerl.report.compute import NO_ACCOUNTING, compute_tables, kept_accounting
+from acerl.report.figures import paired_difference_frame
+from acerl.report.frames import load_passk_records
+from acerl.report.html import html_page
 from acerl.report.inputs import (
     SNAKEFILE_CONFIG,
     check_result_files,
@@ -38,6 +44,7 @@ __all__ = [
     "add_compute_accounting",
     "remove_stale",
     "training_metrics_files",
+    "results_summary",
 ]
 
 log = logging.getLogger(__name__)
@@ -204,7 +211,37 @@ def report_study(
         notice = partial_notice(missing, len(wanted) + len(diag_wanted), root)
         report = paths.report_file(root)
         write_text(report, with_notice(report.read_text(encoding="utf-8"), notice))
-    return written + add_compute_accounting(cfg, root)
+    written += add_compute_accounting(cfg, root)
+    runs = load_passk_records(passk_files) if passk_files else None
+    log.info("%s", results_summary(cfg, runs, root))
+    return written
+
+
+def results_summary(cfg: Config, runs: pd.DataFrame | None, root: str | Path) -> str:
+    """The lines ``acerl report`` ends with: the primary endpoint (``report.primary``) of each ACE method
+    against its baseline, per model, as the mean per-seed difference with its paired 95% t interval and the
+    seeds paired, then where the report is."""
+    bench, k = cfg.primary_endpoint
+    spec = report_spec(cfg)
+    lines = [
+        f"Results: {cfg.name}; primary endpoint Pass@{k} on {spec.names.benchmark(bench)}, ACE minus baseline:"
+    ]
+    diffs = paired_difference_frame(runs, dict(spec.comparisons)) if runs is not None else None
+    rows = diffs[(diffs["benchmark"] == bench) & (diffs["k"] == k)] if diffs is not None else pd.DataFrame()
+    for row in rows.itertuples():
+        ci = (
+            f"95% CI {100 * row.ci_low:+.1f} to {100 * row.ci_high:+.1f}"
+            if math.isfinite(row.ci_low)
+            else "no interval from one seed"
+        )
+        lines.append(
+            f"  {spec.names.model(row.model)}: {spec.names.method(row.method)} - {spec.names.method(row.baseline)}"
+            f" = {100 * row.delta:+.1f} points ({ci}; {row.n_seeds} seeds paired)"
+        )
+    if rows.empty:
+        lines.append("  no ACE method shares a seed with its baseline at the primary endpoint")
+    lines.append(f"Report: {paths.report_page_file(root)} (Markdown: {paths.report_file(root)})")
+    return "\n".join(lines)
 
 
 def training_metrics_files(cfg: Config, root: str | Path) -> list[Path]:
@@ -226,8 +263,8 @@ def remove_stale(written: list[Path], folders: list[Path]) -> None:
 
 
 def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
-    """Write ``results/compute.md`` (:func:`acerl.report.compute.compute_tables`) and append it to
-    ``report.md``.
+    """Write ``results/compute.md`` (:func:`acerl.report.compute.compute_tables`), append it to ``report.md``
+    and write the whole page as ``results/report.html`` (:func:`acerl.report.html.html_page`).
 
     Kept out of ``results/tables/``: timings differ on every machine, while the tables are a function of the
     result files alone (a colleague who pulls the results regenerates them bit for bit). Jobs run by DVC leave
@@ -247,7 +284,9 @@ def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
         text = kept or f"{NO_ACCOUNTING}: {e} (Snakemake writes them; DVC does not).\n"
     report = paths.report_file(root)
     section = "\n## Compute\n\n" + text
+    summary = report.read_text(encoding="utf-8") + section
     return [
         write_text(paths.compute_file(root), f"# Compute: {cfg.name}\n" + section.split("\n", 2)[2]),
-        write_text(report, report.read_text(encoding="utf-8") + section),
+        write_text(report, summary),
+        write_text(paths.report_page_file(root), html_page(f"Results: {cfg.name}", summary, report.parent)),
     ]

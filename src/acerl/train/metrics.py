@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from acerl.io import write_text
+from acerl.train.tracker import Tracker
 
 __all__ = ["MetricsLog", "Timer", "read_metrics"]
 
@@ -68,10 +69,15 @@ class MetricsLog:
         jsonl_path: the ``metrics.jsonl`` file.
         resume_step: records with a larger step are removed (0 on a fresh start: the file is emptied).
         live_dir: dvclive folder, rebuilt from the kept records; ``None`` disables dvclive.
+        tracker: an experiment tracker (:func:`acerl.train.tracker.open_tracker`) that receives each new record
+            and is closed with the log; ``None``: none.
     """
 
-    def __init__(self, jsonl_path: Path, resume_step: int, live_dir: Path | None = None) -> None:
+    def __init__(
+        self, jsonl_path: Path, resume_step: int, live_dir: Path | None = None, tracker: Tracker | None = None
+    ) -> None:
         self.path = Path(jsonl_path)
+        self._tracker = tracker
         kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= resume_step]
         write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._fh = self.path.open("a", encoding="utf-8")
@@ -95,9 +101,13 @@ class MetricsLog:
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._to_live(record)
+        if self._tracker is not None:
+            self._tracker.log(step, record)
 
     def close(self) -> None:
         self._fh.close()
+        if self._tracker is not None:
+            self._tracker.close()
 
     def __enter__(self) -> MetricsLog:
         return self

@@ -44,13 +44,14 @@ from acerl.train.checkpoint import (
     supersede_stale_state,
 )
 from acerl.train.data import PromptStream, TrainingSet
-from acerl.train.finished import FINAL_SPEC_FILE, check_final
+from acerl.train.finished import FINAL_SPEC_FILE, check_final, check_reused_inputs
 from acerl.train.lock import run_lock
 from acerl.train.metrics import MetricsLog
 from acerl.train.optim import build_optimizer
 from acerl.train.rewards import Verifier
 from acerl.train.signals import PreemptionFlag, TrainingPreempted
 from acerl.train.state import TrainState
+from acerl.train.tracker import Tracker, open_tracker
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ def _train_locked(
 ) -> Path:
     """:func:`train_run` under the run's lock, once it is known that there is no finished run to return."""
     final = paths.policy_dir(root, run)
+    check_reused_inputs(cfg, root, run)
     _warn_short_mini_batch(settings)
     spec_text = _comparable_spec(spec)
     run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
@@ -183,7 +185,9 @@ def _train_locked(
         elif 0 in settings.diagnostic_steps:
             save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
         with _grader(cfg, verifier) as grader:
-            _train_loop(state, settings, data, run, root, spec_text, grader, progress)
+            _train_loop(
+                state, settings, data, run, root, spec_text, grader, progress, _tracker(cfg, run, root)
+            )
         save_hf_folder(
             final,
             state.model,
@@ -253,6 +257,11 @@ def _grader(cfg: Config, verifier: Verifier | None) -> AbstractContextManager[Ve
     return Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers)
 
 
+def _tracker(cfg: Config, run: Run, root: Path) -> Tracker | None:
+    """``compute.tracker`` of the run (:mod:`acerl.train.tracker`), writing under ``paths.tracker_dir``."""
+    return open_tracker(cfg.compute.tracker, paths.tracker_dir(root, run), project=cfg.name, name=run.id)
+
+
 def step_line(run_id: str, step: int, total: int, metrics: Mapping[str, float]) -> str:
     """The job log's line for one training step: reward, batch accuracy, entropy, KL and step time (a metric
     the step did not log shows as ``-``)."""
@@ -276,6 +285,7 @@ def _train_loop(
     spec_text: str,
     grader: Verifier,
     progress: bool,
+    tracker: Tracker | None = None,
 ) -> None:
     h = settings.hyper
     ckpt_dir = paths.checkpoints_dir(root, run)
@@ -295,7 +305,7 @@ def _train_loop(
 
     with (
         PreemptionFlag() as flag,
-        MetricsLog(paths.train_metrics_file(root, run), state.step, live_dir) as log,
+        MetricsLog(paths.train_metrics_file(root, run), state.step, live_dir, tracker) as log,
     ):
         bar = tqdm(total=h.total_steps, initial=state.step, desc=run.id, unit="step", disable=not progress)
         try:

@@ -39,6 +39,7 @@ from acerl.errors import MissingInputError
 from acerl.io import write_json, write_text
 from acerl.provenance import record_launch
 from acerl.settings import resolve, run_spec
+from acerl.train.tracker import verl_loggers
 from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE, VERL_BUILTIN_ESTIMATORS
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
@@ -354,7 +355,7 @@ def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
     out = [
         _kv("trainer.project_name", cfg.name),
         _kv("trainer.experiment_name", f"{run.model}-{run.method}-seed{run.seed}"),
-        _kv("trainer.logger", ["console", "file"]),
+        _kv("trainer.logger", verl_loggers(cfg.compute.tracker)),  # compute.tracker: the local trainer's too
         _kv("trainer.nnodes", res.nodes),
         _kv("trainer.n_gpus_per_node", res.gpus),
         _kv("trainer.total_epochs", tr.total_epochs),
@@ -379,10 +380,15 @@ def verl_env(cfg: Config, run: Run, root: Path | str) -> dict[str, str]:
     """Environment variables every verl process needs: the config's ``plugins`` (first, so the ACE plugin
     registers their estimators), the ACE plugin and the per-step metrics file."""
     extra = [m.strip() for m in os.environ.get(EXTRA_MODULES_ENV, "").split(",") if m.strip()]
-    return {
+    env = {
         PLUGIN_ENV: ",".join([*cfg.plugins, PLUGIN_MODULE, *extra]),
         FILE_LOGGER_ENV: str(paths.verl_logs_dir(Path(root).resolve(), run) / "metrics.jsonl"),
     }
+    if cfg.compute.tracker != "none":  # verl's TensorBoard / wandb loggers write where these say
+        env["TENSORBOARD_DIR" if cfg.compute.tracker == "tensorboard" else "WANDB_DIR"] = str(
+            paths.tracker_dir(Path(root).resolve(), run)
+        )
+    return env
 
 
 def _ray_overrides(cfg: Config, run: Run, root: Path) -> list[str]:

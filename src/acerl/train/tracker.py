@@ -1,0 +1,86 @@
+"""Experiment trackers the training loop also logs to (``compute.tracker``): TensorBoard or wandb, off by default.
+
+``metrics.jsonl`` stays the record (:mod:`acerl.train.metrics`); a tracker is a view for the tools RL
+researchers already use. TensorBoard writes event files with ``torch.utils.tensorboard`` (the ``tensorboard``
+package is in the lock); wandb is imported only when chosen, so it is never a dependency of a default run.
+The verl backend passes the same choice to verl's ``trainer.logger`` (:func:`verl_loggers`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from acerl.config import ConfigError
+
+__all__ = ["Tracker", "TrackerKind", "open_tracker", "verl_loggers"]
+
+TrackerKind = Literal["none", "tensorboard", "wandb"]
+
+
+class Tracker(Protocol):
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
+
+
+class _TensorBoard:
+    def __init__(self, log_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        for key, value in _scalars(metrics).items():
+            self._writer.add_scalar(key, value, global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class _Wandb:
+    def __init__(self, log_dir: Path, project: str, name: str) -> None:
+        try:
+            import wandb
+        except ImportError as e:
+            raise ConfigError(
+                "compute.tracker: wandb is not installed; pip install wandb, or set compute.tracker: tensorboard"
+            ) from e
+        self._run = wandb.init(project=project, name=name, id=name.replace("/", "-"), dir=str(log_dir),
+                               resume="allow")  # fmt: skip
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self._run.log(_scalars(metrics), step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def open_tracker(kind: TrackerKind, log_dir: Path | str, *, project: str, name: str) -> Tracker | None:
+    """The tracker ``kind`` writing under ``log_dir`` (created), or ``None`` for ``"none"``."""
+    if kind == "none":
+        return None
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if kind == "tensorboard":
+        return _TensorBoard(log_dir)
+    if kind == "wandb":
+        return _Wandb(log_dir, project, name)
+    raise ConfigError(f"compute.tracker: unknown tracker {kind!r}; valid: none, tensorboard, wandb")
+
+
+def verl_loggers(kind: TrackerKind) -> list[str]:
+    """verl's ``trainer.logger`` list for ``kind``: the console and the file logger the launcher reads, plus the
+    tracker (verl's own names: ``tensorboard``, ``wandb``)."""
+    return ["console", "file"] + ([] if kind == "none" else [kind])
