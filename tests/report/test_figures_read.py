@@ -134,8 +134,8 @@ def test_oef_panels_say_what_they_show_and_span_training():
     fig = figures.oef_figure(diagnostics_frames(recs).records, names=NAMES, methods=METHODS)
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == [
-        "Small-1B: share of errors that are overconfident",
-        "Small-1B: confidence of overconfident errors",
+        "Overconfident-error fraction · Small-1B",
+        "Overconfidence magnitude · Small-1B",
     ]
     assert all(ax.get_xlim()[0] == 0 for ax in fig.axes)  # not 3.8-4.2 around the one step
     assert all(not _bands(ax) for ax in fig.axes)  # two seeds: no 0-150% band on a fraction

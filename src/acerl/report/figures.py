@@ -339,8 +339,8 @@ def oef_figure(
             ax_f.set_ylabel("overconfident-error\nfraction (OEF)")
             ax_f.yaxis.set_major_formatter(PercentFormatter(decimals=0))
             ax_m.set_ylabel("mean overconfidence\n" + r"$\mathbb{E}[c_i \mid c_i > 0,\, r_i = 0]$")
-            ax_f.set_title(f"{names.model(model)}: share of errors that are overconfident")
-            ax_m.set_title(f"{names.model(model)}: confidence of overconfident errors")
+            ax_f.set_title(f"Overconfident-error fraction · {names.model(model)}")
+            ax_m.set_title(f"Overconfidence magnitude · {names.model(model)}")
             last = float(d["step"].max()) if len(d) else 1.0
             for ax in (ax_f, ax_m):
                 ax.set_xlim(0, max(last, 1.0) * 1.04)
