@@ -29,7 +29,7 @@ from pathlib import Path
 from acerl.allocator import tune_allocator
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
 from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, invocation_options
-from acerl.stages import StageSpec, subcommand_stage
+from acerl.stages import Job, StageSpec, record_params, subcommand_stage
 
 log = logging.getLogger("acerl")
 
@@ -151,6 +151,7 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
     for split, path in prepare_data(cfg, args.root).items():
         log.info("wrote %s -> %s", split, path)
+    record_params(cfg, args.root, Job("prepare_data"))
     return 0
 
 
@@ -161,6 +162,7 @@ def cmd_prepare_base(args: argparse.Namespace) -> int:
 
     _threads(cfg)
     out = prepare_base(cfg, args.model, args.root)
+    record_params(cfg, args.root, Job("prepare_base", args.model))
     log.info("base model ready: %s", out)
     return 0
 

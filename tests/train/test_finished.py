@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from trainer_fixtures import REPO, TRAIN_OVERRIDES, DigitVerifier, make_config
 
+from acerl import paths
 from acerl.cli import main
 from acerl.config import Run
+from acerl.stages import Job, record_params
 from acerl.train import train_run
-from acerl.train.finished import FINAL_SPEC_FILE, StaleFinalError, spec_differences
+from acerl.train.finished import FINAL_SPEC_FILE, StaleFinalError, StaleInputError, spec_differences
 
 RUN = Run("tiny", "grpo", 0)
 
@@ -70,3 +72,28 @@ def test_spec_differences_name_each_leaf():
     old = {"a": 1, "b": {"c": [1, 2], "d": "x"}, "e": 0}
     new = {"a": 1, "b": {"c": [1, 3], "d": "x"}, "f": True}
     assert spec_differences(old, new) == ["b.c: [1, 2] vs [1, 3]", "e: 0 vs (absent)", "f: (absent) vs true"]
+
+
+def test_data_or_a_base_model_made_for_another_config_is_not_reused(tiny_root: Path, verifier: DigitVerifier):
+    """``data/`` and ``models/base/<model>/`` made by another config used to be trained on without a word; the
+    params their preparation recorded are now checked (folders without a record, as older code made, are not)."""
+    made = make_config()
+    record_params(made, tiny_root, Job("prepare_data"))
+    record_params(made, tiny_root, Job("prepare_base", "tiny"))
+    other_data = make_config("models.tiny.train.total_steps=1", "data.synthetic.seed=7")
+    with pytest.raises(StaleInputError) as e:
+        train_run(other_data, RUN, tiny_root, verifier=verifier, progress=False)
+    assert str(e.value) == (
+        f"{tiny_root / 'data'} was made for another config than the requested run tiny/grpo/seed0 (acerl_params.json: "
+        "data.synthetic.seed: 0 vs 7): rebuild it with `acerl prepare-data` and this command's --config/--set, or "
+        "give the config that made it"
+    )
+    other_base = make_config("models.tiny.train.total_steps=1", "models.tiny.sft.lr=0.01")
+    with pytest.raises(
+        StaleInputError, match=r"models/base/tiny was made .*models\.tiny\.sft\.lr: \(absent\) vs 0\.01\)"
+    ):
+        train_run(other_base, RUN, tiny_root, verifier=verifier, progress=False)
+    assert verifier.calls == 0 and not paths.policy_dir(tiny_root, RUN).exists()
+    assert _train(
+        tiny_root, verifier, "models.tiny.train.total_steps=1"
+    ).is_dir()  # the config that made them

@@ -5,6 +5,10 @@ weights). A later ``acerl train`` of the same (model, method, seed) returns that
 would train with is the same; otherwise :func:`check_final` raises a one-line error naming the folder, each
 differing key (``key: old vs new``) and the fix. A final folder written before the spec was recorded inside it
 is checked against ``run_spec.json`` of its run folder (the settings its training started with).
+
+The training data (``data/``) and the base model (``models/base/<model>/``) a new training reuses are checked the
+same way (:func:`check_reused_inputs`) against the params their preparation recorded beside them
+(:func:`acerl.stages.params_record_file`); a folder without that record (made by older code) is not checked.
 """
 
 from __future__ import annotations
@@ -14,11 +18,20 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from acerl.config import Config, Run
 from acerl.errors import BadInputError, reading
+from acerl.stages import Job, param_values, params_record_file, spec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FINAL_SPEC_FILE", "StaleFinalError", "check_final", "spec_differences"]
+__all__ = [
+    "FINAL_SPEC_FILE",
+    "StaleFinalError",
+    "StaleInputError",
+    "check_final",
+    "check_reused_inputs",
+    "spec_differences",
+]
 
 FINAL_SPEC_FILE = "run_spec.json"
 _SHOWN = 4  # differing keys named in the message; the rest are counted
@@ -26,6 +39,10 @@ _SHOWN = 4  # differing keys named in the message; the rest are counted
 
 class StaleFinalError(BadInputError):
     """The final policy folder was trained with other settings than the ones requested."""
+
+
+class StaleInputError(BadInputError):
+    """The training data or base model was prepared with other settings than the requested run needs."""
 
 
 def spec_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -89,3 +106,24 @@ def check_final(final: Path, run_spec_file: Path, requested: dict[str, Any], run
         f"{'; '.join(diffs[:_SHOWN])}{more}): give the config that trained it (--config/--set), "
         f"or delete {final} and rerun the same command to train the requested settings"
     )
+
+
+def check_reused_inputs(cfg: Config, root: Path | str, run: Run) -> None:
+    """Raise :class:`StaleInputError` when ``data/`` or the run's base model folder records other preparation
+    params than ``cfg`` gives (each differing key, old vs new, and the command that rebuilds it)."""
+    for job in (Job("prepare_data"), Job("prepare_base", run.model)):
+        file = params_record_file(root, job)
+        if file is None or not file.is_file():
+            continue
+        remake = f"delete it and rerun `acerl {spec(job.stage).subcommand}`"
+        with reading(file, remake):
+            old = json.loads(file.read_text(encoding="utf-8"))
+        diffs = spec_differences(old, json.loads(json.dumps(param_values(cfg, job))))
+        if diffs:
+            more = f" (and {len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
+            model = f" --model {job.model}" if job.model else ""
+            raise StaleInputError(
+                f"{file.parent} was made for another config than the requested run {run.id} ({file.name}: "
+                f"{'; '.join(diffs[:_SHOWN])}{more}): rebuild it with `acerl {spec(job.stage).subcommand}{model}` "
+                "and this command's --config/--set, or give the config that made it"
+            )
