@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator, PercentFormatter
 
 from acerl.evaluate.power import paired_effect
 from acerl.io import atomic_path
@@ -462,7 +462,7 @@ def passk_difference_figure(
                     hi = d["ci_high"].to_numpy(dtype=float) * scale
                     seeds = int(d["n_seeds"].min())
                     kw = _line_kwargs(method)
-                    label = f"{names.method(method)} − {names.method(baseline)} ({seeds} seeds)"
+                    label = f"{names.method(method)} − {names.method(baseline)} ({seeds} seed{'s' * (seeds != 1)})"
                     ax.plot(x, y, label=label, **kw)
                     ok = np.isfinite(lo) & np.isfinite(hi)
                     if ok.any():
@@ -512,6 +512,7 @@ def training_dynamics_figure(
                 c = d[d["curve"] == curve.name].rename(columns={"value": curve.name})
                 _step_lines(ax, c, curve.name, methods, names, bounds=curve.bounds)
                 ax.set_ylabel(curve.label)
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
                 ax.set_title(f"{names.model(model)}" if len(rows_m) > 1 else "", loc="left")
                 ax.set_xlabel("training step")
             for n in range(len(shown), nrow_per * ncol):
