@@ -24,9 +24,7 @@ Not DVC outputs: resumable checkpoints and diagnostic snapshots (``paths.checkpo
 DVC deletes only declared outputs before it reruns a stage, so they survive and a rerun resumes; and a clone
 needs nothing of them (an output with ``push: false`` would make every clone's ``dvc pull`` fail and its
 ``dvc status`` report "not in cache" forever). ``metrics.jsonl`` is ``persist: true`` for the same reason: on
-resume the trainer keeps the steps already logged. ``results/compute.md`` is ``persist: true`` too: jobs run by
-DVC write no benchmark files, and the report keeps the last accounting made from them (``dvc repro -f -s report``
-in a pulled clone then leaves it and ``dvc.lock`` as they were). See docs/sharing.md.
+resume the trainer keeps the steps already logged. See docs/sharing.md.
 
 Params: a key is listed for a config file only where that file sets it (DVC rejects a listed key missing from
 its file); a key no file sets keeps its schema default, and adding it to a file needs ``python -m acerl.dvc
@@ -227,7 +225,7 @@ def build_stages(cfg: Config, config_files: Sequence[str | Path]) -> list[Stage]
                 deps=tuple(dict.fromkeys(_flatten(job_inputs(cfg, job).values()))),
                 params=tuple(param_keys(cfg, job)),
                 version=job.stage,
-                outs=tuple(Out(o.path, o.persist or o.keep_in_dvc) for o in outs if not o.metric),
+                outs=tuple(Out(o.path, o.persist) for o in outs if not o.metric),
                 metrics=tuple(o.path for o in outs if o.metric),
                 desc=spec(job.stage).doc if spec(job.stage).shape == "study" else "",
             )

@@ -68,16 +68,13 @@ class Job:
 class Output:
     """One output of a job. ``persist``: a log the job appends to across resumes (DVC keeps it when it reruns the
     stage; Snakemake, which deletes the outputs of a failed or rerun job, does not declare it). ``metric``: a DVC
-    metrics file (DVC's top-level ``plots`` are :func:`acerl.dvc.render_dvc_yaml`'s). ``keep_in_dvc``: an output
-    both tools declare that DVC keeps when it reruns the stage, because the job reads the previous one (the
-    compute accounting, which jobs run by DVC cannot measure: :func:`acerl.report.compute.kept_accounting`)."""
+    metrics file (DVC's top-level ``plots`` are :func:`acerl.dvc.render_dvc_yaml`'s)."""
 
     name: str
     path: str
     directory: bool = False
     persist: bool = False
     metric: bool = False
-    keep_in_dvc: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -323,7 +320,7 @@ def _outputs_report(cfg: Config, job: Job) -> list[Output]:
     return [
         Output("tables", _p(paths.tables_dir(ROOT)), directory=True),
         Output("figures", _p(paths.figures_dir(ROOT)), directory=True),
-        Output("compute", _p(paths.compute_file(ROOT)), keep_in_dvc=True),
+        Output("compute", _p(paths.compute_file(ROOT))),
         Output("summary", _p(paths.report_file(ROOT))),
         Output("page", _p(paths.report_page_file(ROOT))),
     ]

@@ -148,10 +148,26 @@ def test_a_report_without_benchmark_files_keeps_the_study_s_accounting(tmp_path:
         add_compute_accounting(cfg, tmp_path)
     assert paths.compute_file(tmp_path).read_bytes() == measured and b"Compute per run" in measured
     assert paths.report_file(tmp_path).read_bytes() == report
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "acerl.report.study"]
-    assert warning.endswith(
-        f"keeping the accounting of {paths.compute_file(tmp_path)}, made when they were present"
+    # `dvc repro` deletes compute.md before it reruns the report: the copy dvc.lock names in DVC's cache stands in
+    md5 = "0123456789abcdef0123456789abcdef"
+    (tmp_path / "dvc.lock").write_text(
+        f"schema: '2.0'\nstages:\n  report:\n    outs:\n    - path: results/compute.md\n      md5: {md5}\n"
     )
+    cached = tmp_path / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(measured)
+    paths.compute_file(tmp_path).unlink()
+    paths.report_file(tmp_path).write_text("# Results\n")
+    with caplog.at_level("WARNING", logger="acerl.report.study"):
+        add_compute_accounting(cfg, tmp_path)
+    assert paths.compute_file(tmp_path).read_bytes() == measured
+    assert paths.report_file(tmp_path).read_bytes() == report
+    warnings = [r.getMessage() for r in caplog.records if r.name == "acerl.report.study"]
+    assert len(warnings) == 2
+    for warning in warnings:
+        assert warning.endswith(
+            f"keeping the accounting of {paths.compute_file(tmp_path)}, made when they were present"
+        )
     other = load_config(CONFIGS, ["name=another study"])
     add_compute_accounting(other, tmp_path)
     assert (

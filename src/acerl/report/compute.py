@@ -9,8 +9,8 @@ per run, with GPU-hours = wall x the GPUs the job requested (``compute.resources
 
 What it does not count: the report job itself (its TSV is written after it ends), Snakemake's own process, and
 the attempts before a retry (a retried or resumed job's TSV holds its last attempt only). A job run by DVC writes
-no TSV; with none present the report keeps the study's previous accounting (:func:`kept_accounting`, a
-``persist`` output in ``dvc.yaml``), or says there is none.
+no TSV; with none present the report keeps the study's previous accounting (:func:`kept_accounting`: the file,
+or, where DVC deleted it before rerunning the report, its copy in DVC's cache), or says there is none.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from acerl import stages
 from acerl.config import BASE_METHOD, Config
@@ -28,7 +29,15 @@ from acerl.report.aggregate import MissingData
 from acerl.report.tables import Cell, Row, Table
 from acerl.stages import Job, job_benchmark_file, log_parts
 
-__all__ = ["GPU_RULES", "study_jobs", "load_benchmarks", "compute_tables", "BENCH_COLUMNS", "kept_accounting"]
+__all__ = [
+    "GPU_RULES",
+    "study_jobs",
+    "load_benchmarks",
+    "compute_tables",
+    "BENCH_COLUMNS",
+    "kept_accounting",
+    "dvc_cached_output",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +61,34 @@ SHARED = "(shared)"  # the method label of jobs that belong to no method: data a
 NO_ACCOUNTING = "No compute accounting"  # how compute.md starts when no benchmark file was found
 
 
-def kept_accounting(path: Path, study_name: str) -> str | None:
-    """The body of the study's previous ``compute.md`` at ``path`` when it holds an accounting, else ``None``.
+def dvc_cached_output(root: Path, path: Path) -> Path | None:
+    """The file in DVC's local cache (DVC 3's layout, ``.dvc/cache/files/md5/``) that ``<root>/dvc.lock`` records
+    for output ``path``; ``None`` without a lock entry or a cached copy."""
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return None
+    rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
+    stages_ = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
+    for out in (o for st in stages_.values() for o in st.get("outs", [])):
+        if out.get("path") == rel and out.get("md5"):
+            cached = root / ".dvc" / "cache" / "files" / "md5" / out["md5"][:2] / out["md5"][2:]
+            return cached if cached.is_file() else None
+    return None
+
+
+def kept_accounting(root: Path, path: Path, study_name: str) -> str | None:
+    """The body of the study's previous ``compute.md`` (``path``) when it holds an accounting, else ``None``.
 
     What the report writes again when no benchmark file is present (a pulled clone, jobs run by DVC): the cost
-    of the study, measured where it ran, is kept rather than replaced by "No compute accounting". A file of
-    another study (its ``# Compute: <name>`` header) is not kept."""
-    if not path.is_file():
+    of the study, measured where it ran, is kept rather than replaced by "No compute accounting". ``dvc repro``
+    deletes the file before it reruns the report, so its copy in DVC's cache (:func:`dvc_cached_output`) stands
+    in; ``dvc.lock`` then stays as it was. A file of another study (its ``# Compute: <name>`` header) is not
+    kept."""
+    source = path if path.is_file() else dvc_cached_output(Path(root), path)
+    if source is None:
         return None
     head = f"# Compute: {study_name}\n\n"
-    text = path.read_text(encoding="utf-8")
+    text = source.read_text(encoding="utf-8")
     if not text.startswith(head) or text[len(head) :].startswith(NO_ACCOUNTING):
         return None
     return text[len(head) :]

@@ -268,13 +268,13 @@ def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
 
     Kept out of ``results/tables/``: timings differ on every machine, while the tables are a function of the
     result files alone (a colleague who pulls the results regenerates them bit for bit). Jobs run by DVC leave
-    no benchmark files; the study's previous ``compute.md`` is then kept (a warning says so), else it says there
-    is no accounting.
+    no benchmark files; the study's previous ``compute.md`` (or its copy in DVC's cache, as ``dvc.lock`` records
+    it) is then kept (a warning says so), else it says there is no accounting.
     """
     try:
         text = "\n".join(to_markdown(t) + "\n" for t in compute_tables(cfg, root))
     except MissingData as e:
-        kept = kept_accounting(paths.compute_file(root), cfg.name)
+        kept = kept_accounting(Path(root), paths.compute_file(root), cfg.name)
         if kept is None:
             log.info("no compute accounting: %s", e)
         else:
