@@ -202,7 +202,9 @@ def test_missing_dataset_file_names_the_key(capsys, tmp_path: Path) -> None:
         "--set", f"data.real.train.path={tmp_path / 'nope.jsonl'}",
     )  # fmt: skip
     assert code == MissingInputError.exit_code == 3
-    assert_one_line(err, "acerl prepare-data: missing input:", f"{tmp_path / 'nope.jsonl'} (data.real.train.path:")
+    assert_one_line(
+        err, "acerl prepare-data: missing input:", f"{tmp_path / 'nope.jsonl'} (data.real.train.path:"
+    )
 
 
 def test_malformed_data_row_names_file_and_line(capsys, tmp_path: Path) -> None:
