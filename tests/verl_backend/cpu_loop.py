@@ -19,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RANKS = 2  # FSDP ranks (fake Ray GPUs)
+GROUP_SIZE = 8  # rollouts per prompt (the overlay's group_size)
 ROLLOUT_LOG_ENV = "ACERL_CPU_ROLLOUT_LOG"  # cpu_rollout's record of weight loads and generations
 ADV_DUMP_ENV = "ACERL_CPU_ADV_DUMP"  # cpu_rollout's record of every advantage computation
 
@@ -26,6 +27,7 @@ OVERLAY = f"""\
 # CPU verl overlay (tests/verl_backend/cpu_loop.py): the CI-scale study trained by verl's main_ppo
 compute:
   backend: verl
+  keep_verl_checkpoints: true  # the tests read the checkpoints after the export
   resources:
     train_policy: {{threads: 2, gpus: {RANKS}, nodes: 1, mem_mb: 8000, runtime: 60}}
 models:
@@ -33,15 +35,17 @@ models:
     train:
       total_steps: 3
       prompts_per_step: 4
-      group_size: 8
+      group_size: {GROUP_SIZE}
       mini_batch_size: 4
       save_every: 1
-      keep_checkpoints: 3
+      # fewer than the steps: verl's rotation deletes, and across the killed run's resume the launcher's prune does
+      keep_checkpoints: 2
 families:
   dapo:
-    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered: the
-    # cap stays on, with room for the refills a policy this weak needs
-    dynamic_sampling: {{enable: true, max_batches: 8}}
+    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered (15-20% of
+    # the groups were usable in a run of this overlay: 4 of 19, 5 of 32 and 2 of 32 prompts at steps 1-3, where
+    # 8 batches stopped step 3): the cap stays on, with room for the refills a policy this weak needs
+    dynamic_sampling: {{enable: true, max_batches: 24}}
 """
 
 
@@ -58,6 +62,8 @@ def cpu_overrides() -> list[str]:
         f"{env}.VERL_PLATFORM=cpu",
         f"{env}.VERL_ENGINE_DEVICE=cuda",
         f"{env}.PYTHONPATH={HERE}{os.pathsep}{REPO / 'src'}",
+        # Ray's web dashboard (and its agent's HTTP side) serves nobody here: two processes fewer per run
+        "+ray_kwargs.ray_init.include_dashboard=False",
         f"{a}.strategy=fsdp2",
         f"{ref}.strategy=fsdp2",
         f"+{a}.fsdp_config.mixed_precision={fp32}",
@@ -86,6 +92,9 @@ def cpu_env(work: Path) -> dict[str, str]:
         ROLLOUT_LOG_ENV: str(work / "cpu_rollout.jsonl"),
         "RAY_TMPDIR": f"/tmp/acerl-ray-{os.getpid()}",  # Ray's socket paths must stay under 107 characters
         "RAY_DEDUP_LOGS": "0",
+        # Ray starts one idle Python worker per logical CPU (12) when the first driver connects; verl's actors
+        # start their own, so those would only compete for the two cores
+        "RAY_prestart_worker_first_driver": "0",
         "TOKENIZERS_PARALLELISM": "false",
     }
 
