@@ -377,7 +377,10 @@ def test_reference_is_the_base_model_not_the_policy(study: Study, method: str) -
     for i in moved:  # the policy moved since step 1; the reference did not
         assert gaps[i] > 1e-4, (method, steps[i], gaps)
     confidences = [metrics[steps[i]]["ace/confidence_mean_neg"] for i in moved]
-    assert any(c is not None and abs(c) > 1e-6 for c in confidences), (method, confidences)
+    logged = [c for c in confidences if c is not None]  # None: no amplified rollout in that step
+    assert all(abs(c) > 1e-6 for c in logged), (method, confidences)
+    if method == "ace_dapo":  # dynamic sampling trains mixed groups only: every step amplifies some rollouts
+        assert logged, (method, confidences)
 
 
 @pytest.mark.parametrize("method", ["grpo", "dapo"])
