@@ -13,6 +13,7 @@ from study import REPO, SNAKEMAKE, TEST_CONFIG_ARG, TEST_CONFIG_FILES, copy_work
 
 from acerl import paths
 from acerl.config import load_config
+from acerl.stages import main_grid_runs
 
 
 def snakemake(cwd: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
@@ -115,7 +116,7 @@ def test_snakemake_config_override_of_an_unknown_key_is_refused_with_the_fix(tmp
 
 
 def test_a_failed_report_keeps_the_previous_report(tmp_path: Path) -> None:
-    """A truncated result file fails the report job (exit 4, the message says to delete the file); Snakemake
+    """A truncated result file fails the report job (exit 4, the message names the file and the command that writes it again); Snakemake
     puts the previous tables, figures, compute.md and report.md back instead of deleting them."""
     wd = copy_workflow(tmp_path)
     cfg = load_config([wd / f for f in TEST_CONFIG_FILES])
@@ -124,6 +125,8 @@ def test_a_failed_report_keeps_the_previous_report(tmp_path: Path) -> None:
     for rel, text in previous.items():
         (wd / rel).parent.mkdir(parents=True, exist_ok=True)
         (wd / rel).write_text(text)
+    for run in main_grid_runs(cfg):  # the training-dynamics figure's inputs: present, older than the results
+        paths.policy_dir(wd, run).mkdir(parents=True, exist_ok=True)
     results = [paths.passk_file(wd, b, r) for b, r in cfg.evaluations()]
     results += [paths.diagnostics_file(wd, r) for r in cfg.diagnostic_runs()]
     for path in results:  # newer than the report: every file cut short, as by a full disk
@@ -132,7 +135,9 @@ def test_a_failed_report_keeps_the_previous_report(tmp_path: Path) -> None:
     proc = snakemake(wd, "-c1", TEST_CONFIG_ARG, "report", timeout=600)
     log = (wd / "logs" / "report" / "report.log").read_text()
     assert proc.returncode != 0
-    assert "acerl report: bad input:" in log and "not valid JSON" in log and "delete it" in log, log
+    assert (
+        "acerl report: bad input:" in log and "truncated or corrupt" in log and "--forcerun report" in log
+    ), log
     for rel, text in previous.items():
         assert (wd / rel).read_text() == text, rel
 
