@@ -69,6 +69,11 @@ def run_dir(root: Path | str, run: Run) -> Path:
     return Path(root) / "runs" / run.model / run.method / f"seed{run.seed}"
 
 
+def run_lock_file(root: Path | str, run: Run) -> Path:
+    """The lock ``acerl train`` holds while it works on the run (one trainer per run)."""
+    return run_dir(root, run) / "train.lock"
+
+
 def run_spec_file(root: Path | str, run: Run) -> Path:
     """The settings a run was (last) started with: what decides whether its checkpoints can be resumed."""
     return run_dir(root, run) / "run_spec.json"

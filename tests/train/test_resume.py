@@ -25,7 +25,7 @@ from acerl.config import Run
 from acerl.errors import BadInputError
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
 from acerl.train.checkpoint import LATEST_FILE, find_latest, list_checkpoints
-from acerl.train.lock import LOCK_FILE, RunLockedError
+from acerl.train.lock import RunLockedError
 from acerl.train.signals import TrainingPreempted
 
 STEPS, SAVE_EVERY = 4, 2
@@ -482,7 +482,7 @@ def test_a_second_trainer_of_the_same_run_is_refused_until_the_first_stops(tiny_
     finally:
         proc.kill()
         proc.join(timeout=60)
-    lock = paths.run_dir(tiny_root, run) / LOCK_FILE
+    lock = paths.run_lock_file(tiny_root, run)
     assert str(e.value) == (
         f"run tiny/grpo/seed0 is being trained by another process (pid {proc.pid}, lock file {lock}): wait for "
         f"it to finish, or stop it (kill {proc.pid}) and rerun the same command, which resumes"

@@ -18,9 +18,7 @@ from acerl import paths
 from acerl.config import Run
 from acerl.errors import UserError
 
-__all__ = ["LOCK_FILE", "RunLockedError", "run_lock"]
-
-LOCK_FILE = "train.lock"
+__all__ = ["RunLockedError", "run_lock"]
 
 
 class RunLockedError(UserError):
@@ -34,7 +32,7 @@ class RunLockedError(UserError):
 def run_lock(root: Path | str, run: Run) -> Iterator[Path]:
     """Hold the run's lock for the block (creating the run folder); yields the lock file. Raises
     :class:`RunLockedError` at once when another process holds it."""
-    file = paths.run_dir(root, run) / LOCK_FILE
+    file = paths.run_lock_file(root, run)
     file.parent.mkdir(parents=True, exist_ok=True)
     # written in place, not through acerl.io's atomic rename: a new inode would not be the file that is locked
     fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
