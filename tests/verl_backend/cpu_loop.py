@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RANKS = 2  # FSDP ranks (fake Ray GPUs)
 GROUP_SIZE = 8  # rollouts per prompt (the overlay's group_size)
+PROMPTS_PER_STEP = 8  # groups per training step (the overlay's prompts_per_step)
 ROLLOUT_LOG_ENV = "ACERL_CPU_ROLLOUT_LOG"  # cpu_rollout's record of weight loads and generations
 ADV_DUMP_ENV = "ACERL_CPU_ADV_DUMP"  # cpu_rollout's record of every advantage computation
 
@@ -34,9 +35,11 @@ models:
   tiny:
     train:
       total_steps: 3
-      prompts_per_step: 4
+      # 8 prompts (24 groups over 3 steps): the tiny policy solves ~5% of the problems and only 15-20% of the
+      # groups mix right and wrong, so with 4 prompts a GRPO run could see no non-zero advantage in 3 steps
+      prompts_per_step: {PROMPTS_PER_STEP}
       group_size: {GROUP_SIZE}
-      mini_batch_size: 4
+      mini_batch_size: {PROMPTS_PER_STEP}  # one optimizer step per training step (the resume test counts Adam's steps)
       save_every: 1
       # fewer than the steps: verl's rotation deletes, and across the killed run's resume the launcher's prune does
       keep_checkpoints: 2

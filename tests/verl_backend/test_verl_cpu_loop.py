@@ -372,7 +372,9 @@ def test_reference_is_the_base_model_not_the_policy(study: Study, method: str) -
         for c, m in zip(calls, mask, strict=True)
     ]
     assert gaps[0] < 1e-5, (method, gaps)
-    moved = [i for i in range(1, len(steps)) if metrics[steps[i - 1]]["actor/grad_norm"] > 0]
+    # an update moved the policy: a step with non-zero advantages (a step whose groups are all alike has only
+    # round-off gradients, ~1e-10, and leaves the policy where it was to within ~1e-7)
+    moved = [i for i in range(1, len(steps)) if metrics[steps[i - 1]]["actor/grad_norm"] > 1e-3]
     assert moved, f"{method}: no update moved the policy before the last step"
     for i in moved:  # the policy moved since step 1; the reference did not
         assert gaps[i] > 1e-4, (method, steps[i], gaps)
@@ -586,7 +588,8 @@ def test_dynamic_sampling_through_verls_replay_buffer(study: Study, method: str)
         # overlong penalty (at most 1) never flips
         correct = call["correct"] if "correct" in call else rewards > -0.5
         groups = as_group_ids(call["index"])
-        assert groups.unique().numel() == 4 and rewards.numel() == 4 * 8
+        prompts, size = cpu_loop.PROMPTS_PER_STEP, cpu_loop.GROUP_SIZE
+        assert groups.unique().numel() == prompts and rewards.numel() == prompts * size
         for g in groups.unique():
             verdicts = correct[groups == g]
             assert verdicts.any() and not verdicts.all(), (method, int(g))
