@@ -271,7 +271,9 @@ def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier, caplog
         final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
     messages = [r.getMessage() for r in caplog.records]
     assert messages[0].startswith("tiny/grpo/seed1: step 1/1 reward "), messages
-    assert messages[1:] == [f"tiny/grpo/seed1: final policy written to {final}"]  # one progress line, then done
+    assert messages[1:] == [
+        f"tiny/grpo/seed1: final policy written to {final}"
+    ]  # one progress line, then done
     stamp = {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")}
     calls = verifier.calls
     caplog.clear()
