@@ -7,7 +7,8 @@ in through the launcher's two site hooks, exactly as a cluster's site knobs woul
 - ``ACERL_VERL_EXTRA_MODULES=cpu_platform,cpu_rollout``: a CPU "accelerator" platform
   (:mod:`cpu_platform`) and a transformers rollout server behind verl's server interface
   (:mod:`cpu_rollout`), imported by verl in every process beside the ACE plugin;
-- ``ACERL_VERL_EXTRA_OVERRIDES``: the file :func:`cpu_overrides` writes (fake Ray GPUs, FSDP2 in fp32, the
+- ``ACERL_VERL_EXTRA_OVERRIDES``: the file :func:`cpu_overrides` writes (fake Ray GPUs, fp32 FSDP mixed precision (the
+  strategy stays the launcher's FSDP2), the
   ``cpu_hf`` rollout, one TransferQueue storage unit, one agent-loop / reward worker).
 """
 
@@ -67,8 +68,6 @@ def cpu_overrides() -> list[str]:
         f"{env}.PYTHONPATH={HERE}{os.pathsep}{REPO / 'src'}",
         # Ray's web dashboard (and its agent's HTTP side) serves nobody here: two processes fewer per run
         "+ray_kwargs.ray_init.include_dashboard=False",
-        f"{a}.strategy=fsdp2",
-        f"{ref}.strategy=fsdp2",
         f"+{a}.fsdp_config.mixed_precision={fp32}",
         f"+{ref}.fsdp_config.mixed_precision={fp32}",
         f"{r}.name=cpu_hf",
