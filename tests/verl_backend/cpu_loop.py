@@ -7,9 +7,9 @@ in through the launcher's two site hooks, exactly as a cluster's site knobs woul
 - ``ACERL_VERL_EXTRA_MODULES=cpu_platform,cpu_rollout``: a CPU "accelerator" platform
   (:mod:`cpu_platform`) and a transformers rollout server behind verl's server interface
   (:mod:`cpu_rollout`), imported by verl in every process beside the ACE plugin;
-- ``ACERL_VERL_EXTRA_OVERRIDES``: the file :func:`cpu_overrides` writes (fake Ray GPUs, fp32 FSDP mixed precision (the
-  strategy stays the launcher's FSDP2), the
-  ``cpu_hf`` rollout, one TransferQueue storage unit, one agent-loop / reward worker).
+- ``ACERL_VERL_EXTRA_OVERRIDES``: the file :func:`cpu_overrides` writes (fake Ray GPUs, fp32 mixed precision
+  with the launcher's own FSDP2 strategy, the ``cpu_hf`` rollout, one TransferQueue storage unit, one agent-loop /
+  reward worker).
 """
 
 from __future__ import annotations
