@@ -85,8 +85,7 @@ def test_data_or_a_base_model_made_for_another_config_is_not_reused(tiny_root: P
         train_run(other_data, RUN, tiny_root, verifier=verifier, progress=False)
     assert str(e.value) == (
         f"{tiny_root / 'data'} was made for another config than the requested run tiny/grpo/seed0 (acerl_params.json: "
-        "data.synthetic.seed: 0 vs 7): rebuild it with `acerl prepare-data` and this command's --config/--set, or "
-        "give the config that made it"
+        "data.synthetic.seed: 0 vs 7): rebuild it with `acerl prepare-data`, or give the config that made it"
     )
     other_base = make_config("models.tiny.train.total_steps=1", "models.tiny.sft.lr=0.01")
     with pytest.raises(

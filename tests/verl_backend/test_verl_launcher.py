@@ -511,6 +511,35 @@ def test_train_run_verl_orchestration(tmp_path: Path, keep: bool) -> None:
     )  # no rerun
 
 
+def test_verl_returns_a_final_policy_only_for_its_settings_and_locks_the_run(tmp_path: Path) -> None:
+    """A finished verl run's ``final/`` is not returned for other settings (the run folder's ``run_spec.json``
+    decides, as for the local trainer), and a second launcher of a run being trained is refused."""
+    from acerl.train.finished import StaleFinalError
+    from acerl.train.lock import RunLockedError, run_lock
+
+    train = "models.qwen25_math_7b.train={prompts_per_step: 4, mini_batch_size: 4, total_epochs: 2, total_steps: 2}"
+    cfg = load_config(PAPER_CONFIGS, overrides=[train])
+    run = Run("qwen25_math_7b", "ace_grpo", 0)
+    rows = [{"id": f"p{i}", "problem": f"Find {i}+{i}.", "answer": str(2 * i)} for i in range(9)]
+    for split in ("train", "math500", "aime2025"):
+        write_jsonl(paths.data_file(tmp_path, split), rows)
+    (_tokenizer_only_base(tmp_path, run.model) / "config.json").write_text('{"base": true}')
+    calls: list[list[str]] = []
+    final = train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls))
+    started = len(calls)  # the training and the merges
+    assert train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls)) == final and len(calls) == started
+    other = load_config(PAPER_CONFIGS, overrides=[train, "methods.ace_grpo.estimator.alpha=0.5"])
+    with pytest.raises(StaleFinalError, match=r"ace\.alpha|alpha.*vs 0\.5"):
+        train_run_verl(other, run, tmp_path, runner=_fake_verl(calls))
+    assert len(calls) == started  # nothing started
+    with run_lock(tmp_path, Run("qwen25_math_7b", "grpo", 0)):
+        with pytest.raises(
+            RunLockedError, match="qwen25_math_7b/grpo/seed0 is being trained by another process"
+        ):
+            train_run_verl(cfg, Run("qwen25_math_7b", "grpo", 0), tmp_path, runner=_fake_verl(calls))
+    assert len(calls) == started
+
+
 def _tokenizer_only_base(root: Path, model: str) -> Path:
     """A base-model folder holding only a tokenizer (the character tokenizer with a ChatML chat template)."""
     from acerl.models.tokenizer import build_char_tokenizer

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from acerl.config import Config, Run
-from acerl.errors import BadInputError, reading
+from acerl.errors import BadInputError, fix_command, reading
 from acerl.stages import Job, param_values, params_record_file, spec
 
 logger = logging.getLogger(__name__)
@@ -115,15 +115,13 @@ def check_reused_inputs(cfg: Config, root: Path | str, run: Run) -> None:
         file = params_record_file(root, job)
         if file is None or not file.is_file():
             continue
-        remake = f"delete it and rerun `acerl {spec(job.stage).subcommand}`"
-        with reading(file, remake):
+        rebuild = fix_command(spec(job.stage).subcommand, *(("--model", job.model) if job.model else ()))
+        with reading(file, f"rerun {rebuild}"):
             old = json.loads(file.read_text(encoding="utf-8"))
         diffs = spec_differences(old, json.loads(json.dumps(param_values(cfg, job))))
         if diffs:
             more = f" (and {len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
-            model = f" --model {job.model}" if job.model else ""
             raise StaleInputError(
                 f"{file.parent} was made for another config than the requested run {run.id} ({file.name}: "
-                f"{'; '.join(diffs[:_SHOWN])}{more}): rebuild it with `acerl {spec(job.stage).subcommand}{model}` "
-                "and this command's --config/--set, or give the config that made it"
+                f"{'; '.join(diffs[:_SHOWN])}{more}): rebuild it with {rebuild}, or give the config that made it"
             )

@@ -39,6 +39,8 @@ from acerl.errors import MissingInputError
 from acerl.io import write_json, write_text
 from acerl.provenance import record_launch
 from acerl.settings import resolve, run_spec
+from acerl.train.finished import check_final, check_reused_inputs
+from acerl.train.lock import run_lock
 from acerl.train.tracker import verl_loggers
 from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE, VERL_BUILTIN_ESTIMATORS
 from acerl.verl_backend.checkpoints import (
@@ -642,12 +644,35 @@ def train_run_verl(
     and nothing is run or written. A run whose latest verl checkpoint is already the last step is only
     exported (e.g. after an export failure). ``runner`` (``subprocess.run``-compatible) starts the training
     and merger processes.
+
+    As with the local trainer, an existing ``final/`` is returned only when the settings it was trained with
+    (the run folder's ``run_spec.json``) are the requested ones (:func:`acerl.train.finished.check_final`),
+    ``data/`` and the base model must have been made for this config, and the run's lock
+    (:func:`acerl.train.lock.run_lock`) keeps a second launcher of the same run out.
     """
     root = Path(root).resolve()
+    if dry_run:
+        return _train_run_verl(cfg, run, root, True, extra_overrides, runner)
+    with run_lock(root, run):
+        return _train_run_verl(cfg, run, root, False, extra_overrides, runner)
+
+
+def _train_run_verl(
+    cfg: Config,
+    run: Run,
+    root: Path,
+    dry_run: bool,
+    extra_overrides: Sequence[str],
+    runner: Callable[..., Any],
+) -> Path:
+    """:func:`train_run_verl`, under the run's lock unless ``dry_run``."""
     final = paths.policy_dir(root, run)
     if (final / "config.json").is_file():
+        check_final(final, paths.run_spec_file(root, run), run_spec(cfg, run), run.id)
         logger.info("%s: final policy %s exists; nothing to do", run.id, final)
         return final
+    if not dry_run:
+        check_reused_inputs(cfg, root, run)
     if not paths.verl_train_file(root, run.model).is_file() and not dry_run:
         if not paths.data_file(root, "train").is_file():
             raise MissingInputError(f"{paths.data_file(root, 'train')} is missing: run prepare_data first")
