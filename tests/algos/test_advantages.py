@@ -69,7 +69,7 @@ def phi_py(c: float, modulation: str) -> float:
 
 
 def loop_ace(batch, alpha: float, modulation: str, length_normalize: bool, eps: float = 1e-6) -> torch.Tensor:
-    """Eq. eq:ace_advantage / Alg. 1, one rollout at a time: amplify A_i < 0 by 1 + alpha * phi(c_i)."""
+    """Eq. 5 / Alg. 1, one rollout at a time: amplify A_i < 0 by 1 + alpha * phi(c_i)."""
     base = loop_grpo(batch.rewards, batch.group_ids, eps, True)
     out = []
     for i, a in enumerate(base.tolist()):

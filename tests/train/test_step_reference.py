@@ -10,10 +10,10 @@ token, following the paper (``../shared/paper/ace_paper.tex``) and the project's
 - the rewards: binary (GRPO) or signed +-1 plus DAPO's soft overlong penalty;
 - the advantages ``A_i = (r_i - mean_x) / (std_x + eps)`` (unbiased std, as verl) and ACE's
   ``A_i * (1 + alpha * softplus(c_i))`` on incorrect negative rollouts, ``c_i`` the length-normalised
-  ``sum_t log pi_old - log pi_ref`` (Eq. ``eq:ace_advantage``, Alg. 1 line 8);
+  ``sum_t log pi_old - log pi_ref`` (Eq. 5, Alg. 1 line 8);
 - ``log pi_old`` from the policy that sampled and ``log pi_ref`` from the reference model, each an unpadded
   forward pass per row;
-- the loss ``clipped surrogate + beta * KL(pi || pi_ref)`` (Eq. ``eq:grpo``, token-mean, k3 estimator),
+- the loss ``clipped surrogate + beta * KL(pi || pi_ref)`` (Eq. 2, token-mean, k3 estimator),
   its gradient, the gradient clip and one AdamW step; with an EMA reference, ``ref <- d ref + (1 - d) pi``.
 
 The policy is moved away from the reference before the step (``pi != pi_ref``), so the KL term, its gradient

@@ -165,7 +165,7 @@ def test_entropy_diagnostic(step: Path, method: str) -> None:
 @pytest.mark.parametrize("method", METHODS)
 def test_advantages_equal_acerl(step: Path, method: str) -> None:
     """The V1 advantage step with the launcher's estimator: verl's own GRPO for grpo/dapo equals acerl's
-    ``grpo_advantages``; for the ACE methods the plugin's advantage equals the paper's Eq. ``eq:ace_advantage``
+    ``grpo_advantages``; for the ACE methods the plugin's advantage equals the paper's Eq. 5
     written out here on verl's numbers: the GRPO advantage verl computed for the same rollouts (the method
     without ACE), times ``1 + alpha * softplus(c_i)`` with ``c_i`` the mean over response tokens of
     ``old_log_probs - ref_log_prob``, exactly on the incorrect rollouts with ``A < 0``; ACE's statistics land
@@ -182,7 +182,7 @@ def test_advantages_equal_acerl(step: Path, method: str) -> None:
     assert res["ace"]["length_normalize"] and res["ace"]["modulation"] == "softplus"
     plain, _ = _load(step, method.removeprefix("ace_"))
     assert torch.equal(plain["scores"], t["scores"]) and torch.equal(plain["group"], groups)
-    base = plain["advantages"][:, 0]  # verl's GRPO (Eq. eq:grpo's A_i) on the same rewards
+    base = plain["advantages"][:, 0]  # verl's GRPO (Eq. 2's A_i) on the same rewards
     m = mask.double()
     c = ((t["old_log_probs"].double().nan_to_num() - t["ref_log_prob"].double()) * m).sum(-1) / m.sum(-1)
     amplified = ~t["correct"] & (base < 0)

@@ -1,4 +1,4 @@
-"""Group-relative advantages: GRPO (paper Sec. 3) and ACE (paper Sec. 4, Eq. ``eq:ace_advantage``, Alg. 1).
+"""Group-relative advantages: GRPO (paper Sec. 3) and ACE (paper Sec. 4, Eq. 5, Alg. 1).
 
 All functions are pure: tensors in, tensors out, no config objects. Shapes: ``B`` rollouts (all groups
 concatenated, in any order), ``T`` response tokens (right-padded, ``response_mask`` marks real tokens).
@@ -132,7 +132,7 @@ def _result_dtype(rewards: Tensor) -> torch.dtype:
 def grpo_advantages(
     rewards: Tensor, group_ids: Tensor, eps: float = 1e-6, norm_by_std: bool = True
 ) -> Tensor:
-    """GRPO outcome advantage ``A_i = (r_i - mean_x) / (std_x + eps)`` (paper Sec. 3, used in Eq. ``eq:grpo``).
+    """GRPO outcome advantage ``A_i = (r_i - mean_x) / (std_x + eps)`` (paper Sec. 3, used in Eq. 2).
 
     Equal to verl's ``compute_grpo_outcome_advantage`` (its per-token output is this value times the
     response mask): unbiased std, ``eps`` added to the std, one-rollout groups use mean 0 / std 1;
@@ -252,7 +252,7 @@ MODULATIONS: Registry[Callable[[Tensor], Tensor]] = Registry("ACE modulation")
 
 @MODULATIONS.register("softplus")
 def softplus_modulation(c: Tensor) -> Tensor:
-    """``phi(c) = log(1 + e^c)`` (paper default, Eq. ``eq:ace_advantage``); > 0 everywhere, phi(0) = ln 2."""
+    """``phi(c) = log(1 + e^c)`` (paper default, Eq. 5); > 0 everywhere, phi(0) = ln 2."""
     return F.softplus(c)
 
 
@@ -412,7 +412,7 @@ def ace_estimator(
 ) -> AdvantageOutput:
     """Registry entry ``ace``: ``A_ACE,i = A_i * (1 + alpha * phi(c_i))`` for amplified rollouts, ``A_i`` otherwise.
 
-    Paper Eq. ``eq:ace_advantage`` (Def. 2) / Alg. 1 lines 6-9, substituted into Eq. ``eq:ace_grpo``.
+    Paper Eq. 5 (Def. 2) / Alg. 1 lines 6-9, substituted into Eq. 8.
     ``A_i`` is :func:`grpo_advantages`; ``c_i`` is :func:`confidence_scores`, detached (stop-gradient,
     Remark ``why_stop_gradient``). ``granularity="token"`` is App. C's token-level variant: per-token
     ``c_i^(t)`` and multiplier ``1 + alpha * phi(c_i^(t))`` on every token of a negative rollout

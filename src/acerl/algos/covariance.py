@@ -4,9 +4,9 @@ Models", arXiv 2505.22617, Sec. 5), written as a plugin of one's own is written 
 Both act on the tokens with the largest centred covariance ``cov_t = (A_t - mean A) (log pi_t - mean log pi)``
 over the batch's response tokens, which the paper shows drive entropy collapse. Clip-Cov detaches the gradient of
 ``clip_cov_ratio`` of the tokens, drawn at random among those whose covariance lies in ``(clip_cov_lb,
-clip_cov_ub)`` and that the PPO clip has not already clipped (its Eq. 11); KL-Cov adds ``ppo_kl_coef *
-|log pi - log pi_old|`` to the loss of the top ``kl_cov_ratio`` tokens by covariance and drops the PPO clip (its
-Eq. 12). Both equal verl 0.9.1's ``compute_policy_loss_clip_cov`` / ``compute_policy_loss_kl_cov``
+clip_cov_ub)`` and that the PPO clip has not already clipped (arXiv 2505.22617 Eq. 11); KL-Cov adds ``ppo_kl_coef *
+|log pi - log pi_old|`` to the loss of the top ``kl_cov_ratio`` tokens by covariance and drops the PPO clip (arXiv
+2505.22617 Eq. 12). Both equal verl 0.9.1's ``compute_policy_loss_clip_cov`` / ``compute_policy_loss_kl_cov``
 (``verl/trainer/ppo/core_algos.py``; ``tests/algos/test_covariance.py``); defaults are verl's actor config.
 Clip-Cov's random draw uses torch's global generator, as verl's does.
 """

@@ -1,7 +1,7 @@
 """PSR, NSR and W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM
 Reasoning", arXiv 2506.01347), written as a plugin of one's own is written (docs/extending.md).
 
-The paper splits RLVR's objective into positive and negative sample reinforcement (its Eq. 3-5):
+The paper splits RLVR's objective into positive and negative sample reinforcement (arXiv 2506.01347 Eqs. 3-5):
 ``L_PSR = -E[sum_{y: r=1} pi(y)]``, ``L_NSR = -E[sum_{y: r=0} -pi(y)]`` and W-REINFORCE
 ``L = lambda * L_PSR + L_NSR`` with ``lambda = 0.1``. The authors' code (RLVR-Decomposed, commit a5d4e7c1,
 ``verl/trainer/ppo/core_algos.py:compute_psr_nsr_outcome_advantage`` and ``ray_trainer.py``) implements them as

@@ -174,8 +174,8 @@ def vanilla_policy_loss(
     global_batch_size: int | Tensor | None = None,
     loss_scale_factor: float | None = None,
 ) -> PolicyLossOutput:
-    """PPO clipped surrogate with decoupled clip range and dual clip (paper Eq. ``eq:grpo`` /
-    ``eq:psr_loss`` / ``eq:nsr_loss``); verl's ``compute_policy_loss_vanilla``.
+    """PPO clipped surrogate with decoupled clip range and dual clip (paper Eqs. 2,
+    9 and 10); verl's ``compute_policy_loss_vanilla``.
 
     Per token, with ``rho = exp(clamp(log_prob - old_log_prob, -20, 20))``::
 
@@ -260,7 +260,7 @@ def _kl_forward(logprob: Tensor, ref_logprob: Tensor, kind: str) -> Tensor:
 
 
 def kl_penalty(logprob: Tensor, ref_logprob: Tensor, kind: str = "low_var_kl") -> Tensor:
-    """Per-token KL(pi || pi_ref) estimate (the ``beta * KL`` term of Eq. ``eq:grpo``), verl's ``kl_penalty``.
+    """Per-token KL(pi || pi_ref) estimate (the ``beta * KL`` term of Eq. 2), verl's ``kl_penalty``.
 
     Schulman's estimators with ``d = logprob - ref_logprob``:
       - ``kl``/``k1``: ``d``; ``abs``: ``|d|``; ``mse``/``k2``: ``d^2 / 2``;

@@ -1,7 +1,7 @@
 """The paper's figures, drawn from DataFrames with matplotlib's object API (no pyplot state, Agg/PDF canvases).
 
 - :func:`penalty_multiplier_figure` — Fig. 1 analogue: the negative-advantage multiplier ``1 + alpha * phi(c)``
-  against the confidence shift ``c`` for GRPO (``phi = 0``: flat 1), ACE-ReLU and ACE-Softplus (paper Eq. 4).
+  against the confidence shift ``c`` for GRPO (``phi = 0``: flat 1), ACE-ReLU and ACE-Softplus (paper Eq. 5).
 - :func:`passk_curves_figure` — Fig. 2: Pass@k against k (log2 axis), one panel per model x benchmark, mean
   line with its 95% CI band across seeds.
 - :func:`oef_figure` — Fig. 3: overconfident-error fraction and mean overconfidence magnitude over training
@@ -86,7 +86,7 @@ def _metadata(fmt: str) -> dict[str, str | None]:
 
 # ------------------------------------------------------------------------------------------------- Fig 1
 def penalty_multiplier(c: np.ndarray, alpha: float, modulation: str) -> np.ndarray:
-    """``1 + alpha * phi(c)`` (paper Eq. 4, the factor on the negative advantage), ``c: (N,)``.
+    """``1 + alpha * phi(c)`` (paper Eq. 5, the factor on the negative advantage), ``c: (N,)``.
 
     ``modulation``: ``"none"`` (GRPO: ``phi = 0``) or a name of :data:`acerl.algos.advantages.MODULATIONS`
     (``"softplus"``, ``"relu"``): the very functions the ACE advantage uses.

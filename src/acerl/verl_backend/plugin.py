@@ -2,8 +2,8 @@
 
 verl imports this module in every process that imports verl; importing it calls :func:`install`, which
 
-1. registers the estimator ``"ace"`` (:func:`compute_ace_outcome_advantage`: the paper's Eq.
-   ``eq:ace_advantage``, Alg. 1, broadcast over the response tokens like verl's GRPO);
+1. registers the estimator ``"ace"`` (:func:`compute_ace_outcome_advantage`: the paper's Eq. 5,
+   Alg. 1, broadcast over the response tokens like verl's GRPO);
 2. shims verl's ``compute_advantage`` (:func:`make_compute_advantage_shim`) so that the estimators of
    :data:`LOGPROB_ESTIMATORS` get ``old_log_probs`` and ``ref_log_prob``, which ACE's confidence score
    ``c_i = (1/T_i) sum_t (log pi_old - log pi_ref)`` needs and verl does not pass; other estimators are verl's;
@@ -162,7 +162,7 @@ def compute_ace_outcome_advantage(
     metrics: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl estimator ``"ace"``: ACE advantages (paper Eq. ``eq:ace_advantage``) in verl's layout.
+    """verl estimator ``"ace"``: ACE advantages (paper Eq. 5) in verl's layout.
 
     The sequence reward is ``token_level_rewards.sum(-1)`` (as verl's GRPO); groups are ``index`` (verl's
     ``uid``); ``c_i`` uses the rollout policy's ``old_log_probs`` against ``ref_log_prob``.
