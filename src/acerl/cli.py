@@ -132,6 +132,10 @@ def cmd_config(args: argparse.Namespace) -> int:
     elif args.action == "runs":
         for run in cfg.base_runs() + cfg.runs():
             print(run.id)
+    elif args.action == "graph":
+        from acerl.stages import pipeline_graph
+
+        print(pipeline_graph(cfg), end="")
     else:
         from acerl.data.real import missing_local_datasets
 
@@ -355,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "action",
                 nargs="?",
-                choices=["validate", "show", "runs", "reference"],
+                choices=["validate", "show", "runs", "reference", "graph"],
                 default="validate",
                 help="what to do with the composed config (default validate; see below)",
             )
@@ -405,7 +409,8 @@ CONFIG_ACTIONS = """actions:
   validate   check the composed config (unknown keys, bad values, the run grid) and summarise it (default)
   show       print the composed, validated config as JSON, defaults filled in
   runs       print the id of every run the study trains or evaluates, one a line (base models first)
-  reference  print the reference of every config key (docs/config.md is this output)"""
+  reference  print the reference of every config key (docs/config.md is this output)
+  graph      print the study's stages and what each reads and writes as a Mermaid flowchart (the README's)"""
 
 
 def _add_job_args(p: argparse.ArgumentParser, stage: StageSpec) -> None:
