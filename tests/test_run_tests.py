@@ -23,18 +23,62 @@ def lane_args() -> dict[str, list[str]]:
 
 def test_lanes_cover_every_test_folder_once() -> None:
     lanes = lane_args()
-    assert set(lanes) == {"dvc", "slurm", "workflow", "rest"}
+    assert set(lanes) == {"dvc", "slurm", "workflow", "rest", "verl"}
     nice = re.search(r"declare -A lane_nice=\(([^)]*)\)", SCRIPT.read_text())
     assert nice and set(re.findall(r"\[(\w+)\]=\d+", nice.group(1))) == {*lanes, "vllm"}  # one each
-    folders = {a for name, args in lanes.items() if name != "rest" for a in args}
+    folder_lanes = {name: args for name, args in lanes.items() if name not in ("rest", "verl")}
+    folders = {a for args in folder_lanes.values() for a in args}
     # every folder but the rest lane's is in one lane only, and the rest lane is `tests` minus exactly those
-    assert len(folders) == sum(len(args) for name, args in lanes.items() if name != "rest")
+    assert len(folders) == sum(len(args) for args in folder_lanes.values())
     assert lanes["rest"][0] == "tests"
     assert {a.removeprefix("--ignore=") for a in lanes["rest"][1:]} == folders
     assert all(a.startswith("--ignore=") for a in lanes["rest"][1:])
     assert all((REPO / f).is_dir() and any((REPO / f).glob("test_*.py")) for f in folders)
     lane_names = re.search(r"lane_names=\(([^)]*)\)", SCRIPT.read_text())
     assert lane_names and lane_names.group(1).split() == list(lanes)  # every declared lane is started
+
+
+def test_verl_lane_runs_exactly_the_verl_loop_tests() -> None:
+    """The verl lane selects `verl_loop` in the files that hold it (in the rest lane's folders, which deselect
+    it), so verl's loop runs once, in its own lane, and no `verl_loop` test is left out."""
+    text = SCRIPT.read_text()
+    marks = re.search(r"declare -A lane_marks=\(([^)]*)\)", text)
+    assert marks and dict(re.findall(r'\[(\w+)\]="([^"]*)"', marks.group(1))) == {"verl": "verl_loop"}
+    assert re.search(r'^marks="not gpu and not vllm and not verl_loop"$', text, re.M)
+    holders = sorted(
+        str(f.relative_to(REPO))
+        for f in (REPO / "tests").rglob("test_*.py")
+        if re.search(r"pytest\.mark\.verl_loop", f.read_text(encoding="utf-8"))
+    )
+    assert sorted(lane_args()["verl"]) == holders
+    makefile = (REPO / "Makefile").read_text()
+    make = re.search(r"^VERL_LOOP_TESTS = (.*)$", makefile, re.M)  # what make test-verl-loop runs
+    assert make and sorted(make.group(1).split()) == holders
+
+
+def test_verl_lane_fails_in_ci_without_verl() -> None:
+    """Under CI=true a missing verl (hidden from ``find_spec``) is a collection error (exit 2), never a skip: the
+    loop's module raises. Outside CI the same lane skips and names the install command."""
+    code = (
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name in ('verl', 'transfer_queue') else real(name, *a)\n"
+        "import pytest\n"
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-m', 'verl_loop', {lane_args()['verl'][0]!r}]))\n"
+    )
+    env = {**os.environ, "CI": "true"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "verl 0.9.1 and TransferQueue must be installed in CI" in proc.stdout
+    env["CI"] = "false"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    # outside CI: a skip that names the fix; nothing else collected (exit 5, which run_tests.sh reads as that skip)
+    assert proc.returncode == 5, proc.stdout[-3000:]
+    assert "verl / TransferQueue not installed (pip install -e .[verl])" in proc.stdout
 
 
 def _build_in(proc_dir: Path, shared: Path, name: str) -> subprocess.Popen[str]:
