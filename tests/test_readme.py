@@ -77,3 +77,16 @@ def test_prose_stats_measure_sentences_and_paragraphs() -> None:
     text = "# Title\n\nOne two three. Four five six seven.\n\n```bash\nmake run\n```\n\n- a b c\n- d e\n\n| x | y |\n"
     assert prose_paragraphs(text) == ["One two three. Four five six seven.", "a b c", "d e"]
     assert prose_stats(text) == (3, 7)
+
+
+def test_user_docs_speak_of_the_project_not_its_history() -> None:
+    """README.md and docs/*.md are references: no work sessions, project issue numbers or numbered run pairs
+    (history lives in benchmarks/results/). An upstream project's issue is named with the project."""
+    upstream = re.compile(r"[\w.-]+/[\w.-]+ issue|Math-Verify issue")
+    wrong = []
+    for doc in [README, *sorted((REPO / "docs").glob("*.md"))]:
+        for lineno, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            line = upstream.sub("", line)
+            for found in re.findall(r"\b(?:[Ss]ession|[Ii]ssue|[Pp]air) #?\d+\b(?![,.]\d| s\b)", line):
+                wrong.append(f"{doc.relative_to(REPO)}:{lineno}: {found}")
+    assert wrong == []
