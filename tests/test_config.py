@@ -14,6 +14,7 @@ from acerl.settings import run_spec
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))
 PAPER_OVERLAYS = ("canary.yaml", "paper_2node.yaml")  # stacked over config/paper.yaml (docs/cluster.md)
+STACKED = {"gpu_methods.yaml": ("gpu.yaml", "methods.yaml")}  # overlays stacked over others (docs/gpu.md)
 
 
 def write(tmp_path: Path, data: dict, name: str = "c.yaml") -> Path:
@@ -31,6 +32,7 @@ def test_shipped_configs_validate(path: Path) -> None:
     files = [REPO / "config" / "config.yaml"] if path.name != "config.yaml" else []
     if path.name in PAPER_OVERLAYS:
         files.append(REPO / "config" / "paper.yaml")
+    files += [REPO / "config" / name for name in STACKED.get(path.name, ())]
     cfg = load_config([*files, path])
     assert cfg.runs(), "a study with no training runs"
     assert max(cfg.evaluation.ks) <= cfg.evaluation.n
