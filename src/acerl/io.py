@@ -144,7 +144,7 @@ def write_jsonl(path: Path | str, rows: Iterable[Mapping[str, Any]]) -> Path:
     return path
 
 
-def _write_rows(fh: IO[bytes], rows: Iterable[Mapping[str, Any]]) -> None:
+def _write_rows(fh: io.BufferedIOBase, rows: Iterable[Mapping[str, Any]]) -> None:
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise TypeError(f"row {i}: expected a mapping, got {type(row).__name__}")

@@ -28,8 +28,8 @@ __all__ = ["pass_at_k", "pass_at_k_array", "mean_pass_at_k"]
 
 
 def _as_int(value: object, name: str) -> int:
-    try:
-        return operator.index(value)  # int and numpy integers; floats (even 3.0) are rejected
+    try:  # int and numpy integers; floats (even 3.0) are rejected
+        return operator.index(value)  # type: ignore[arg-type]  # any object: the check itself
     except TypeError:
         raise TypeError(f"pass@k: {name} must be an integer, got {type(value).__name__} {value!r}") from None
 

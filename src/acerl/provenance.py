@@ -142,9 +142,8 @@ def record_launch(
         except (json.JSONDecodeError, AttributeError):
             logger.warning("%s: unreadable software record; starting a new one", path)
     if resuming:
-        warn_if_other_software(
-            what, previous if previous is not None else (launches or [None])[-1], "resuming it"
-        )
+        last = launches[-1] if launches else None
+        warn_if_other_software(what, previous if previous is not None else last, "resuming it")
     now = software_stamp()
     if not launches or launches[-1] != now:
         launches.append(now)

@@ -359,7 +359,8 @@ class AdvantageEstimator(Protocol):
     """Shared estimator signature. Estimators that do not need log-probs accept and ignore them; every
     estimator also takes the keyword ``correct`` ((B,) bool verdicts before any overlong penalty, or ``None``).
     A config's parameters are its estimator's keywords: ``ADVANTAGE_ESTIMATORS.get(est.name)(..., **est.kwargs())``
-    (``acerl.config``'s schema validates them)."""
+    (``acerl.config``'s schema validates them). ``*args: Any, **params: Any`` is the typing spelling of "and
+    any further arguments": each estimator declares its own keywords."""
 
     def __call__(
         self,
@@ -368,6 +369,7 @@ class AdvantageEstimator(Protocol):
         logprobs: Tensor | None,
         ref_logprobs: Tensor | None,
         response_mask: Tensor | None,
+        *args: Any,
         **params: Any,
     ) -> AdvantageOutput: ...
 

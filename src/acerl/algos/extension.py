@@ -28,6 +28,8 @@ import inspect
 from collections.abc import Callable
 from typing import TypeVar
 
+from pydantic import BaseModel
+
 from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageEstimator
 from acerl.algos.losses import POLICY_LOSS_FUNCTIONS, PolicyLoss
 from acerl.config import (
@@ -43,11 +45,11 @@ E = TypeVar("E", bound=AdvantageEstimator)
 L = TypeVar("L", bound=PolicyLoss)
 
 
-def _check_keywords(fn: Callable[..., object], params: type, kind: str) -> None:
+def _check_keywords(fn: Callable[..., object], params: type[BaseModel], kind: str) -> None:
     """Every parameter key must be a keyword of ``fn`` (the trainers call ``fn(..., **params.kwargs())``)."""
     signature = inspect.signature(fn).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values())
-    missing = [k for k in params.model_fields if k != "name" and k not in signature]  # type: ignore[attr-defined]
+    missing = [k for k in params.model_fields if k != "name" and k not in signature]
     if missing and not takes_any:
         raise TypeError(f"{kind} {fn.__name__}: its parameters {missing} are not keywords of the function")
 
@@ -63,7 +65,8 @@ def register_estimator(params: type[EstimatorParams]) -> Callable[[E], E]:
     def decorator(fn: E) -> E:
         _check_keywords(fn, params, "advantage estimator")
         register_estimator_params(params)
-        return ADVANTAGE_ESTIMATORS.register(params.model_fields["name"].default)(fn)
+        ADVANTAGE_ESTIMATORS.register(params.model_fields["name"].default)(fn)
+        return fn
 
     return decorator
 
@@ -79,6 +82,7 @@ def register_policy_loss(params: type[PolicyLossParams]) -> Callable[[L], L]:
     def decorator(fn: L) -> L:
         _check_keywords(fn, params, "policy loss")
         register_policy_loss_params(params)
-        return POLICY_LOSS_FUNCTIONS.register(params.model_fields["name"].default)(fn)
+        POLICY_LOSS_FUNCTIONS.register(params.model_fields["name"].default)(fn)
+        return fn
 
     return decorator

@@ -11,7 +11,7 @@ response tokens, ``V`` vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 import torch
 from torch import Tensor
@@ -19,6 +19,7 @@ from torch import Tensor
 from acerl.algos.registry import Registry
 
 __all__ = [
+    "BatchCounts",
     "LOSS_AGG_MODES",
     "KL_KINDS",
     "LossAggMode",
@@ -61,6 +62,15 @@ def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """``masked_sum / (mask.sum() + 1e-8)`` -- verl's ``masked_mean`` (0 for an empty mask)."""
     denom = mask.sum() if dim is None else mask.sum(dim=dim)
     return masked_sum(values, mask, dim) / (denom + 1e-8)
+
+
+class BatchCounts(TypedDict):
+    """The counts of the whole (mini-)batch that :func:`agg_loss` normalises a micro-batch's loss by, as its
+    keywords: ``agg_loss(loss_mat, mask, mode, **counts)`` (verl's ``global_batch_info``)."""
+
+    batch_num_tokens: Tensor
+    global_batch_size: Tensor
+    loss_scale_factor: int
 
 
 def agg_loss(
@@ -139,7 +149,9 @@ class PolicyLossOutput:
 
 class PolicyLoss(Protocol):
     """Shared policy-loss signature: the family's clip ratios and aggregation as keywords (a loss ignores those
-    it does not use), then the loss's own parameters (``acerl.config.PolicyLossParams.kwargs``)."""
+    it does not use), then the loss's own parameters (``acerl.config.PolicyLossParams.kwargs``). ``*args: Any,
+    **params: Any`` is the typing spelling of "and any further arguments": each loss declares its own
+    keywords."""
 
     def __call__(
         self,
@@ -148,6 +160,7 @@ class PolicyLoss(Protocol):
         advantages: Tensor,
         response_mask: Tensor,
         loss_agg_mode: str = "token-mean",
+        *args: Any,
         **params: Any,
     ) -> PolicyLossOutput: ...
 

@@ -3,7 +3,8 @@ the alpha sweep adds, the rows of Tables 3 and 4, the (benchmark, run) pairs eva
 resources and vLLM settings per rule).
 
 :class:`StudyGrid` holds them as methods of :class:`acerl.config.Config`, which inherits them; they read the
-validated sections and never retype a key.
+validated sections and never retype a key. The sections they read are declared on :class:`StudyGrid` for type
+checkers, so this module needs nothing from :mod:`acerl.config.root`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,27 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from acerl.config.schema import AceEstimator, ConfigError, FamilyConfig, MethodConfig, Resources
-
-if TYPE_CHECKING:
-    from acerl.config.root import Config
+from acerl.config.schema import (
+    Ablation,
+    AceEstimator,
+    AlphaSweep,
+    ComputeConfig,
+    ConfigError,
+    DataConfig,
+    EvaluationConfig,
+    FamilyConfig,
+    MethodConfig,
+    ModelConfig,
+    ReportConfig,
+    Resources,
+    StudyConfig,
+)
 
 BASE_METHOD = "base"  # the method key under which an untrained base model is evaluated
 SYNTHETIC_BENCHMARKS = ("synth_easy", "synth_hard")
+#: The study's parts that are a table of their own: Table 4 (the alpha sweep) and Table 3 (the ablation).
+TablePart = Literal["alpha_sweep", "ablation"]
+TABLE_PARTS: tuple[TablePart, ...] = ("alpha_sweep", "ablation")
 
 
 @dataclass(frozen=True, order=True)
@@ -58,27 +73,37 @@ class StudyGrid:
     """The derived values of :class:`acerl.config.Config`, which inherits them: the run grid, the tables' rows,
     resources and vLLM settings."""
 
+    if TYPE_CHECKING:  # the sections these methods read: fields of Config, declared here for type checkers
+        data: DataConfig
+        models: dict[str, ModelConfig]
+        families: dict[str, FamilyConfig]
+        methods: dict[str, MethodConfig]
+        study: StudyConfig
+        evaluation: EvaluationConfig
+        compute: ComputeConfig
+        report: ReportConfig
+
     @property
-    def benchmark_names(self: Config) -> list[str]:
+    def benchmark_names(self) -> list[str]:
         if self.data.kind == "real":
             assert self.data.real is not None
             return list(self.data.real.benchmarks)
         return list(SYNTHETIC_BENCHMARKS)
 
     @property
-    def primary_endpoint(self: Config) -> tuple[str, int]:
+    def primary_endpoint(self) -> tuple[str, int]:
         """``(benchmark, k)`` of ``report.primary`` (defaults: the first evaluated benchmark, the largest k)."""
         p = self.report.primary
         return (p.benchmark or self.evaluation.benchmarks[0], p.k or max(self.evaluation.ks))
 
     @property
-    def data_splits(self: Config) -> list[str]:
+    def data_splits(self) -> list[str]:
         """Every JSON Lines file prepare_data writes: train (+ sft for the tiny model), benchmarks, held-out."""
         extra = ["sft"] if self.data.kind == "synthetic" else []
         return ["train", *extra, *self.benchmark_names, "heldout"]
 
     @cached_property
-    def resolved_methods(self: Config) -> dict[str, MethodConfig]:
+    def resolved_methods(self) -> dict[str, MethodConfig]:
         """Every method the study trains: the configured ones plus alpha-sweep variants."""
         out = dict(self.methods)
         sweep = self.study.alpha_sweep
@@ -93,13 +118,13 @@ class StudyGrid:
                     )
         return out
 
-    def method(self: Config, key: str) -> MethodConfig:
+    def method(self, key: str) -> MethodConfig:
         return require(key, self.resolved_methods, "method")
 
-    def family(self: Config, method_key: str) -> FamilyConfig:
+    def family(self, method_key: str) -> FamilyConfig:
         return self.families[self.method(method_key).family]
 
-    def grpo_counterpart(self: Config, method: str, candidates: Iterable[str] | None = None) -> str | None:
+    def grpo_counterpart(self, method: str, candidates: Iterable[str] | None = None) -> str | None:
         """The GRPO-estimator method of the same family as ACE method ``method`` with the same group
         normalisation (``eps``, ``norm_by_std``): ACE at alpha = 0 is exactly that method (ACE-GRPO -> GRPO).
         Searched in ``candidates`` (default: the main grid's methods, then every configured method)."""
@@ -116,7 +141,7 @@ class StudyGrid:
                 return other
         return None
 
-    def sweep_method(self: Config, alpha: float) -> str:
+    def sweep_method(self, alpha: float) -> str:
         """Method key of the alpha sweep's row ``alpha``: the swept method itself at its own alpha, its GRPO
         counterpart at alpha = 0 (:meth:`grpo_counterpart`; the same run ids as the main grid, so Snakemake and
         DVC train them once), else a variant ``<method>-alpha<alpha>`` (:func:`alpha_variant_key`)."""
@@ -128,7 +153,7 @@ class StudyGrid:
                 return zero
         return alpha_variant_key(sw.method, alpha, self.swept_estimator().alpha)
 
-    def swept_estimator(self: Config) -> AceEstimator:
+    def swept_estimator(self) -> AceEstimator:
         """The ACE estimator of ``study.alpha_sweep.method`` (the validation checked it is one)."""
         sw = self.study.alpha_sweep
         assert sw is not None, "no study.alpha_sweep"
@@ -136,7 +161,7 @@ class StudyGrid:
         assert isinstance(est, AceEstimator), "study.alpha_sweep.method is validated to be an ACE method"
         return est
 
-    def table_rows(self: Config, part: Literal["alpha_sweep", "ablation"]) -> dict[str, list[int]]:
+    def table_rows(self, part: TablePart) -> dict[str, list[int]]:
         """Method key -> the seeds its row of Table 4 (``alpha_sweep``) or Table 3 (``ablation``) averages.
 
         A row that is a main-grid run (the part's model in ``study.main.models``, the method in
@@ -154,7 +179,7 @@ class StudyGrid:
         in_main = chosen.model in main.models
         return {k: list(main.seeds) if in_main and k in main.methods else own for k in dict.fromkeys(keys)}
 
-    def _part_runs(self: Config) -> dict[str, list[Run]]:
+    def _part_runs(self) -> dict[str, list[Run]]:
         """The runs each part of the study asks for: ``main``, ``alpha_sweep``, ``ablation``, ``diagnostics``
         (a run may appear in several parts)."""
         s = self.study
@@ -163,9 +188,13 @@ class StudyGrid:
                 Run(m, me, seed) for m in s.main.models for me in s.main.methods for seed in s.main.seeds
             ]
         }
-        for key, part in (("alpha_sweep", s.alpha_sweep), ("ablation", s.ablation)):
+        tables: list[tuple[TablePart, AlphaSweep | Ablation | None]] = [
+            ("alpha_sweep", s.alpha_sweep),
+            ("ablation", s.ablation),
+        ]
+        for key, part in tables:
             if part is not None:
-                rows = self.table_rows(key)  # type: ignore[arg-type]
+                rows = self.table_rows(key)
                 parts[key] = [Run(part.model, me, seed) for me, seeds in rows.items() for seed in seeds]
         if s.diagnostics:
             d = s.diagnostics
@@ -174,16 +203,16 @@ class StudyGrid:
             ]
         return parts
 
-    def runs(self: Config) -> list[Run]:
+    def runs(self) -> list[Run]:
         """Every training run the study needs (deduplicated, in a stable order)."""
         return list(dict.fromkeys(r for part in self._part_runs().values() for r in part))
 
-    def table_benchmark(self: Config, part: Literal["alpha_sweep", "ablation"]) -> str:
+    def table_benchmark(self, part: TablePart) -> str:
         """The benchmark Table 4 (``alpha_sweep``) or Table 3 (``ablation``) reports."""
         chosen = getattr(self.study, part)
         return (chosen.benchmark if chosen else None) or self.evaluation.benchmarks[0]
 
-    def evaluations(self: Config) -> list[tuple[str, Run]]:
+    def evaluations(self) -> list[tuple[str, Run]]:
         """Every (benchmark, run) the reports need Pass@k of, benchmark-major, in a stable order.
 
         The base models and the main grid's runs on every benchmark (Tables 1-2, Pass@k curves); the alpha
@@ -194,24 +223,24 @@ class StudyGrid:
         wanted: dict[Run, set[str]] = {
             r: set(self.evaluation.benchmarks) for r in self.base_runs() + parts["main"]
         }
-        for part in ("alpha_sweep", "ablation"):
+        for part in TABLE_PARTS:
             for r in parts.get(part, []):
-                wanted.setdefault(r, set()).add(self.table_benchmark(part))  # type: ignore[arg-type]
+                wanted.setdefault(r, set()).add(self.table_benchmark(part))
         runs = self.base_runs() + self.runs()
         return [(b, r) for b in self.evaluation.benchmarks for r in runs if b in wanted.get(r, ())]
 
-    def base_runs(self: Config) -> list[Run]:
+    def base_runs(self) -> list[Run]:
         """Untrained base models evaluated (method 'base', seed 0)."""
         models = self.study.main.models if self.study.main.include_base else []
         return [Run(m, BASE_METHOD, 0) for m in models]
 
-    def diagnostic_runs(self: Config) -> list[Run]:
+    def diagnostic_runs(self) -> list[Run]:
         d = self.study.diagnostics
         if d is None:
             return []
         return [Run(m, me, s) for m in d.models for me in d.methods for s in d.seeds]
 
-    def diagnostic_steps(self: Config, model: str) -> list[int]:
+    def diagnostic_steps(self, model: str) -> list[int]:
         """Training steps at which a diagnostic checkpoint is saved (step 0 = the base model)."""
         d = self.study.diagnostics
         if d is None:
@@ -222,7 +251,7 @@ class StudyGrid:
         steps.add(total)
         return sorted(steps)
 
-    def resources(self: Config, rule: str, model: str | None = None) -> Resources:
+    def resources(self, rule: str, model: str | None = None) -> Resources:
         """Resources for a rule (and model): model override > rule entry > 'default' > built-in defaults."""
         res = self.compute.resources
         out = res.get(rule) or res.get("default") or Resources()
@@ -232,7 +261,7 @@ class StudyGrid:
                 out = override
         return out
 
-    def vllm_engine(self: Config, model: str, rule: str = "sample") -> dict[str, Any]:
+    def vllm_engine(self, model: str, rule: str = "sample") -> dict[str, Any]:
         """The vLLM engine settings for ``model`` in ``rule``'s job, nulls of ``evaluation.vllm`` resolved
         (keyword arguments of :func:`acerl.generate.vllm_backend.engine_kwargs`)."""
         v = self.evaluation.vllm
@@ -248,7 +277,7 @@ class StudyGrid:
         }
 
 
-def check_overlong(cfg: Config, run: Run) -> None:
+def check_overlong(cfg: StudyGrid, run: Run) -> None:
     """DAPO's overlong buffer must fit in the model's response budget (it is the last ``buffer`` tokens)."""
     method = cfg.method(run.method)
     family, hyper = cfg.families[method.family], cfg.models[run.model].train

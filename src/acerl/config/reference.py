@@ -50,7 +50,9 @@ def reference_markdown() -> str:
             if field.is_required():
                 default = "required"
             elif field.default_factory is not None:
-                default = "(see below)" if _submodels(ann) else repr(field.default_factory())
+                default = (
+                    "(see below)" if _submodels(ann) else repr(field.get_default(call_default_factory=True))
+                )
             else:
                 default = repr(field.default)
             desc = (field.description or "").replace("|", "\\|")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -272,7 +272,10 @@ class OverlongShaping(_Model):
 
 
 # ------------------------------------------------------------------------- open registries of parameters
-def _register(table: dict[str, type[_Model]], kind: str, cls: type[_Model]) -> type[_Model]:
+_M = TypeVar("_M", bound=_Model)
+
+
+def _register(table: dict[str, type[_M]], kind: str, cls: type[_M]) -> type[_M]:
     """Add ``cls`` to ``table`` under the default of its ``name`` field (a ``Literal`` of one value)."""
     name = cls.model_fields["name"].default
     if not isinstance(name, str) or not name:
@@ -287,7 +290,7 @@ def _register(table: dict[str, type[_Model]], kind: str, cls: type[_Model]) -> t
     return cls
 
 
-def _variant(table: dict[str, type[_Model]], kind: str, default: str) -> Any:
+def _variant(table: Mapping[str, type[_Model]], kind: str, default: str) -> Any:
     """A before-validator picking the registered parameter class named by a mapping's ``name`` (a bare string
     is a name with no keys). An unknown name loads the registered plugins once (``acerl.config.plugins``)."""
 
@@ -343,7 +346,7 @@ def register_policy_loss_params(cls: type[PolicyLossParams]) -> type[PolicyLossP
     """Register a policy loss's parameter class under its ``name`` default (a duplicate name is an error)."""
     if not issubclass(cls, PolicyLossParams):
         raise TypeError(f"{cls.__name__} must subclass acerl.config.PolicyLossParams")
-    return _register(POLICY_LOSSES, "policy loss", cls)  # type: ignore[arg-type, return-value]
+    return _register(POLICY_LOSSES, "policy loss", cls)
 
 
 PolicyLossConfig = Annotated[
@@ -452,7 +455,7 @@ def register_estimator_params(cls: type[_Estimator]) -> type[_Estimator]:
     """Register an estimator's parameter class under its ``name`` default (a duplicate name is an error)."""
     if not issubclass(cls, _Estimator):
         raise TypeError(f"{cls.__name__} must subclass acerl.config.EstimatorParams")
-    return _register(ESTIMATORS, "advantage estimator", cls)  # type: ignore[arg-type, return-value]
+    return _register(ESTIMATORS, "advantage estimator", cls)
 
 
 def registered_variants(cls: type[BaseModel]) -> list[type[BaseModel]]:
@@ -466,7 +469,7 @@ def registered_variants(cls: type[BaseModel]) -> list[type[BaseModel]]:
 
 
 EstimatorConfig = Annotated[
-    SerializeAsAny[_Estimator], BeforeValidator(_variant(ESTIMATORS, "advantage estimator", "grpo"))  # type: ignore[arg-type]
+    SerializeAsAny[_Estimator], BeforeValidator(_variant(ESTIMATORS, "advantage estimator", "grpo"))
 ]
 """A method's advantage estimator: the registered variant named by ``name``, each with its own keys."""
 

@@ -97,7 +97,7 @@ def fit_beta_prior(c: np.ndarray, n: int) -> BetaPrior:
     return BetaPrior(m * total, (1.0 - m) * total)
 
 
-def _beta_moment(a: np.ndarray | float, b: np.ndarray | float, j: int) -> np.ndarray:
+def _beta_moment(a: np.ndarray | float, b: np.ndarray | float, j: int | np.ndarray) -> np.ndarray:
     """``E[(1 - p)^j]`` for ``p ~ Beta(a, b)``."""
     return np.exp(spf.betaln(a, np.asarray(b) + j) - spf.betaln(a, b))
 
@@ -116,7 +116,7 @@ def fit_beta_to_passk(ks: np.ndarray, passk: np.ndarray) -> BetaPrior:
 
     def resid(theta: np.ndarray) -> np.ndarray:
         a, b = np.exp(theta)
-        return 1.0 - _beta_moment(a, b, ks) - passk  # type: ignore[arg-type]
+        return 1.0 - _beta_moment(a, b, ks) - passk
 
     sol = optimize.least_squares(resid, x0=np.log([0.5, 2.0]), bounds=(np.log(1e-3), np.log(1e4)))
     a, b = np.exp(sol.x)

@@ -132,7 +132,7 @@ def simulate_design(
     s1 = np.sqrt(ss1 / (n1 - 1))
     p1 = _tp(m1 / (s1 / math.sqrt(n1)), np.full(shape, n1 - 1))
     interim = holm_rows(p1) < design.alpha_interim
-    stopped = interim.any(axis=1)
+    stopped = np.any(interim, axis=1)
     need = np.where(interim, 0, seeds_needed(np.maximum(s1, floor), design))
     n = np.maximum(n1, np.minimum(need.max(axis=1), design.max_seeds))
     extra = (n - n1)[:, None] * np.ones(shape, dtype=np.int64)
@@ -143,7 +143,7 @@ def simulate_design(
     ss = ss1 + ss2 + n1 * extra * (m1 - m2) ** 2 / total
     p = _tp(mean / np.sqrt(ss / (total - 1) / total), total - 1)
     p_final = p if final_pvalue is None else final_pvalue(p)
-    final = ~stopped & (holm_rows(p_final) < design.alpha_final).any(axis=1)
+    final = ~stopped & np.any(holm_rows(p_final) < design.alpha_final, axis=1)
     return {"interim": stopped, "final": final, "p_naive": np.where(stopped[:, None], np.nan, p), "seeds": n}
 
 

@@ -20,13 +20,16 @@ logits; ``select(keep)`` keeps only the given rows of the cache (indices into it
 from __future__ import annotations
 
 import functools
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from acerl.models.kv_cache import BufferKVLayer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 __all__ = [
     "Decoder",
@@ -65,8 +68,13 @@ def _hf_buffer_layer() -> type:
     return _BufferLayer
 
 
+def _config(model: torch.nn.Module) -> PreTrainedConfig:
+    """A transformers model's ``config`` (a plain attribute; nn.Module's typing reads it as a submodule)."""
+    return cast("PreTrainedConfig", model.config)
+
+
 def _text_config(model: torch.nn.Module) -> Any:
-    return model.config.get_text_config(decoder=True)
+    return _config(model).get_text_config(decoder=True)
 
 
 def _full_attention(model: torch.nn.Module) -> bool:
@@ -83,18 +91,20 @@ def _full_attention(model: torch.nn.Module) -> bool:
 def new_dynamic_cache(model: torch.nn.Module) -> Any:
     """An empty growing KV cache for ``model``: its own (the lean Llama's ``new_cache``), else transformers'
     ``DynamicCache``."""
-    if hasattr(model, "new_cache"):
-        return model.new_cache()
+    new_cache = getattr(model, "new_cache", None)
+    if new_cache is not None:
+        return new_cache()
     from transformers import DynamicCache
 
-    return DynamicCache(config=model.config)
+    return DynamicCache(config=_config(model))
 
 
 def make_cache(model: torch.nn.Module, capacity: int) -> Any:
     """Preallocated KV cache for full-attention decoders; a growing one for anything else (sliding-window or
     hybrid layers). The lean Llama makes its own (same buffers, no transformers import)."""
-    if hasattr(model, "new_cache"):
-        return model.new_cache(capacity)
+    new_cache = getattr(model, "new_cache", None)
+    if new_cache is not None:
+        return new_cache(capacity)
     if not _full_attention(model):
         return new_dynamic_cache(model)
     from transformers.cache_utils import Cache
@@ -169,14 +179,16 @@ class _Layer:
     """One decoder layer's modules, its fused q/k/v (and gate/up) projections and its KV buffer."""
 
     def __init__(self, layer: torch.nn.Module, kv: BufferKVLayer) -> None:
-        attn = layer.self_attn
-        self.norm1, self.norm2, self.mlp, self.o_proj = (
-            layer.input_layernorm,
-            layer.post_attention_layernorm,
-            layer.mlp,
-            attn.o_proj,
-        )
-        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        # The layer's submodules by their transformers names: Any, as nn.Module types every attribute it
+        # looks up as Tensor | Module; the attributes below say what each one is.
+        modules: Any = layer
+        attn, mlp = modules.self_attn, modules.mlp
+        self.norm1: torch.nn.Module = modules.input_layernorm
+        self.norm2: torch.nn.Module = modules.post_attention_layernorm
+        self.mlp: torch.nn.Module = mlp
+        self.o_proj: torch.nn.Module = attn.o_proj
+        self.q_norm: torch.nn.Module | None = getattr(attn, "q_norm", None)
+        self.k_norm: torch.nn.Module | None = getattr(attn, "k_norm", None)
         projs = (attn.q_proj, attn.k_proj, attn.v_proj)
         self.sizes = [p.weight.shape[0] for p in projs]
         self.w_qkv = torch.cat([p.weight for p in projs])
@@ -193,13 +205,13 @@ class _Layer:
         )
         self.scaling = float(attn.scaling)
         self.kv = kv
-        mlp = layer.mlp
-        self.w_gate_up = None
+        self.w_gate_up: Tensor | None = None
         if all(hasattr(mlp, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")) and all(
             getattr(p, "bias", None) is None for p in (mlp.gate_proj, mlp.up_proj)
         ):  # gated MLP: down(act(gate(x)) * up(x)), gate and up as one matmul
             self.w_gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-            self.act, self.down = mlp.act_fn, mlp.down_proj
+            self.act: torch.nn.Module = mlp.act_fn
+            self.down: torch.nn.Module = mlp.down_proj
 
     def mlp_out(self, x: Tensor) -> Tensor:
         if self.w_gate_up is None:
@@ -213,7 +225,7 @@ def _rms_norm(module: torch.nn.Module, x: Tensor) -> Tensor:
     float32 and cast back, as the module does); other norm modules are called as they are."""
     eps = getattr(module, "variance_epsilon", None)
     if type(module).__name__.endswith("RMSNorm") and eps is not None and x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), module.weight, eps)
+        return F.rms_norm(x, (x.shape[-1],), cast(Tensor, module.weight), eps)
     return module(x)
 
 
@@ -240,7 +252,10 @@ class LlamaFamilyDecoder(HFDecoder):
         if not supports_llama_family(model):
             raise ValueError(f"{type(model).__name__} is not a supported Llama-family decoder")
         super().__init__(model, capacity)
-        self.inner = model.model
+        # the decoder stack (embed_tokens, layers, norm, rotary_emb: supports_llama_family checked them), read
+        # through Any as in _Layer
+        modules: Any = model
+        self.inner = modules.model
         cfg = _text_config(model)
         self.heads = cfg.num_attention_heads
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
@@ -286,6 +301,7 @@ class LlamaFamilyDecoder(HFDecoder):
             qkv = F.linear(_rms_norm(layer.norm1, h), layer.w_qkv, layer.b_qkv).view(b, hq + 2 * hk, d)
             v = qkv[:, hq + hk :]
             if layer.q_norm is not None:
+                assert layer.k_norm is not None  # per-head q/k norms come together (Qwen3)
                 q = _rotate(layer.q_norm(qkv[:, :hq]), cos, sin)
                 k = _rotate(layer.k_norm(qkv[:, hq : hq + hk]), cos, sin)
             else:  # q and k rotated together
@@ -293,7 +309,8 @@ class LlamaFamilyDecoder(HFDecoder):
                 q, k = qk[:, :hq], qk[:, hq:]
             h = h + layer.o_proj(self._attention(layer, q, k, v))[:, None, :]
             h = h + layer.mlp_out(_rms_norm(layer.norm2, h))
-        return self.model.lm_head(_rms_norm(self.inner.norm, h))[:, -1, :]
+        lm_head = cast(torch.nn.Module, self.model.lm_head)
+        return lm_head(_rms_norm(self.inner.norm, h))[:, -1, :]
 
 
 def make_decoder(model: torch.nn.Module, capacity: int, *, lean: bool = True) -> Decoder:

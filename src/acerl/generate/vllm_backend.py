@@ -42,7 +42,7 @@ import gc
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from acerl.generate.base import Completion, SamplingParams, encode_prompt
 from acerl.seeds import derive_seed
@@ -195,7 +195,7 @@ class VLLMSampler:
                 logprobs = [
                     float(step[tok].logprob) for tok, step in zip(token_ids, out.logprobs, strict=True)
                 ]
-            reason = "length" if out.finish_reason == "length" else "stop"
+            reason: Literal["stop", "length"] = "length" if out.finish_reason == "length" else "stop"
             if out.finish_reason not in ("stop", "length"):
                 raise RuntimeError(f"vLLM request ended with finish_reason={out.finish_reason!r}")
             result.append(

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Literal, cast
 
 from acerl.grading.backend import Outcome, Status, grade_answer
 from acerl.grading.extract import extract_answer
@@ -171,7 +171,8 @@ class Grader:
                 for index in todo[pair]:
                     outcomes[index] = outcome
 
-        verdicts = [Verdict(o[0], o[1], x, o[2]) for o, x in zip(outcomes, extracted, strict=True)]  # type: ignore[index]
+        graded = cast("list[Outcome]", outcomes)  # every item has its outcome now
+        verdicts = [Verdict(o[0], o[1], x, o[2]) for o, x in zip(graded, extracted, strict=True)]
         self._count(verdicts, n_cached, n_fast, len(todo))
         return verdicts
 

@@ -33,9 +33,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from acerl.grading.backend import Outcome
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext, SpawnContext
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +112,7 @@ class Job:
         """Block until every pair has an outcome; ``on_progress(n_done)`` is called while waiting. Raises
         ``RuntimeError`` if the pool's dispatcher failed (workers that cannot start, say) before it finished."""
         while not self.done.wait(poll_s if on_progress else None):
-            on_progress(len(self.outcomes))  # type: ignore[misc]
+            on_progress(len(self.outcomes))  # type: ignore[misc]  # set: a None one waits until done
         if on_progress:
             on_progress(len(self.outcomes))
         if self.failure is not None:
@@ -157,7 +160,8 @@ class WorkerPool:
         self.timeout_s = float(timeout_s)
         self.mv_timeout_s = mv_timeout_s
         self.start_timeout_s = start_timeout_s
-        self._ctx = multiprocessing.get_context(mp_context)
+        # get_context's typing names the context class for a literal method only
+        self._ctx = cast("ForkServerContext | SpawnContext", multiprocessing.get_context(mp_context))
         self._lock = threading.Lock()
         self._submissions: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -190,7 +194,7 @@ class WorkerPool:
                 self._thread = threading.Thread(target=self._run, name="acerl-grader-dispatch", daemon=True)
                 self._thread.start()
             self._submissions.put(job)
-            self._wake_w.send_bytes(b"j")  # type: ignore[union-attr]
+            self._wake_w.send_bytes(b"j")  # type: ignore[union-attr]  # made with the thread, above
         return job
 
     def worker_pids(self) -> list[int]:
@@ -207,13 +211,13 @@ class WorkerPool:
             if thread is not None:
                 self._submissions.put(None)
                 try:
-                    self._wake_w.send_bytes(b"q")  # type: ignore[union-attr]
+                    self._wake_w.send_bytes(b"q")  # type: ignore[union-attr]  # made with the thread
                 except OSError:
                     pass
         if thread is not None:
             thread.join()
             for conn in (self._wake_r, self._wake_w):
-                conn.close()  # type: ignore[union-attr]
+                conn.close()  # type: ignore[union-attr]  # made with the thread
 
     # ------------------------------------------------------------------ dispatcher thread
     def _run(self) -> None:
@@ -303,7 +307,7 @@ class WorkerPool:
     def _next_task_for(self, worker: _Worker) -> _Task:
         """A pending task, preferring this worker's last gold, then a gold no other worker is on."""
         gold = worker.last_gold
-        if gold not in self._pending:
+        if gold is None or gold not in self._pending:
             taken = {w.last_gold for w in self._workers if w is not worker and w.task is not None}
             gold = next((g for g in self._pending if g not in taken), next(iter(self._pending)))
         tasks = self._pending[gold]
@@ -322,11 +326,11 @@ class WorkerPool:
         conns: list[Any] = [self._wake_r] + [w.conn for w in self._workers]
         for conn in wait(conns, timeout):
             if conn is self._wake_r:
-                self._wake_r.recv_bytes()  # type: ignore[union-attr]
+                self._wake_r.recv_bytes()
                 continue
             worker = next(w for w in self._workers if w.conn is conn)
             try:
-                message = conn.recv()  # type: ignore[union-attr]
+                message = worker.conn.recv()
             except (EOFError, OSError):
                 self._on_worker_death(worker)
                 continue

@@ -79,13 +79,13 @@ def load_model_folder(
         from acerl.models.lean import LeanLlamaForCausalLM
 
         with reading(folder / WEIGHTS, weights_remake(folder), (SafetensorError,), delete=folder):
-            model = LeanLlamaForCausalLM.from_folder(folder, device)
-        return model, tokenizer
+            lean = LeanLlamaForCausalLM.from_folder(folder, device)
+        return lean, tokenizer
     logger.debug("%s: loading with transformers (%s)", folder, reason)
     from transformers import AutoModelForCausalLM
 
     with reading(folder / WEIGHTS, weights_remake(folder), (SafetensorError,), delete=folder):
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     return model.to(device).eval(), tokenizer
 
 

@@ -71,6 +71,7 @@ def _fetch_hub_model(hub_id: str | None, local: str | None, out: Path, key: str 
                 "point it at the folder holding config.json and the weights"
             )
         return _link(out, src)
+    assert hub_id is not None, "a hub model without a path has a hub_id (ModelConfig checks it)"
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 

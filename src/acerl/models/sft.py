@@ -274,7 +274,8 @@ def prepare_tiny_base(
     try:
         start = time.perf_counter()
         tokenizer = build_char_tokenizer(model_max_length=model_cfg.max_position_embeddings)
-        model = build_tiny_model(model_cfg, tokenizer, seed=seed).to(device)
+        # transformers wraps PreTrainedModel.to with functools.wraps, whose typing loses the bound self
+        model = build_tiny_model(model_cfg, tokenizer, seed=seed).to(device)  # type: ignore[arg-type]
         n_params = count_parameters(model)
         logger.info("tiny model: %d parameters; SFT on %d rows from %s", n_params, len(rows), sft_data)
         curve = train_sft(model, tokenizer, rows, sft_cfg, seed=seed, progress=progress)

@@ -25,7 +25,7 @@ def llama_config(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) -> Ll
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads,
         max_position_embeddings=cfg.max_position_embeddings,
-        rope_theta=cfg.rope_theta,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
         tie_word_embeddings=cfg.tie_word_embeddings,
         initializer_range=cfg.initializer_range,
         bos_token_id=tokenizer.bos_token_id,

@@ -118,8 +118,8 @@ class LeanTokenizer:
         """Id of a token (``unk_token_id`` for an unknown one), or the ids of a list of tokens."""
         if isinstance(tokens, str):
             tid = self.backend.token_to_id(tokens)
-            return self.unk_token_id if tid is None else tid  # type: ignore[return-value]
-        return [self.convert_tokens_to_ids(t) for t in tokens]  # type: ignore[misc]
+            return self.unk_token_id if tid is None else tid  # type: ignore[return-value]  # None: no unk
+        return [self.convert_tokens_to_ids(t) for t in tokens]  # type: ignore[misc]  # an int per str token
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

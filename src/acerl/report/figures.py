@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -141,7 +142,7 @@ def penalty_multiplier_figure(
         ymax = float(penalty_multiplier(np.array([c_range[1]]), alpha, "softplus")[0])
         ax.set_xlim(*c_range)
         ax.set_ylim(0.0, ymax * 1.08)
-        region = {"va": "top", "fontsize": 7.5}
+        region: dict[str, Any] = {"va": "top", "fontsize": 7.5}
         ax.text(
             c_range[0] + 0.15,
             ymax,
@@ -184,10 +185,10 @@ def _band(
     return bool(ok.any())
 
 
-def _line_kwargs(method: str, markers: bool = True) -> dict[str, object]:
+def _line_kwargs(method: str, markers: bool = True) -> dict[str, Any]:
     """The method's line; dashed and dotted baselines above the solid ACE lines (visible where they meet)."""
     st = method_style(method)
-    kw: dict[str, object] = st.line_kwargs()
+    kw = st.line_kwargs()
     if st.linestyle != "-":
         kw["zorder"] = 6
     else:

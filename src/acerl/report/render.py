@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -187,24 +188,25 @@ def render_all(
             )  # Tables 1-2: the first two benchmarks
             w.table(
                 f"Pass@k table ({bench})",
-                lambda b=bench, wci=with_ci, n=number: tables.passk_table(
-                    agg, b, names=names, models=models, methods=spec.main_methods, ks=spec.ks, with_ci=wci,
-                    number=n, ci_kind=ci if runs is not None else None,
+                partial(
+                    tables.passk_table, agg, bench, names=names, models=models, methods=spec.main_methods,
+                    ks=spec.ks, with_ci=with_ci, number=number, ci_kind=ci if runs is not None else None,
                 ),
             )  # fmt: skip
             w.table(
                 f"significance table ({bench})",
-                lambda b=bench: tables.significance_table(
-                    sig, b, names=names, models=models, comparisons=spec.comparisons, ks=spec.ks,
-                    primary=spec.primary,
+                partial(
+                    tables.significance_table, sig, bench, names=names, models=models,
+                    comparisons=spec.comparisons, ks=spec.ks, primary=spec.primary,
                 ),
             )  # fmt: skip
             if pw is not None:
                 w.table(
                     f"power table ({bench})",
-                    lambda b=bench: tables.power_table(
+                    partial(
+                        tables.power_table,
                         pw,
-                        b,
+                        bench,
                         names=names,
                         models=models,
                         comparisons=spec.comparisons,

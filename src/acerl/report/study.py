@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from acerl import paths
-from acerl.config import BASE_METHOD, Config
+from acerl.config import BASE_METHOD, AceEstimator, Config
 from acerl.errors import MissingInputError
 from acerl.io import write_text
 from acerl.report.aggregate import MissingData
@@ -58,8 +58,13 @@ def _ablation_label(cfg: Config, method: str) -> str:
     est = cfg.method(method).estimator
     if est.name == "grpo":
         return f"{cfg.method(method).display} (baseline)"
+    assert isinstance(est, AceEstimator), f"the ablation compares GRPO and ACE methods, not {est.name!r}"
     label = "ACE-Softplus" if est.modulation == "softplus" else "ACE-ReLU"
     return label + (" (ours)" if est.modulation == "softplus" else "")
+
+
+def _seed_tuples(rows: dict[str, list[int]]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v) for k, v in rows.items()}
 
 
 def report_spec(cfg: Config) -> ReportSpec:
@@ -90,7 +95,7 @@ def report_spec(cfg: Config) -> ReportSpec:
             methods={cfg.sweep_method(a): float(a) for a in s.alphas},
             default_alpha=default,
             ks=_sweep_ks(cfg),
-            seeds=cfg.table_rows("alpha_sweep"),
+            seeds=_seed_tuples(cfg.table_rows("alpha_sweep")),
         )
     ablation = None
     if cfg.study.ablation is not None:
@@ -99,11 +104,10 @@ def report_spec(cfg: Config) -> ReportSpec:
             model=ab.model,
             benchmark=cfg.table_benchmark("ablation"),
             methods={m: _ablation_label(cfg, m) for m in ab.methods},
-            seeds=cfg.table_rows("ablation"),
+            seeds=_seed_tuples(cfg.table_rows("ablation")),
         )
-    ace_alphas = [
-        cfg.method(m).estimator.alpha for m in main.methods if cfg.method(m).estimator.name == "ace"
-    ]
+    estimators = [cfg.method(m).estimator for m in main.methods]
+    ace_alphas = [e.alpha for e in estimators if e.name == "ace" and isinstance(e, AceEstimator)]
     diag = cfg.study.diagnostics
     return ReportSpec(
         names=names,

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 __all__ = ["MethodStyle", "METHOD_STYLES", "FALLBACK_COLORS", "RC_PARAMS", "method_style", "report_style"]
 
@@ -61,7 +64,7 @@ def method_style(method: str) -> MethodStyle:
     return _assigned[method]
 
 
-RC_PARAMS: dict[str, Any] = {
+RC_PARAMS: dict[RcKeyType, Any] = {
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Arial", "Helvetica"],
     "mathtext.fontset": "dejavusans",

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -253,7 +253,7 @@ MARKDOWN: Syntax = _Markdown("markdown", "–")
 
 
 # ------------------------------------------------------------------------------------------- formatting
-def _finite(x: Any) -> bool:
+def _finite(x: Any) -> TypeGuard[float]:
     return x is not None and not pd.isna(x) and math.isfinite(float(x))
 
 

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageOutput, ace_metrics, confidence_scores
-from acerl.algos.losses import POLICY_LOSS_FUNCTIONS, agg_loss, kl_penalty
+from acerl.algos.losses import POLICY_LOSS_FUNCTIONS, BatchCounts, agg_loss, kl_penalty
 from acerl.config import AceEstimator, EstimatorConfig
 from acerl.generate.rollout import RolloutBatch, response_logprobs
 from acerl.runtime import autocast
@@ -174,7 +174,7 @@ def _policy_forward(
     return logprobs, entropy, batch.response_mask[rows, :t]
 
 
-def _aggregation(setup: RunSettings, mini_mask: Tensor) -> dict[str, Tensor | int]:
+def _aggregation(setup: RunSettings, mini_mask: Tensor) -> BatchCounts:
     """The mini-batch counts every micro-batch loss is aggregated with, so the accumulated gradient equals that
     of the whole mini-batch loss (verl's ``global_batch_info``)."""
     return {
@@ -215,7 +215,7 @@ def _loss(
     adv: Tensor,
     ref: Tensor | None,
     mask: Tensor,
-    agg: dict[str, Tensor | int],
+    agg: BatchCounts,
 ) -> Tensor:
     """Alg. 1 line 11 on one micro-batch: the policy loss plus ``beta * KL`` (their values go to ``stats``)."""
     fam = setup.family

@@ -55,7 +55,7 @@ def lr_factor(schedule: str, step: int, warmup_steps: int, total_steps: int) -> 
 def build_optimizer(params: Iterable[torch.nn.Parameter], hyper: TrainHyper) -> tuple[AdamW, StepSchedule]:
     """AdamW over ``params`` and its LR schedule (stepped once per training step)."""
     optimizer = AdamW(
-        list(params), lr=hyper.lr, betas=tuple(hyper.betas), eps=ADAM_EPS, weight_decay=hyper.weight_decay
+        list(params), lr=hyper.lr, betas=hyper.betas, eps=ADAM_EPS, weight_decay=hyper.weight_decay
     )
     schedule, warmup, total = hyper.lr_schedule, hyper.warmup_steps, hyper.total_steps
     lr_factor(schedule, 0, warmup, total)  # validate the name now

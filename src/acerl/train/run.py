@@ -217,7 +217,9 @@ def init_state(
     # log pi_ref == log pi_old bit for bit and every c_i is exactly 0). No gradient is ever computed for it.
     ref_model = copy.deepcopy(model).eval() if settings.needs_reference else None
     if settings.gradient_checkpointing:  # the policy only: the reference never runs a backward pass
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # a method of both model kinds (the lean Llama's and transformers'), not of nn.Module
+        policy: Any = model
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     train_file = paths.data_file(root, "train")
     rows = read_jsonl(train_file, required=("problem", "answer"))
     data = TrainingSet(rows, tokenizer, settings.template, settings.hyper.max_prompt_length, train_file)

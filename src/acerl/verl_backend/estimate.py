@@ -193,7 +193,9 @@ def estimate_grid(
     cells = []
     for (model, method), runs in groups.items():
         n = model_params(cfg, model, params)
-        hours = [sum(run_gpu_hours(cfg, r, n, x) for r in runs) for x in (a, a.optimistic(), a.pessimistic())]
+        central, low, high = (
+            sum(run_gpu_hours(cfg, r, n, x) for r in runs) for x in (a, a.optimistic(), a.pessimistic())
+        )
         disk = [run_disk_gb(cfg, r, n) for r in runs]
         steps = cfg.models[model].train.total_steps
         peak, left, peak_sum = max(d[0] for d in disk), sum(d[1] for d in disk), sum(d[0] for d in disk)
@@ -210,7 +212,9 @@ def estimate_grid(
                 method,
                 len(runs),
                 steps,
-                *hours,
+                central,
+                low,
+                high,
                 peak,
                 left,
                 peak_sum,

@@ -395,7 +395,7 @@ def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., A
         return data
 
     compute_advantage.__doc__ = (original.__doc__ or "") + "\n\n(acerl shim: passes log-probs to ACE)"
-    compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]
+    compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps sets it
     setattr(compute_advantage, _SHIM_FLAG, True)
     return compute_advantage
 
@@ -559,10 +559,14 @@ def _cap_refills(cls: Any) -> None:
         self._acerl_dispatched = dispatched + take
         return add(self, take)
 
-    for name, fn in (("prepare_step", prepare_step), ("_add_prompts_to_generate", _add_prompts_to_generate)):
+    shims: dict[str, Callable[..., Any]] = {
+        "prepare_step": prepare_step,
+        "_add_prompts_to_generate": _add_prompts_to_generate,
+    }
+    for name, fn in shims.items():
         original = cls.__dict__[name]
         fn.__doc__ = (original.__doc__ or "") + "\n\n(acerl: dynamic-sampling cap, see refill_cap)"
-        fn.__wrapped__ = original  # type: ignore[attr-defined]
+        fn.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps sets it
         setattr(fn, _SHIM_FLAG, True)
         setattr(cls, name, fn)
 
@@ -597,7 +601,7 @@ def _patch_v1_trainer(module: Any) -> None:
             return original(self, batch, metrics)
 
     _compute_advantage.__doc__ = (original.__doc__ or "") + "\n\n(acerl: ACE's verdicts and step metrics)"
-    _compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]
+    _compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps sets it
     setattr(_compute_advantage, _SHIM_FLAG, True)
     cls._compute_advantage = _compute_advantage
 
@@ -685,7 +689,7 @@ def keep_trl_out_of_verl() -> None:
         return False
 
     for name in TRL_PROBE_MODULES:
-        module = sys.modules.get(name)
+        module: Any = sys.modules.get(name)  # verl's module, patched in place
         if module is None:
             module = importlib.import_module(name) if name == TRL_PROBE_MODULES[0] else None
         if module is not None:
