@@ -80,7 +80,7 @@ def config_files(user_files: Sequence[str | Path] | None, *, default: bool = Tru
         files.insert(0, Path(DEFAULT_CONFIG))
     if not files:
         raise ConfigError("no config file: give --config FILE (--no-default-config was set)")
-    first = {}
+    first: dict[Path, Path] = {}
     for f in files:
         first.setdefault(f.resolve(), f)
     return list(first.values())

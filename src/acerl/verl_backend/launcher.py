@@ -589,7 +589,9 @@ def verl_train_prompts(cfg: Config, run: Run, root: Path | str) -> int:
             "apply_chat_template_kwargs": dict(chat.chat_template_kwargs),
         }
     )
-    return len(RLHFDataset([str(paths.verl_train_file(root, run.model))], tokenizer, data_config))
+    files = [str(paths.verl_train_file(root, run.model))]
+    # verl types the tokenizer as transformers' Python-backend class; a fast one serves alike
+    return len(RLHFDataset(files, tokenizer, data_config))  # type: ignore[arg-type]
 
 
 def _check_steps(cfg: Config, run: Run, root: Path) -> None:
