@@ -784,6 +784,13 @@ class ReportConfig(_Model):
         description="seeds of the main grid whose results were seen before a sequential design was fixed "
         "(pilot): python -m acerl.report.sequential also reports the design without them",
     )
+    stage1_seeds: int | None = Field(
+        None,
+        ge=2,
+        description="a sequential design's first stage: its first N seeds of the main grid, in order. The "
+        "report's per-seed table and strip plot then mark each seed's stage, and its stage table gives each "
+        "stage's estimate and their difference (null: one stage; config/power.yaml: 8)",
+    )
     methods: MethodsComparison | None = Field(
         None,
         description="the comparison of methods beyond the paper (python -m acerl.report.methods; "

@@ -46,6 +46,18 @@ _TABLES: tuple[tuple[str, str, str], ...] = (
         "(MDE at 80% power).",
     ),
     (
+        r"per_seed_(?P<b>.+)",
+        "Significance",
+        "Every seed's Pass@k on {b} (the primary endpoint): each compared method, its baseline and their "
+        "difference, paired by seed; a staged design marks each seed's stage, pilot seeds are marked.",
+    ),
+    (
+        r"stages_(?P<b>.+)",
+        "Significance",
+        "Each comparison on {b} (the primary endpoint) on each subset of seeds: all, each stage, without the "
+        "pilot seeds, and the difference of the stages; t intervals, paired t and sign-flip p, unadjusted.",
+    ),
+    (
         r"alpha_sensitivity",
         "Ablations",
         "Pass@k as the ACE strength alpha varies (alpha = 0 is the baseline).",
@@ -74,6 +86,12 @@ _FIGURES: tuple[tuple[str, str, str], ...] = (
         "Figures",
         "Each ACE method minus its baseline in Pass@k points against k, paired by seed: the mean difference "
         "with its paired 95% t interval; the legend gives the seeds paired. Above 0: ACE is better.",
+    ),
+    (
+        r"per_seed_(?P<b>.+)",
+        "Significance",
+        "Every seed's paired difference on {b} (the primary endpoint), in Pass@k points, per comparison: stages "
+        "in two colours, pilot seeds hollow, the mean of all seeds as a bar.",
     ),
     (
         r"training_dynamics",

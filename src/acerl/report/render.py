@@ -8,11 +8,14 @@ file-reading wrappers. Output layout::
     <out>/tables/ablation_modulation.{tex,md}        Table 3
     <out>/tables/alpha_sensitivity.{tex,md}          Table 4
     <out>/tables/power_<benchmark>.{tex,md}          ACE vs baseline: paired CI, seeds-and-problems CI, MDE (per-problem data)
+    <out>/tables/per_seed_<primary benchmark>.{tex,md}   every seed's paired difference on the primary endpoint
+    <out>/tables/stages_<primary benchmark>.{tex,md}     a staged or piloted design: each stage's estimate
     <out>/tables/hyperparameters.{tex,md}            Table 5
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
     <out>/figures/passk_curves.{pdf,png}             Fig. 2
     <out>/figures/passk_difference.{pdf,png}         ACE minus baseline against k, paired by seed
+    <out>/figures/per_seed_<primary benchmark>.{pdf,png}  every seed's paired difference (strip plot)
     <out>/figures/training_dynamics.{pdf,png}        reward, entropy, KL, length, multiplier, OEF per step
     <out>/figures/oef_dynamics.{pdf,png}             Fig. 3
     <out>/figures/entropy_early.{pdf,png}            Fig. 4
@@ -35,7 +38,7 @@ from matplotlib.figure import Figure
 from acerl.io import write_text
 from acerl.provenance import software_section, stamps_in
 from acerl.records import read_json
-from acerl.report import figures, tables
+from acerl.report import figures, per_seed, tables
 from acerl.report.aggregate import (
     MissingData,
     aggregate_seeds,
@@ -47,6 +50,7 @@ from acerl.report.frames import Diagnostics, load_diagnostics, load_passk_proble
 from acerl.report.html import html_page
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
 from acerl.report.power import power_frame
+from acerl.report.sequential import per_seed_frame, stage_frame
 from acerl.report.spec import ReportSpec
 from acerl.report.training import curves_frame
 
@@ -105,6 +109,43 @@ class _Writer:
         png = [p for p in paths if p.suffix == ".png"]
         if png:
             self.sections.append(f"**{what}**\n\n![{what}]({png[0].relative_to(self.out).as_posix()})\n")
+
+
+def _per_seed_view(w: _Writer, problems: pd.DataFrame, spec: ReportSpec) -> None:
+    """The primary endpoint seed by seed (:mod:`acerl.report.per_seed`): every seed's paired difference as a table
+    and a strip plot, and for a staged design (``spec.stage1_seeds``) or one with pilot seeds the estimate of each
+    stage and without the pilot seeds."""
+    if spec.primary is None:
+        log.info("skipping the per-seed view: no primary endpoint")
+        return
+    bench, k = spec.primary
+    have = set(problems.loc[problems["benchmark"] == bench, "method"])
+    comparisons = {a: b for a, b in spec.comparisons.items() if {a, b} <= have}
+    if not comparisons:
+        log.info("skipping the per-seed view: no comparison on %s", bench)
+        return
+    stage1 = spec.stage1_seeds if spec.stage1_seeds is not None else 10**9  # one stage: every seed in it
+    try:
+        seeds = per_seed_frame(problems, comparisons, bench, k, stage1=stage1, pilot_seeds=spec.pilot_seeds)
+    except ValueError as e:  # no common seed, or other problems: nothing to pair
+        log.info("skipping the per-seed view: %s", e)
+        return
+    staged = spec.stage1_seeds is not None
+    names = spec.names
+    w.table(
+        f"per-seed differences ({bench})",
+        lambda: per_seed.per_seed_table(seeds, names=names, benchmark=bench, k=k, staged=staged),
+    )
+    if staged or bool(seeds["pilot"].any()):
+        w.table(
+            f"stage table ({bench})",
+            lambda: per_seed.stage_table(stage_frame(seeds), names=names, benchmark=bench, k=k),
+        )
+    w.figure(
+        f"Pass@{k} on {bench}, every seed's paired difference",
+        f"per_seed_{bench}",
+        lambda: per_seed.strip_figure(seeds, k=k, benchmark=bench, names=names, staged=staged),
+    )
 
 
 def _rows_over_seeds(
@@ -215,6 +256,8 @@ def render_all(
                         margin=spec.equivalence_margin,
                     ),  # fmt: skip
                 )
+        if problems is not None:
+            _per_seed_view(w, problems, spec)
         if spec.ablation is not None:
             ab = spec.ablation
             w.table(

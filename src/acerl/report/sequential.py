@@ -191,35 +191,12 @@ def stage_frame(per_seed: pd.DataFrame, *, level: float = 0.95) -> pd.DataFrame:
 
 
 def strip_plot(per_seed: pd.DataFrame, path: Path, *, k: int, benchmark: str) -> Path:
-    """Every seed's paired difference (points) per comparison, stage 1 and 2 in two colours, pilot seeds
-    hollow, the mean of all seeds as a bar: a PNG or PDF at ``path``."""
-    import matplotlib
+    """:func:`acerl.report.per_seed.strip_figure` saved as a PNG or PDF at ``path``."""
+    from acerl.report.per_seed import strip_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = list(per_seed.groupby(["model", "method", "baseline"], sort=False))
-    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(groups), 3.2))
-    rng = np.random.default_rng(0)
-    for i, (_, grp) in enumerate(groups):
-        for stage, colour in ((1, "tab:blue"), (2, "tab:orange")):
-            sub = grp[grp["stage"] == stage]
-            x = i + rng.uniform(-0.15, 0.15, size=len(sub))
-            filled = ~sub["pilot"].to_numpy()
-            y = 100.0 * sub["d"].to_numpy()
-            label = f"stage {stage}" if i == 0 else None
-            ax.scatter(x[filled], y[filled], s=18, color=colour, label=label)
-            ax.scatter(x[~filled], y[~filled], s=18, facecolors="none", edgecolors=colour,
-                       label=f"stage {stage}, pilot" if i == 0 and (~filled).any() else None)  # fmt: skip
-        ax.hlines(100.0 * grp["d"].mean(), i - 0.25, i + 0.25, color="black")
-    ax.axhline(0.0, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(range(len(groups)), [f"{m} - {b}" for (_, m, b), _ in groups])
-    ax.set_ylabel(f"Pass@{k} difference on {benchmark} (points)")
-    ax.legend(fontsize=7, frameon=False)
-    fig.tight_layout()
+    fig = strip_figure(per_seed, k=k, benchmark=benchmark)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150)
-    plt.close(fig)
     return path
 
 

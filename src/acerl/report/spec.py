@@ -112,6 +112,9 @@ class ReportSpec:
         primary: the primary endpoint ``(benchmark, k)`` of the significance and power tables' multiplicity
             correction (``None``: every table is one family of secondary tests).
         equivalence_margin: the power tables' TOST margin (a fraction; ``report.equivalence_margin / 100``).
+        pilot_seeds: seeds whose results were seen before the design (``report.pilot_seeds``): the per-seed
+            view marks them and the stage table adds the estimate without them.
+        stage1_seeds: a sequential design's first stage (``report.stage1_seeds``; ``None``: one stage).
     """
 
     names: DisplayNames = field(default_factory=DisplayNames)
@@ -128,6 +131,8 @@ class ReportSpec:
     penalty_alpha: float = 1.0
     primary: tuple[str, int] | None = None
     equivalence_margin: float = 0.04
+    pilot_seeds: tuple[int, ...] = ()
+    stage1_seeds: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comparisons", _frozen(self.comparisons))
