@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from report_synthetic import NAMES
+from report_synthetic import NAMES, synthetic_problems
 
 from acerl.passk import pass_at_k_array
 from acerl.report.aggregate import MissingData
@@ -22,19 +22,7 @@ COMPARISONS = {"ace_grpo": "grpo"}
 
 @pytest.fixture(scope="module")
 def problems() -> pd.DataFrame:
-    rng = np.random.default_rng(1)
-    theta = rng.normal(-1.0, 1.2, size=P)
-    rows = []
-    for method, shift in (("grpo", 0.0), ("ace_grpo", 0.3)):
-        for seed in SEEDS:
-            p = 1 / (1 + np.exp(-(theta + shift + rng.normal(0, 0.2) + rng.normal(0, 0.3, size=P))))
-            rows += [
-                ("bench_a", "m_large", method, seed, f"q{i}", N, int(c))
-                for i, c in enumerate(rng.binomial(N, p))
-            ]
-    df = pd.DataFrame(rows, columns=["benchmark", "model", "method", "seed", "id", "n", "c"])
-    df["seed"] = df["seed"].astype("Int64")
-    return df
+    return synthetic_problems(SEEDS, {"grpo": 0.0, "ace_grpo": 0.3}, n=N, problems=P, rng_seed=1)
 
 
 def _runs(problems: pd.DataFrame) -> pd.DataFrame:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
-from report_synthetic import NAMES
+from report_synthetic import NAMES, synthetic_problems
 from scipy import stats as sps
 
 from acerl.records import passk_record, write_passk_record
@@ -17,19 +16,7 @@ COMPARISONS = {"ace_grpo": "grpo"}
 
 
 def _problems(seeds) -> pd.DataFrame:
-    rng = np.random.default_rng(0)
-    theta = rng.normal(-1.0, 1.2, size=P)
-    rows = []
-    for method, shift in (("grpo", 0.0), ("ace_grpo", 0.4)):
-        for seed in seeds:
-            p = 1 / (1 + np.exp(-(theta + shift + rng.normal(0, 0.2) + rng.normal(0, 0.3, size=P))))
-            rows += [
-                ("bench_a", "m_large", method, seed, f"q{i}", N, int(c))
-                for i, c in enumerate(rng.binomial(N, p))
-            ]
-    df = pd.DataFrame(rows, columns=["benchmark", "model", "method", "seed", "id", "n", "c"])
-    df["seed"] = df["seed"].astype("Int64")
-    return df
+    return synthetic_problems(seeds, {"grpo": 0.0, "ace_grpo": 0.4}, n=N, problems=P)
 
 
 def test_one_seed_prints_no_interval_that_reads_as_a_finding():
