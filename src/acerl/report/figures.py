@@ -208,6 +208,24 @@ def _legend_below(fig: Figure, axes: Sequence[Axes], ncol: int) -> None:
     fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, max(1, len(labels))))
 
 
+def _panel_grid(
+    frame: pd.DataFrame, models: Sequence[str], benchmarks: Sequence[str], missing: str
+) -> tuple[list[str], list[str]]:
+    """The rows (models) and columns (benchmarks) of a model x benchmark grid of panels: those with a panel that
+    has rows in ``frame``, in the given order. Raises :class:`MissingData` (``missing``) when no panel has."""
+    panels = [
+        (m, b)
+        for m in models
+        for b in benchmarks
+        if not frame[(frame["model"] == m) & (frame["benchmark"] == b)].empty
+    ]
+    if not panels:
+        raise MissingData(missing)
+    return [m for m in models if any(p[0] == m for p in panels)], [
+        b for b in benchmarks if any(p[1] == b for p in panels)
+    ]
+
+
 def passk_curves_figure(
     agg: pd.DataFrame,
     *,
@@ -223,16 +241,9 @@ def passk_curves_figure(
         MissingData: no (model, benchmark) panel has data.
     """
     require_columns(agg, AGG_COLUMNS, "aggregated results")
-    panels = [
-        (m, b)
-        for m in models
-        for b in benchmarks
-        if not agg[(agg["model"] == m) & (agg["benchmark"] == b) & agg["method"].isin(methods)].empty
-    ]
-    if not panels:
-        raise MissingData("no Pass@k results for the Pass@k curves")
-    rows_m = [m for m in models if any(p[0] == m for p in panels)]
-    cols_b = [b for b in benchmarks if any(p[1] == b for p in panels)]
+    rows_m, cols_b = _panel_grid(
+        agg[agg["method"].isin(methods)], models, benchmarks, "no Pass@k results for the Pass@k curves"
+    )
     with report_style():
         fig = Figure(figsize=(3.2 * len(cols_b) + 0.4, 2.5 * len(rows_m) + 0.5), layout="constrained")
         axes = fig.subplots(len(rows_m), len(cols_b), squeeze=False)
@@ -432,16 +443,9 @@ def passk_difference_figure(
         MissingData: no comparison has a seed both methods ran.
     """
     require_columns(diffs, DIFF_COLUMNS, "paired differences")
-    panels = [
-        (m, b)
-        for m in models
-        for b in benchmarks
-        if not diffs[(diffs["model"] == m) & (diffs["benchmark"] == b)].empty
-    ]
-    if not panels:
-        raise MissingData("no ACE method shares a seed with its baseline (no paired differences)")
-    rows_m = [m for m in models if any(p[0] == m for p in panels)]
-    cols_b = [b for b in benchmarks if any(p[1] == b for p in panels)]
+    rows_m, cols_b = _panel_grid(
+        diffs, models, benchmarks, "no ACE method shares a seed with its baseline (no paired differences)"
+    )
     with report_style():
         fig = Figure(figsize=(3.2 * len(cols_b) + 0.4, 2.5 * len(rows_m) + 0.6), layout="constrained")
         axes = fig.subplots(len(rows_m), len(cols_b), squeeze=False)
