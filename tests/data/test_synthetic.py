@@ -187,11 +187,19 @@ def test_carry_error():
 
 
 def test_boxed_answers_verify_with_math_verify(splits):
+    """The generated solutions verify against their answers. math-verify's 5-second time limits are raised: its
+    first parse in a process builds the LaTeX parser, which a loaded 2-core machine can take longer than that
+    for (a timed-out parse returns ``[]``, which would read as a wrong answer)."""
     math_verify = pytest.importorskip("math_verify")
+
+    def parse(text: str) -> list:
+        return math_verify.parse(text, parsing_timeout=300, raise_on_error=True)
+
     for r in splits["synth_hard"][:10] + splits["synth_easy"][:10]:
-        gold = math_verify.parse(f"${r['answer']}$")
-        assert math_verify.verify(gold, math_verify.parse(r["solution"])), r
-        assert not math_verify.verify(gold, math_verify.parse(f"\\boxed{{{int(r['answer']) + 1}}}"))
+        gold = parse(f"${r['answer']}$")
+        assert gold, r
+        assert math_verify.verify(gold, parse(r["solution"]), timeout_seconds=300), r
+        assert not math_verify.verify(gold, parse(f"\\boxed{{{int(r['answer']) + 1}}}"), timeout_seconds=300)
 
 
 def test_worked_solution_is_seeded():
