@@ -607,23 +607,19 @@ def pipeline_graph(cfg: Config) -> str:
     """The study's stages as a Mermaid flowchart (the README's picture, kept current by a test): one node per
     stage with jobs in ``cfg``, naming its command and what one job writes (Snakemake's wildcards), and an edge
     from each stage to the stages that read its outputs."""
-    producer: dict[str, str] = {}
-    for job in study_jobs(cfg):
-        for out in job_outputs(cfg, job):
-            producer[out.path] = job.stage
+    jobs = study_jobs(cfg)
+    producer = {out.path: job.stage for job in jobs for out in job_outputs(cfg, job)}
     edges: dict[tuple[str, str], None] = {}
-    for job in study_jobs(cfg):
+    for job in jobs:
         for value in job_inputs(cfg, job).values():
             for path in [value] if isinstance(value, str) else value:
                 source = producer.get(path)
                 if source is not None and source != job.stage:
                     edges[(source, job.stage)] = None
     lines = ["flowchart LR"]
-    for stage, stage_spec in TABLE.items():
-        if not stage_spec.jobs(cfg):
-            continue
+    for stage in dict.fromkeys(job.stage for job in jobs):  # pipeline order, stages with jobs only
         writes = job_outputs(cfg, pattern_job(stage))[0].path
-        lines.append(f'  {stage}["<b>{stage}</b><br/>acerl {stage_spec.subcommand}<br/><i>{writes}</i>"]')
+        lines.append(f'  {stage}["<b>{stage}</b><br/>acerl {spec(stage).subcommand}<br/><i>{writes}</i>"]')
     lines += [f"  {a} --> {b}" for a, b in edges]
     return "\n".join(lines) + "\n"
 
