@@ -116,7 +116,8 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     from acerl.config import Run, load_config
     from acerl.grading import Grader
     from acerl.settings import resolve
-    from acerl.train.algorithm import batch_logprobs, update_policy
+    from acerl.train.algorithm import update_policy
+    from acerl.train.logprobs import batch_logprobs
     from acerl.train.metrics import Timer
     from acerl.train.rollouts import collect_rollouts
     from acerl.train.run import init_state
@@ -149,7 +150,7 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
                 **setup.estimator.kwargs(),
             )
             out[f"{m}_adv"].append(time.process_time() - adv_start)
-            update_policy(st, setup, batch, old, ref, lambda _old, adv=adv: adv)
+            update_policy(st, setup, batch, old, ref, adv)
             out[m].append(time.process_time() - start)
     return out
 

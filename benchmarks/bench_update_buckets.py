@@ -40,26 +40,26 @@ def chunks(lengths: torch.Tensor, k: int) -> list[torch.Tensor]:
 
 
 def padded_tokens(batch, parts: list[torch.Tensor]) -> int:  # noqa: ANN001 (RolloutBatch, imported lazily)
-    from acerl.train.algorithm import _micro_inputs
+    from acerl.train.logprobs import micro_inputs
 
-    return sum(int(_micro_inputs(batch, rows)[0].numel()) for rows in parts)
+    return sum(int(micro_inputs(batch, rows)[0].numel()) for rows in parts)
 
 
 def one_update(state, batch, parts: list[torch.Tensor], temperature: float) -> float:  # noqa: ANN001
     """CPU seconds of the policy pass with backward and the reference pass without, over ``parts``."""
     from acerl.generate.rollout import response_logprobs
-    from acerl.train.algorithm import _micro_inputs
+    from acerl.train.logprobs import micro_inputs
 
     state.model.zero_grad(set_to_none=True)
     total = float(batch.response_mask.sum())
     start = time.process_time()
     for rows in parts:
-        ids, attn, t = _micro_inputs(batch, rows)
+        ids, attn, t = micro_inputs(batch, rows)
         lp, _ = response_logprobs(state.model, ids, attn, t, temperature=temperature)
         (lp * batch.response_mask[rows, :t]).sum().div(total).backward()
     with torch.no_grad():
         for rows in parts:
-            ids, attn, t = _micro_inputs(batch, rows)
+            ids, attn, t = micro_inputs(batch, rows)
             response_logprobs(state.ref_model, ids, attn, t, temperature=temperature)
     return time.process_time() - start
 

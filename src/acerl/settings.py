@@ -56,11 +56,6 @@ class RunSettings:
         estimator: the method's advantage estimator and its parameters.
         template: prompt template name.
         diagnostic_steps: steps whose policy is saved for the diagnostics (0 = before training).
-        reference: ``initial`` (frozen base model) or ``ema`` (exponential moving average of the policy).
-        ref_ema_decay: EMA decay per training step (``reference == "ema"``).
-        old_logprobs: where ``log pi_old`` comes from: ``recompute`` (the policy's teacher-forced log-probs
-            before the update, as verl computes them; exact, so ``c_i = 0`` at step 0; taken from the update's
-            own forward pass when that is the only one) or ``rollout`` (the sampler's own log-probs).
         precision: ``fp32`` or ``bf16`` (``compute.precision``); gradient_checkpointing,
             max_tokens_per_micro_batch: the local trainer's memory settings (``compute.*``; no effect on results
             beyond float rounding, so not in the run spec).
@@ -74,12 +69,25 @@ class RunSettings:
     estimator: EstimatorConfig
     template: str
     diagnostic_steps: tuple[int, ...]
-    reference: ReferenceKind
-    ref_ema_decay: float
-    old_logprobs: OldLogprobs
     precision: str
     gradient_checkpointing: bool
     max_tokens_per_micro_batch: int | None
+
+    @property
+    def reference(self) -> ReferenceKind:
+        """``initial`` (frozen base model) or ``ema`` (exponential moving average of the policy)."""
+        return self.family.reference
+
+    @property
+    def ref_ema_decay(self) -> float:
+        """EMA decay per training step (``reference == "ema"``)."""
+        return float(self.family.ref_ema_decay)
+
+    @property
+    def old_logprobs(self) -> OldLogprobs:
+        """Where ``log pi_old`` comes from: ``recompute`` (the policy's teacher-forced log-probs before the update,
+        as verl computes them; exact, so ``c_i = 0`` at step 0) or ``rollout`` (the sampler's own log-probs)."""
+        return self.hyper.old_logprobs
 
     @property
     def kl_coef(self) -> float:
@@ -113,8 +121,10 @@ class RunSettings:
 
 
 def local_run_spec(settings: RunSettings) -> dict[str, Any]:
-    """The local trainer's ``run_spec.json``: :meth:`RunSettings.spec` plus its ``trainer`` section (the
-    reference kind and the ``log pi_old`` source, which the ``train_run`` keyword arguments may override)."""
+    """The local trainer's ``run_spec.json``: :meth:`RunSettings.spec` plus its ``trainer`` section, a copy of
+    the reference kind and the ``log pi_old`` source (``family`` and ``train`` hold them too, with the
+    ``train_run`` overrides applied). The copy keeps the file's format, so run folders written before stay
+    valid."""
     spec = settings.spec()
     spec["trainer"] = {"reference": settings.reference, "old_logprobs": settings.old_logprobs}
     if settings.reference == "ema":
@@ -163,19 +173,17 @@ def resolve(
     check_overlong(cfg, run)
     over = _checked_overrides(run, reference, ref_ema_decay, old_logprobs)
     model, method = cfg.models[run.model], cfg.method(run.method)
-    family = cfg.families[method.family]
+    family_over = {k: v for k, v in over.items() if k in ("reference", "ref_ema_decay")}
+    train_over = {k: v for k, v in over.items() if k == "old_logprobs"}
     return RunSettings(
         run=run,
         base=base_identity(cfg, run.model),
-        hyper=model.train,
+        hyper=model.train.model_copy(update=train_over),
         family_key=method.family,
-        family=family,
+        family=cfg.families[method.family].model_copy(update=family_over),
         estimator=method.estimator,
         template=model.template,
         diagnostic_steps=tuple(cfg.diagnostic_steps(run.model) if run in cfg.diagnostic_runs() else ()),
-        reference=over.get("reference", family.reference),
-        ref_ema_decay=float(over.get("ref_ema_decay", family.ref_ema_decay)),
-        old_logprobs=over.get("old_logprobs", model.train.old_logprobs),
         precision=cfg.compute.precision,
         gradient_checkpointing=cfg.compute.gradient_checkpointing,
         max_tokens_per_micro_batch=cfg.compute.max_tokens_per_micro_batch,

@@ -11,6 +11,7 @@ import torch
 from acerl.algos import (
     KL_KINDS,
     LOSS_AGG_MODES,
+    POLICY_LOSS_FUNCTIONS,
     agg_loss,
     entropy_from_logits,
     kl_penalty,
@@ -19,6 +20,7 @@ from acerl.algos import (
     token_logprobs,
     vanilla_policy_loss,
 )
+from acerl.algos.losses import POLICY_LOSS_METRIC_KEYS
 
 B, T = 12, 9
 
@@ -366,3 +368,14 @@ def test_log_probs_and_entropy_keep_float64_and_upcast_half_precision():
     ]:
         assert token_logprobs(logits.to(dtype), tokens).dtype == out
         assert entropy_from_logits(logits.to(dtype)).dtype == out
+
+
+@pytest.mark.parametrize("name", POLICY_LOSS_FUNCTIONS.names())
+def test_every_policy_loss_reports_only_the_declared_metric_keys(name):
+    """The trainer fills the ``actor/`` keys of a step without an update from POLICY_LOSS_METRIC_KEYS, so a loss
+    reporting a key outside it would make the metrics' columns differ between steps."""
+    g = torch.Generator().manual_seed(3)
+    old, new = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    adv, mask = torch.randn(4, generator=g), torch.ones(4, 6)
+    out = POLICY_LOSS_FUNCTIONS.get(name)(old, new, adv, mask, "token-mean")
+    assert out.metrics and set(out.metrics) <= set(POLICY_LOSS_METRIC_KEYS), out.metrics

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config
 
-import acerl.train.algorithm as algorithm
+import acerl.train.logprobs as logprobs_module
 from acerl import paths
 from acerl.algos.advantages import grpo_estimator
 from acerl.config import Run
@@ -19,14 +19,9 @@ from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
 from acerl.settings import resolve, run_spec
 from acerl.train import train_run
-from acerl.train.algorithm import (
-    _micro_inputs,
-    batch_logprobs,
-    micro_batches,
-    teacher_forced_logprobs,
-    update_policy,
-)
+from acerl.train.algorithm import teacher_forced_logprobs, update_policy
 from acerl.train.checkpoint import find_latest
+from acerl.train.logprobs import batch_logprobs, micro_batches, micro_inputs
 from acerl.train.metrics import Timer
 from acerl.train.rollouts import collect_rollouts
 from acerl.train.run import init_state
@@ -56,9 +51,9 @@ def test_bf16_autocast_changes_the_forward_but_keeps_fp32_weights(tiny_root: Pat
 
     rollouts = {}
     for precision in ("fp32", "bf16"):  # the trainer's own rollouts run under the setting
-        setup = resolve(make_config(f"compute.precision={precision}"), RUN)
-        state, data = init_state(tiny_root, RUN, setup, torch.device("cpu"))
-        rollouts[precision] = collect_rollouts(state, setup, data, DigitVerifier(), Timer()).batch.logprobs
+        settings = resolve(make_config(f"compute.precision={precision}"), RUN)
+        state, data = init_state(tiny_root, RUN, settings, torch.device("cpu"))
+        rollouts[precision] = collect_rollouts(state, settings, data, DigitVerifier(), Timer()).batch.logprobs
     assert not torch.equal(rollouts["fp32"], rollouts["bf16"])
 
     weights = _train(tiny_root, "compute.precision=bf16", device="auto")  # auto: cpu on this machine
@@ -73,9 +68,9 @@ def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, 
     backward pass and the number of micro-batches, on the rollouts of the seeded first step (the same for
     every ``extra`` setting here)."""
     cfg = make_config("models.tiny.train.mini_batch_size=4", "models.tiny.train.lr=1.0e-8", *extra)
-    setup = resolve(cfg, RUN)
-    state, data = init_state(root, RUN, setup, torch.device("cpu"))
-    ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+    settings = resolve(cfg, RUN)
+    state, data = init_state(root, RUN, settings, torch.device("cpu"))
+    ro = collect_rollouts(state, settings, data, DigitVerifier(), Timer())
     old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)
     ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 16)
     adv = grpo_estimator(ro.scores, ro.group_ids)
@@ -89,9 +84,9 @@ def _update_gradient(root: Path, *extra: str) -> tuple[list[torch.Tensor], int, 
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        update_policy(state, setup, ro.batch, old, ref, lambda _old: adv)
+        update_policy(state, settings, ro.batch, old, ref, adv)
     rows = torch.arange(len(ro.batch))
-    n_micro = len(micro_batches(ro.batch, rows, 16, setup.max_tokens_per_micro_batch))
+    n_micro = len(micro_batches(ro.batch, rows, 16, settings.max_tokens_per_micro_batch))
     return grads, saved, n_micro
 
 
@@ -148,7 +143,7 @@ def test_micro_batches_count_an_empty_response_as_no_width() -> None:
     assert [r.tolist() for r in micro_batches(batch, torch.arange(2), 4, max_tokens=3)] == [[0], [1]]
 
 
-def test_micro_inputs_cut_the_columns_that_are_padding_in_every_row_by_hand() -> None:
+def testmicro_inputs_cut_the_columns_that_are_padding_in_every_row_by_hand() -> None:
     """Rows 1 and 3 of a batch whose prompts are left-padded to 5 tokens and responses right-padded to 4: their
     longest prompt has 3 tokens and their longest response 2, so the micro-batch is columns 2 to 6 (5 - 3 to
     5 + 2) of those rows, and its response width is 2."""
@@ -157,7 +152,7 @@ def test_micro_inputs_cut_the_columns_that_are_padding_in_every_row_by_hand() ->
     ids, attn, resp = pack_rows(prompts, responses, pad_id=0)
     t = resp.shape[1]
     batch = RolloutBatch(ids, attn, ids[:, -t:], resp, torch.zeros(4, t), torch.ones(4, dtype=torch.bool))
-    got_ids, got_attn, width = _micro_inputs(batch, torch.tensor([1, 3]))
+    got_ids, got_attn, width = micro_inputs(batch, torch.tensor([1, 3]))
     assert width == 2
     assert got_ids.tolist() == [[0, 8, 9, 2, 0], [3, 4, 5, 6, 6]]
     assert got_attn.tolist() == [[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
@@ -169,17 +164,17 @@ def test_teacher_forced_passes_keep_the_token_budget_and_rollout_old_logprobs(
     """``compute.max_tokens_per_micro_batch`` reaches both teacher-forced passes (policy and reference), and
     ``old_logprobs: rollout`` takes ``log pi_old`` from the sampler as it is (no policy pass)."""
     cfg = make_config("compute.max_tokens_per_micro_batch=200")
-    setup = resolve(cfg, RUN)
-    state, data = init_state(tiny_root, RUN, setup, torch.device("cpu"))
-    ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+    settings = resolve(cfg, RUN)
+    state, data = init_state(tiny_root, RUN, settings, torch.device("cpu"))
+    ro = collect_rollouts(state, settings, data, DigitVerifier(), Timer())
     budgets: list[int | None] = []
 
     def recording(batch, rows, max_rows, max_tokens=None):
         budgets.append(max_tokens)
         return micro_batches(batch, rows, max_rows, max_tokens)
 
-    monkeypatch.setattr(algorithm, "micro_batches", recording)
-    old, ref = teacher_forced_logprobs(state, setup, ro.batch, policy=True)
+    monkeypatch.setattr(logprobs_module, "micro_batches", recording)
+    old, ref = teacher_forced_logprobs(state, settings, ro.batch, policy=True)
     assert budgets == [200, 200] and old is not None and ref is not None
     assert old is not ro.batch.logprobs
     budgets.clear()

@@ -20,12 +20,13 @@ from acerl.train import train_run
 from acerl.train.algorithm import (
     ACE_KEYS,
     ACTOR_KEYS,
-    batch_logprobs,
     estimate_advantages,
+    policy_forward,
     single_pass_update,
     train_step,
     update_policy,
 )
+from acerl.train.logprobs import batch_logprobs
 from acerl.train.metrics import Timer
 from acerl.train.rollouts import collect_rollouts
 from acerl.train.run import init_state
@@ -114,12 +115,12 @@ def test_ace_differs_from_grpo_only_through_advantages(tiny_root: Path):
     got = {}
     for method in ("grpo", "ace_grpo"):
         run = Run("tiny", method, 0)
-        setup = resolve(cfg, run)
-        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
-        ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+        settings = resolve(cfg, run)
+        state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
+        ro = collect_rollouts(state, settings, data, DigitVerifier(), Timer())
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 4)
         ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 4)
-        got[method] = (ro, estimate_advantages(setup.estimator, ro, ref, old).advantages)
+        got[method] = (ro, estimate_advantages(settings.estimator, ro, ref, old).advantages)
     (ro_g, adv_g), (ro_a, adv_a) = got["grpo"], got["ace_grpo"]
     assert torch.equal(ro_g.batch.input_ids, ro_a.batch.input_ids)
     assert torch.equal(ro_g.scores, ro_a.scores) and ro_g.sampled == ro_a.sampled
@@ -132,11 +133,11 @@ def test_ace_differs_from_grpo_only_through_advantages(tiny_root: Path):
 def test_dynamic_sampling_keeps_only_mixed_groups(tiny_root: Path):
     cfg = make_config("families.dapo.dynamic_sampling.max_batches=4")
     run = Run("tiny", "dapo", 0)
-    setup = resolve(cfg, run)
-    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    settings = resolve(cfg, run)
+    state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
     verifier = DigitVerifier()
-    ro = collect_rollouts(state, setup, data, verifier, Timer())
-    g = setup.hyper.group_size
+    ro = collect_rollouts(state, settings, data, verifier, Timer())
+    g = settings.hyper.group_size
     assert ro.batch is not None and len(ro.batch) == len(ro.scores) == len(ro.group_ids)
     assert 1 <= ro.sampled["train/gen_batches"] <= 4 and verifier.calls == ro.sampled["train/gen_batches"]
     assert ro.sampled["train/groups"] == len(ro.batch) // g
@@ -147,7 +148,7 @@ def test_dynamic_sampling_keeps_only_mixed_groups(tiny_root: Path):
         group = correct[k * g : (k + 1) * g]
         assert group.any() and not group.all(), f"group {k} is not mixed"
     if ro.sampled["train/gen_batches"] < 4:
-        assert ro.sampled["train/groups"] == setup.hyper.prompts_per_step
+        assert ro.sampled["train/groups"] == settings.hyper.prompts_per_step
 
 
 class NeverCorrect:
@@ -169,22 +170,22 @@ def test_each_step_sees_the_same_prompts_and_draws_whatever_earlier_steps_consum
     still sees the same prompts and the same uniforms at the next step; the extra batches use their own stream."""
     cfg = make_config("families.dapo.dynamic_sampling.max_batches=3")
     run = Run("tiny", "dapo", 0)
-    setup = resolve(cfg, run)
+    settings = resolve(cfg, run)
     second = {}
     for name, first_verifier in (
         ("filters nothing", EveryOtherCorrect()),
         ("filters everything", NeverCorrect()),
     ):
-        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
-        first = collect_rollouts(state, setup, data, first_verifier, Timer())
+        state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
+        first = collect_rollouts(state, settings, data, first_verifier, Timer())
         state.step = 1
         state.generator.manual_seed(12345)  # whatever state the generator is in, the step reseeds it
         second[name] = (
             first.sampled["train/gen_batches"],
-            collect_rollouts(state, setup, data, EveryOtherCorrect(), Timer()),
+            collect_rollouts(state, settings, data, EveryOtherCorrect(), Timer()),
         )
         assert (
-            state.stream.position == 2 * setup.hyper.prompts_per_step
+            state.stream.position == 2 * settings.hyper.prompts_per_step
         )  # one batch per step from the main stream
     (batches_a, a), (batches_b, b) = second["filters nothing"], second["filters everything"]
     assert (batches_a, batches_b) == (1, 3)  # the first steps consumed different numbers of batches
@@ -225,9 +226,9 @@ def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_root: Path):
             "models.tiny.train.lr=1.0e-8",
         )
         run = Run("tiny", "grpo", 0)
-        setup = resolve(cfg, run)
-        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
-        ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+        settings = resolve(cfg, run)
+        state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
+        ro = collect_rollouts(state, settings, data, DigitVerifier(), Timer())
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 16)
         ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 16)
         from acerl.algos.advantages import grpo_estimator
@@ -239,7 +240,7 @@ def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_root: Path):
             captured.append([p.grad.clone() for p in model.parameters()])
 
         state.optimizer.step = capture
-        metrics = update_policy(state, setup, ro.batch, old, ref, lambda _old, adv=adv: adv).metrics
+        metrics = update_policy(state, settings, ro.batch, old, ref, adv)
         grads[(micro, mode)] = (captured[0], metrics["actor/pg_loss"])
     for mode, (big, small) in (("token-mean", (16, 3)), ("seq-mean-token-mean", (16, 5))):
         (ga, la), (gb, lb) = grads[(big, mode)], grads[(small, mode)]
@@ -320,9 +321,9 @@ def test_reference_logprobs_equal_policy_logprobs_before_training(tmp_path: Path
     root = make_root(tmp_path, default_arch=True)
     for method in ("ace_grpo", "ace_dapo"):
         run = Run("tiny", method, 0)
-        setup = resolve(make_config("models.tiny.train.micro_batch_size_per_gpu=64"), run)
-        state, data = init_state(root, run, setup, torch.device("cpu"))
-        ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
+        settings = resolve(make_config("models.tiny.train.micro_batch_size_per_gpu=64"), run)
+        state, data = init_state(root, run, settings, torch.device("cpu"))
+        ro = collect_rollouts(state, settings, data, DigitVerifier(), Timer())
         old, _ = batch_logprobs(state.model, ro.batch, 1.0, 64)
         ref, _ = batch_logprobs(state.ref_model, ro.batch, 1.0, 64)
         assert torch.equal(old, ref), method
@@ -344,18 +345,18 @@ def test_single_pass_update_takes_log_pi_old_from_its_own_forward(
     results = {}
     for single in (True, False):
         if not single:  # the general path: a separate no-grad pass for log pi_old
-            monkeypatch.setattr(loop, "single_pass_update", lambda setup, rows: False)
-        setup = resolve(cfg, run)
-        state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+            monkeypatch.setattr(loop, "single_pass_update", lambda settings, rows: False)
+        settings = resolve(cfg, run)
+        state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
         forwards = [0]
         state.model.register_forward_pre_hook(lambda *_, n=forwards: n.__setitem__(0, n[0] + 1))
         records = []
         for _ in range(3):
             before = forwards[0]
-            records.append(loop.train_step(state, setup, data, DigitVerifier()))
+            records.append(loop.train_step(state, settings, data, DigitVerifier()))
             records[-1]["policy_forwards"] = forwards[0] - before
         results[single] = (records, [p.detach().clone() for p in state.model.parameters()])
-    batch = collect_rollouts(state, setup, data, DigitVerifier(), Timer()).batch
+    batch = collect_rollouts(state, settings, data, DigitVerifier(), Timer()).batch
     before = forwards[
         0
     ]  # model calls of one teacher-forced pass (prompt + responses when prompts are shared)
@@ -378,17 +379,21 @@ def test_single_pass_update_needs_one_pass(tiny_root: Path):
     a single pass may hold, the batch's 16 rows do not."""
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.max_response_length=4")
-    setup = resolve(cfg, run)  # 2 mini-batches of 2 prompts: not a single pass
-    assert not single_pass_update(setup, 16) and single_pass_update(setup, 4)
-    assert not single_pass_update(setup, 8)  # one mini-batch (2 prompts x 4), two micro-batches of 4
+    settings = resolve(cfg, run)  # 2 mini-batches of 2 prompts: not a single pass
+    assert not single_pass_update(settings, 16) and single_pass_update(settings, 4)
+    assert not single_pass_update(settings, 8)  # one mini-batch (2 prompts x 4), two micro-batches of 4
     two_epochs = resolve(make_config("models.tiny.train.ppo_epochs=2"), run)
     assert not single_pass_update(two_epochs, 4)  # one micro-batch, but two passes over it
     wide_micro = resolve(make_config("models.tiny.train.micro_batch_size_per_gpu=16"), run)
     assert not single_pass_update(wide_micro, 12)  # one micro-batch, but two mini-batches of 8 rows
-    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
-    ro = collect_rollouts(state, setup, data, DigitVerifier(), Timer())
-    with pytest.raises(ValueError, match="single forward pass"):
-        update_policy(state, setup, ro.batch, None, None, lambda old: old)
+    state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
+    ro = collect_rollouts(state, settings, data, DigitVerifier(), Timer())
+    rows = torch.arange(len(ro.batch))
+    first = policy_forward(state, settings, ro.batch, rows, with_entropy=False)
+    old = first.logprobs.detach()
+    adv = estimate_advantages(settings.estimator, ro, None, old)
+    with pytest.raises(ValueError, match="single forward pass"):  # 16 rows: not one pass
+        update_policy(state, settings, ro.batch, old, None, adv, first)
 
 
 @pytest.mark.parametrize("micro_batch", [16, 4], ids=["single-pass", "accumulated"])
@@ -401,11 +406,11 @@ def test_a_family_without_kl_loss_trains_without_a_reference(tiny_root: Path, mi
         "models.tiny.train.mini_batch_size=4",
         f"models.tiny.train.micro_batch_size_per_gpu={micro_batch}",
     )
-    setup = resolve(cfg, run)
-    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    settings = resolve(cfg, run)
+    state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
     assert state.ref_model is None
     before = [p.detach().clone() for p in state.model.parameters()]
-    metrics = train_step(state, setup, data, DigitVerifier())
+    metrics = train_step(state, settings, data, DigitVerifier())
     assert metrics["train/groups"] > 0 and metrics["actor/kl_loss"] == 0.0
     assert any(not torch.equal(b, p) for b, p in zip(before, state.model.parameters(), strict=True))
 
@@ -426,10 +431,10 @@ def test_loss_of_one_micro_batch_uses_the_family_clip_range_aggregation_and_kl_b
     ref, mask = logprobs - 0.1, torch.ones(1, 3)
     pg = -1.25 + 0.9 + 10.0
     for use_kl, expected in [("true", pg + 0.5 * 0.3), ("false", pg)]:
-        setup = resolve(
+        settings = resolve(
             make_config(*overrides, f"families.dapo.use_kl_loss={use_kl}"), Run("tiny", "dapo", 0)
         )
-        loss = _loss(setup, _ActorStats(), logprobs, old, adv, ref, mask, _aggregation(setup, mask))
+        loss = _loss(settings, _ActorStats(), logprobs, old, adv, ref, mask, _aggregation(settings, mask))
         assert loss.item() == pytest.approx(expected, rel=1e-6), use_kl
 
 
@@ -438,12 +443,12 @@ def test_mini_batch_counts_for_loss_aggregation_by_hand():
     token (an empty response does not count; a one-token response does)."""
     from acerl.train.algorithm import _aggregation
 
-    setup = resolve(make_config(), Run("tiny", "grpo", 0))
+    settings = resolve(make_config(), Run("tiny", "grpo", 0))
     agg = _aggregation(
-        setup, torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+        settings, torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     )
     assert agg["batch_num_tokens"].item() == 3 and agg["global_batch_size"].item() == 2
-    assert agg["loss_scale_factor"] == setup.hyper.max_response_length
+    assert agg["loss_scale_factor"] == settings.hyper.max_response_length
 
 
 @pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
@@ -452,12 +457,12 @@ def test_each_optimizer_step_logs_only_its_own_mini_batch_losses(tiny_root: Path
     so each mini-batch's KL loss is 0 and so is their logged mean. A loss carried from one optimizer step into
     the next (the accumulators not reset to 0) would show in the second mini-batch and in the mean."""
     run = Run("tiny", "grpo", 0)
-    setup = resolve(make_config(), run)
-    assert setup.kl_loss_coef > 0
-    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    settings = resolve(make_config(), run)
+    assert settings.kl_loss_coef > 0
+    state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
     steps: list[int] = []
     monkeypatch.setattr(state.optimizer, "step", lambda *a, **k: steps.append(1))
-    metrics = train_step(state, setup, data, DigitVerifier())
+    metrics = train_step(state, settings, data, DigitVerifier())
     assert metrics["train/groups"] == 4 and len(steps) == 2  # two mini-batches, two optimizer steps
     assert metrics["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
 

@@ -42,9 +42,9 @@ def test_the_loss_counts_only_the_kept_rollouts(
         "models.tiny.train.total_steps=1", f"models.tiny.train.mini_batch_size={mini_batch}",
         "models.tiny.train.lr=1e-12", *METHODS,
     )  # fmt: skip
-    setup = resolve(cfg, Run("tiny", method, 0))
-    state, data = init_state(tiny_root, Run("tiny", method, 0), setup, torch.device("cpu"))
-    metrics = train_step(state, setup, data, DigitVerifier())
+    settings = resolve(cfg, Run("tiny", method, 0))
+    state, data = init_state(tiny_root, Run("tiny", method, 0), settings, torch.device("cpu"))
+    metrics = train_step(state, settings, data, DigitVerifier())
     assert 0.0 < metrics["train/pass_rate"] < 1.0  # both kinds of rollouts in the batch
     assert metrics["actor/pg_loss"] == pytest.approx(pg_loss, abs=1e-6)
 
@@ -61,9 +61,9 @@ def test_the_familys_policy_loss_comes_from_the_registry(tiny_root: Path, monkey
 
     monkeypatch.setitem(POLICY_LOSS_FUNCTIONS._items, "kl_cov", spy)
     cfg = make_config("models.tiny.train.total_steps=1", *METHODS)
-    setup = resolve(cfg, Run("tiny", "kl_cov", 0))
-    state, data = init_state(tiny_root, Run("tiny", "kl_cov", 0), setup, torch.device("cpu"))
-    train_step(state, setup, data, DigitVerifier())
+    settings = resolve(cfg, Run("tiny", "kl_cov", 0))
+    state, data = init_state(tiny_root, Run("tiny", "kl_cov", 0), settings, torch.device("cpu"))
+    train_step(state, settings, data, DigitVerifier())
     assert calls and calls[0]["kl_cov_ratio"] == 0.5 and calls[0]["ppo_kl_coef"] == 1.0
 
 
@@ -73,10 +73,10 @@ def test_no_kept_rollout_means_no_update(tiny_root: Path, mini_batch: int) -> No
     cfg = make_config(
         "models.tiny.train.total_steps=1", f"models.tiny.train.mini_batch_size={mini_batch}", *METHODS
     )
-    setup = resolve(cfg, Run("tiny", "nsr", 0))
-    state, data = init_state(tiny_root, Run("tiny", "nsr", 0), setup, torch.device("cpu"))
+    settings = resolve(cfg, Run("tiny", "nsr", 0))
+    state, data = init_state(tiny_root, Run("tiny", "nsr", 0), settings, torch.device("cpu"))
     before = [p.detach().clone() for p in state.model.parameters()]
-    metrics = train_step(state, setup, data, AllCorrect())
+    metrics = train_step(state, settings, data, AllCorrect())
     assert metrics["train/pass_rate"] == 1.0
     assert all(torch.equal(b, p) for b, p in zip(before, state.model.parameters(), strict=True))
     assert metrics["actor/pg_loss"] != metrics["actor/pg_loss"]  # NaN: a step without an update

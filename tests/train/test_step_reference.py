@@ -106,9 +106,9 @@ class Row:
     confidence: float = 0.0
 
 
-def reference_rows(sampled, setup, tokenizer, verifier) -> tuple[list[Row], int]:
+def reference_rows(sampled, settings, tokenizer, verifier) -> tuple[list[Row], int]:
     """The rows the step trains on (grouping, verdicts, rewards) and how many batches it had to sample."""
-    h, fam = setup.hyper, setup.family
+    h, fam = settings.hyper, settings.family
     g, want = h.group_size, h.prompts_per_step
     eos = tokenizer.eos_token_id
     kept: list[Row] = []
@@ -172,9 +172,9 @@ class Expected:
     entropy: float  # token-mean entropy of the sampling policy over the response tokens
 
 
-def reference_step(policy, ref_model, sampled, setup, tokenizer, verifier) -> Expected:
-    h, fam = setup.hyper, setup.family
-    rows, batches = reference_rows(sampled, setup, tokenizer, verifier)
+def reference_step(policy, ref_model, sampled, settings, tokenizer, verifier) -> Expected:
+    h, fam = settings.hyper, settings.family
+    rows, batches = reference_rows(sampled, settings, tokenizer, verifier)
     new, ref, entropies = [], [], []
     for r in rows:
         logprobs, entropy = row_logprobs(policy, r.prompt, r.response, h.temperature)
@@ -184,7 +184,7 @@ def reference_step(policy, ref_model, sampled, setup, tokenizer, verifier) -> Ex
             ref.append(row_logprobs(ref_model, r.prompt, r.response, h.temperature)[0])
         # log pi_old: the policy before the update; c_i over the response tokens, divided by T_i
         r.confidence = float((new[-1].detach() - ref[-1]).sum()) / len(r.response)
-    reference_advantages(rows, h.group_size, setup.estimator)
+    reference_advantages(rows, h.group_size, settings.estimator)
     low, high, dual = fam.clip_ratio_low, fam.clip_ratio_high, fam.clip_ratio_c
     pg_sum = kl_sum = 0.0
     tokens = 0
@@ -201,7 +201,7 @@ def reference_step(policy, ref_model, sampled, setup, tokenizer, verifier) -> Ex
             kl_sum = kl_sum + (torch.exp(d) - d - 1)
             tokens += 1
     pg, kl = pg_sum / tokens, kl_sum / tokens  # token-mean over the mini-batch
-    loss = pg + setup.kl_loss_coef * kl
+    loss = pg + settings.kl_loss_coef * kl
     params = list(policy.parameters())
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     grads = [torch.zeros_like(p) if gr is None else gr for p, gr in zip(params, grads, strict=True)]
@@ -262,8 +262,8 @@ def _move_policy(model: torch.nn.Module, seed: int = 1) -> None:
 def test_one_step_equals_the_hand_written_reference(case: str, tiny_root: Path, monkeypatch):
     method, overrides, trainer_kw = CASES[case]
     run = Run("tiny", method, 0)
-    setup = resolve(make_config(*ONE_UPDATE, *overrides), run, **trainer_kw)
-    state, data = init_state(tiny_root, run, setup, torch.device("cpu"))
+    settings = resolve(make_config(*ONE_UPDATE, *overrides), run, **trainer_kw)
+    state, data = init_state(tiny_root, run, settings, torch.device("cpu"))
     assert state.ref_model is not None
     _move_policy(state.model)
     policy0, ref0 = copy.deepcopy(state.model), copy.deepcopy(state.ref_model)
@@ -277,10 +277,10 @@ def test_one_step_equals_the_hand_written_reference(case: str, tiny_root: Path, 
 
     monkeypatch.setattr(state.optimizer, "step", capture_then_step)
     verifier = DigitVerifier()
-    metrics = train_step(state, setup, data, verifier)
+    metrics = train_step(state, settings, data, verifier)
 
-    expected = reference_step(policy0, ref0, sampled, setup, state.tokenizer, DigitVerifier())
-    rows, g = expected.rows, setup.hyper.group_size
+    expected = reference_step(policy0, ref0, sampled, settings, state.tokenizer, DigitVerifier())
+    rows, g = expected.rows, settings.hyper.group_size
     # grouping and rewards: the batches sampled, the groups kept, every row's reward
     assert len(rows) == g * metrics["train/groups"] and len(rows) > 0
     assert expected.batches == len(sampled) == metrics["train/gen_batches"]
@@ -299,14 +299,14 @@ def test_one_step_equals_the_hand_written_reference(case: str, tiny_root: Path, 
     assert expected.kl > 0
     assert metrics["actor/pg_loss"] == pytest.approx(expected.pg, abs=1e-5)
     assert metrics["actor/kl_loss"] == pytest.approx(expected.kl, rel=1e-4)
-    assert metrics["actor/kl_coef"] == setup.kl_loss_coef
+    assert metrics["actor/kl_coef"] == settings.kl_loss_coef
     # the entropy diagnostic (the paper's entropy dynamics): the sampling policy's, over response tokens
     assert metrics["actor/entropy"] == pytest.approx(expected.entropy, rel=1e-5)
     # the logged norm is the one before clipping: the reference's, or above the clip where the step clipped
     grad_norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in expected.grads))
     if expected.clipped:
-        assert metrics["actor/grad_norm"] > setup.hyper.grad_clip
-        assert setup.hyper.grad_clip == pytest.approx(grad_norm, rel=1e-4)  # the clipped gradients' norm
+        assert metrics["actor/grad_norm"] > settings.hyper.grad_clip
+        assert settings.hyper.grad_clip == pytest.approx(grad_norm, rel=1e-4)  # the clipped gradients' norm
     else:
         assert metrics["actor/grad_norm"] == pytest.approx(grad_norm, rel=1e-4)
     (grads,) = captured
@@ -314,11 +314,11 @@ def test_one_step_equals_the_hand_written_reference(case: str, tiny_root: Path, 
     for name_param, got, want in zip(state.model.named_parameters(), grads, expected.grads, strict=True):
         torch.testing.assert_close(got, want.float(), atol=2e-6, rtol=1e-3, msg=name_param[0])
     # one AdamW step from the gradient the trainer applied
-    lr, betas, wd = setup.hyper.lr, setup.hyper.betas, setup.hyper.weight_decay
+    lr, betas, wd = settings.hyper.lr, settings.hyper.betas, settings.hyper.weight_decay
     for (name, p), p0, grad in zip(state.model.named_parameters(), policy0.parameters(), grads, strict=True):
         torch.testing.assert_close(p.detach(), adamw_first_step(p0.detach(), grad, lr, betas, wd), msg=name)
     # the reference: fixed, or an EMA of the updated policy
-    decay = setup.ref_ema_decay if setup.reference == "ema" else 1.0
+    decay = settings.ref_ema_decay if settings.reference == "ema" else 1.0
     for r, r0, p in zip(
         state.ref_model.parameters(), ref0.parameters(), state.model.parameters(), strict=True
     ):

@@ -163,3 +163,11 @@ def test_canary_renders_two_steps_with_a_checkpoint_each(tmp_path: Path) -> None
         grid_argv = build_verl_command(grid, Run(run.model, run.method, 0), tmp_path)
         same = {a.split("=", 1)[0] for a in argv} ^ {a.split("=", 1)[0] for a in grid_argv}
         assert not same  # the same keys as the grid's run: only values differ
+
+
+def test_the_canary_requires_ace_keys_the_plugin_reports() -> None:
+    """The canary's ``ace/*`` keys are among those ACE's metric function (the plugin's and the local trainer's
+    producer) returns, so a renamed metric fails here rather than on a cluster."""
+    from acerl.algos.advantages import ace_metric_keys
+
+    assert ACE_KEYS and set(ACE_KEYS) <= set(ace_metric_keys())

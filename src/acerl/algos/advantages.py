@@ -44,6 +44,8 @@ __all__ = [
     "AdvantageOutput",
     "Granularity",
     "ace_estimator",
+    "ACE_METRIC_NAMES",
+    "ace_metric_keys",
     "ace_metrics",
     "as_group_ids",
     "confidence_scores",
@@ -267,6 +269,21 @@ def _nanmean(values: Tensor, select: Tensor) -> float:
     return float(values[select].double().mean().item()) if n else math.nan
 
 
+ACE_METRIC_NAMES = (
+    "negative_frac",
+    "confidence_mean_neg",
+    "overconfident_frac_neg",
+    "multiplier_mean_neg",
+    "multiplier_max",
+)
+"""The names :func:`ace_metrics` reports, in its order (both trainers log them under ``ace/``)."""
+
+
+def ace_metric_keys(prefix: str = "ace/") -> tuple[str, ...]:
+    """The keys :func:`ace_metrics` returns with ``prefix``."""
+    return tuple(f"{prefix}{name}" for name in ACE_METRIC_NAMES)
+
+
 def ace_metrics(
     confidence: Tensor,
     multiplier: Tensor,
@@ -288,13 +305,14 @@ def ace_metrics(
     """
     neg = amplified if confidence.dim() == 1 else amplified[:, None] & response_mask.bool()
     n_neg = int(neg.sum().item())
-    return {
-        f"{prefix}negative_frac": float(negative.double().mean().item()) if negative.numel() else 0.0,
-        f"{prefix}confidence_mean_neg": _nanmean(confidence, neg),
-        f"{prefix}overconfident_frac_neg": _nanmean((confidence > 0).double(), neg),
-        f"{prefix}multiplier_mean_neg": _nanmean(multiplier, neg),
-        f"{prefix}multiplier_max": float(multiplier[neg].max().item()) if n_neg else math.nan,
-    }
+    values = (
+        float(negative.double().mean().item()) if negative.numel() else 0.0,
+        _nanmean(confidence, neg),
+        _nanmean((confidence > 0).double(), neg),
+        _nanmean(multiplier, neg),
+        float(multiplier[neg].max().item()) if n_neg else math.nan,
+    )
+    return dict(zip(ace_metric_keys(prefix), values, strict=True))
 
 
 def _correct_mask(correct: Tensor | None, batch: int, amplify: str) -> Tensor:

@@ -25,6 +25,7 @@ __all__ = [
     "LossAggMode",
     "POLICY_LOSS_FUNCTIONS",
     "PolicyLoss",
+    "POLICY_LOSS_METRIC_KEYS",
     "PolicyLossOutput",
     "agg_loss",
     "entropy_from_logits",
@@ -132,6 +133,11 @@ def agg_loss(
 # --------------------------------------------------------------------------------------------------------------
 # Policy losses
 # --------------------------------------------------------------------------------------------------------------
+
+
+POLICY_LOSS_METRIC_KEYS = ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl")
+"""The metrics a policy loss may report (each reports those verl's same loss reports; a test holds every
+registered loss to this set)."""
 
 
 @dataclass(frozen=True)

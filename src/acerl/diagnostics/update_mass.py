@@ -19,7 +19,7 @@ import argparse
 import copy
 import dataclasses
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +27,11 @@ import pandas as pd
 import torch
 
 from acerl import paths
-from acerl.algos.advantages import AdvantageOutput, confidence_scores
+from acerl.algos.advantages import confidence_scores
 from acerl.config import GrpoEstimator, Run, TrainHyper, load_config
 from acerl.settings import resolve
-from acerl.train.algorithm import batch_logprobs, estimate_advantages, teacher_forced_logprobs, update_policy
+from acerl.train.algorithm import estimate_advantages, teacher_forced_logprobs, update_policy
+from acerl.train.logprobs import batch_logprobs
 from acerl.train.metrics import Timer
 from acerl.train.optim import build_optimizer
 from acerl.train.rollouts import collect_rollouts
@@ -98,11 +99,6 @@ def mass_by_group(
     return pd.DataFrame(rows, columns=["update", "group", "rollouts", "dlogp_mean", "dmass_per_prompt"])
 
 
-def _given(out: AdvantageOutput) -> Callable[[torch.Tensor], AdvantageOutput]:
-    """An ``estimate`` for :func:`update_policy` that returns ``out`` whatever the old log-probs."""
-    return lambda _old: out
-
-
 def independent_copy(state: TrainState, hyper: TrainHyper) -> TrainState:
     """``state`` with its own copy of the weights, the AdamW moments and step counts, and the LR schedule: an
     update of the copy leaves ``state`` as it was. (``torch.optim.Optimizer.load_state_dict`` alone would not: it
@@ -155,7 +151,7 @@ def measure(
     new_logp, adv_means = {}, []
     for name, out in outs.items():
         copy_state = independent_copy(state, settings.hyper)
-        update_policy(copy_state, settings, batch, old, ref, _given(out))
+        update_policy(copy_state, settings, batch, old, ref, out)
         lp, _ = batch_logprobs(
             copy_state.model, batch, settings.hyper.temperature, settings.hyper.micro_batch_size_per_gpu
         )

@@ -43,6 +43,7 @@ __all__ = [
     "read_metrics",
 ]
 
+# the ace/* keys the canary requires: a subset of acerl.algos.advantages.ace_metric_keys() (kept torch-free here)
 ACE_KEYS = ("ace/negative_frac", "ace/confidence_mean_neg", "ace/multiplier_mean_neg", "ace/multiplier_max")
 MEMORY_KEY = "perf/max_memory_reserved_gb"
 CLIP_KEY = "response_length/clip_ratio"
