@@ -18,8 +18,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "acerl"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # ground floor: no project imports but errors (acerl itself holds only __version__; seeds: the random streams)
-    ("acerl", "acerl.errors", "acerl.seeds", "acerl.stage_versions"),
+    # ground floor: no project imports but errors (acerl itself holds only __version__; seeds: the random streams;
+    # commands: the module commands of the CLI, whose python -m aliases every module's __main__ guard runs)
+    ("acerl", "acerl.errors", "acerl.seeds", "acerl.stage_versions", "acerl.commands"),
     # files, the Pass@k estimator, prompt templates, the typed settings of the parts above the config that it nests
     # (the tiny architecture, its SFT, the synthetic task); the C allocator settings of a job; AdamW
     ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.sections", "acerl.allocator", "acerl.optim"),

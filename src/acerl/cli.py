@@ -11,12 +11,18 @@ and the fix and exits with its documented status (2 config, 3 missing input, 4 u
 the traceback); anything else is a bug and keeps its traceback (exit 1). A closed stdout (``acerl config runs |
 head``) ends the command quietly with 141, as a Unix tool killed by SIGPIPE.
 
+Some subcommands run a module that keeps its own arguments (:mod:`acerl.commands`): ``acerl dvc ...``,
+``acerl sft ...``, ``acerl update-mass ...`` and the reports ``acerl report paper|power|sequential|training|methods
+...``. :func:`main` hands such a module the arguments after the command's name, before parsing anything, so its
+help, exit codes and one-line errors are its own; ``acerl report`` without a report name is the study's report.
+
 Kept as one module: the parser of every subcommand and the error policy around them read in one place.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import multiprocessing
@@ -27,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from acerl.allocator import tune_allocator
+from acerl.commands import MODULE_COMMANDS, ModuleCommand
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
 from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, invocation_options
 from acerl.stages import Job, StageSpec, record_params, subcommand_stage
@@ -342,8 +349,25 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 }
 
 
+REPORTS_HEADING = "reports with options of their own (acerl report NAME ...; acerl report NAME --help):"
+
+
+def _reports_epilog() -> str:
+    """The ``acerl report NAME`` reports, one line each (``acerl --help``, ``acerl report --help``)."""
+    reports = [c for c in MODULE_COMMANDS if c.command.startswith("report ")]
+    width = max(len(c.name) for c in reports) + 2
+    return "\n".join([REPORTS_HEADING, *(f"  {c.name:<{width}}{c.help}" for c in reports)])
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="acerl", description=__doc__.splitlines()[0])
+    """The parser of the CLI's own subcommands. The module commands (:mod:`acerl.commands`) are listed with their
+    one-line help, but :func:`main` runs them before this parser sees their arguments."""
+    parser = argparse.ArgumentParser(
+        prog="acerl",
+        description=__doc__.splitlines()[0],
+        epilog=_reports_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (fn, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -364,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
                 help="what to do with the composed config (default validate; see below)",
             )
         if name == "report":
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+            p.description = f"{help_text}.\n`acerl report NAME ...` runs one of the reports below instead."
+            p.epilog = _reports_epilog()
             p.add_argument(
                 "--partial",
                 action="store_true",
@@ -402,7 +429,27 @@ def build_parser() -> argparse.ArgumentParser:
             _add_job_args(p, stage)
         if name == "train":
             _add_local_train_args(p)
+    for command in MODULE_COMMANDS:
+        if " " not in command.command:  # the reports are listed in the epilogs
+            p = sub.add_parser(command.command, help=command.help, description=command.help, add_help=False)
+            p.add_argument("args", nargs=argparse.REMAINDER, help=f"the arguments of {command.module}")
     return parser
+
+
+def module_command(argv: Sequence[str]) -> tuple[ModuleCommand, list[str]] | None:
+    """The module command ``argv`` starts with (``dvc ...``, ``report power ...``) and the arguments it hands
+    the module; ``None`` for the CLI's own subcommands (``report --partial`` included)."""
+    for command in MODULE_COMMANDS:
+        words = command.command.split()
+        if list(argv[: len(words)]) == words:
+            return command, list(argv[len(words) :])
+    return None
+
+
+def run_module_command(command: ModuleCommand, argv: list[str]) -> int:
+    """``command``'s module's ``main(argv)``: its own parser, logging, messages and exit code (0 for ``None``)."""
+    module_main: Callable[[list[str]], int | None] = importlib.import_module(command.module).main
+    return module_main(argv) or 0
 
 
 CONFIG_ACTIONS = """actions:
@@ -522,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     if reimported_in_a_worker():
         print(UNGUARDED_SCRIPT, file=sys.stderr)
         return 2
+    found = module_command(sys.argv[1:] if argv is None else argv)
+    if found is not None:
+        return run_module_command(*found)
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     try:

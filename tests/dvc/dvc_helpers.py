@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -17,6 +18,14 @@ from study import copy_project  # noqa: F401  (re-exported for the DVC tests)
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TEST_CONFIG = ("config/config.yaml", "config/test.yaml")
+ACERL_DVC = [str(BIN / "acerl"), "dvc"]
+
+
+def copy_src(dest: Path) -> Path:
+    """The checkout's ``src`` in ``dest`` (created), where :func:`tool_env` imports acerl from: a tool call runs
+    this checkout's code, not whichever copy of the package the environment installed."""
+    shutil.copytree(REPO / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
 
 
 def tool_env(workdir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:

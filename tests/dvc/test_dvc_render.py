@@ -48,7 +48,7 @@ def _cfg(files=DEFAULT_CONFIG_FILES):
 
 def test_committed_dvc_yaml_is_current():
     diff = check_dvc_yaml(DEFAULT_CONFIG_FILES, REPO / "dvc.yaml")
-    assert diff is None, f"dvc.yaml is stale: run `python -m acerl.dvc write`\n{diff}"
+    assert diff is None, f"dvc.yaml is stale: run `acerl dvc write`\n{diff}"
 
 
 def test_write_and_check_round_trip(tmp_path):

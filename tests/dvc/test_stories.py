@@ -18,13 +18,13 @@ import hashlib
 import json
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from dvc_helpers import (
+    ACERL_DVC,
     TEST_CONFIG,
     commit_all,
     descendants,
@@ -42,7 +42,6 @@ from acerl.dvc import TRAINING_PLOT_METRICS, write_dvc_yaml
 pytestmark = pytest.mark.slow
 
 CONFIG_ARGS = [arg for f in TEST_CONFIG for arg in ("--config", f)]
-ACERL_DVC = [sys.executable, "-m", "acerl.dvc"]
 FINAL = "runs/tiny/grpo/seed0/final"
 REPORT_OUTS = ("results/tables", "results/figures", "results/report.md")
 

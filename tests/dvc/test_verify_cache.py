@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from dvc_helpers import commit_all, init_repo, sh
+from dvc_helpers import ACERL_DVC, commit_all, copy_src, init_repo, sh
 
 from acerl.dvc import damaged_cache_objects
 
@@ -20,8 +19,7 @@ stages:
 
 
 def _toy_repo(path: Path) -> Path:
-    path.mkdir()
-    (path / "src").mkdir()  # tool_env puts <repo>/src on PYTHONPATH
+    copy_src(path)  # tool_env puts <repo>/src on PYTHONPATH
     (path / "dvc.yaml").write_text(PIPELINE)
     init_repo(path, remote=path.parent / "remote")
     sh(path, "dvc", "repro")
@@ -59,10 +57,10 @@ def test_damage_in_place_is_used_by_dvc_but_found_and_repaired(tmp_path):
 
     (damaged,) = damaged_cache_objects(repo)
     assert damaged.cache_path == cached and damaged.used_by == ("out/b.txt",)
-    proc = sh(repo, sys.executable, "-m", "acerl.dvc", "verify-cache", check=False)
+    proc = sh(repo, *ACERL_DVC, "verify-cache", check=False)
     assert proc.returncode == 1 and "out/b.txt" in proc.stderr
 
-    sh(repo, sys.executable, "-m", "acerl.dvc", "verify-cache", "--repair", check=False)
+    sh(repo, *ACERL_DVC, "verify-cache", "--repair", check=False)
     assert not cached.exists()
     sh(repo, "dvc", "pull")
     sh(repo, "dvc", "checkout", "--relink")

@@ -782,7 +782,7 @@ class ReportConfig(_Model):
     pilot_seeds: Seeds = Field(
         [],
         description="seeds of the main grid whose results were seen before a sequential design was fixed "
-        "(pilot): python -m acerl.report.sequential also reports the design without them",
+        "(pilot): acerl report sequential also reports the design without them",
     )
     stage1_seeds: int | None = Field(
         None,
@@ -793,8 +793,7 @@ class ReportConfig(_Model):
     )
     methods: MethodsComparison | None = Field(
         None,
-        description="the comparison of methods beyond the paper (python -m acerl.report.methods; "
-        "config/methods.yaml)",
+        description="the comparison of methods beyond the paper (acerl report methods; config/methods.yaml)",
     )
 
 

@@ -9,8 +9,8 @@ overconfident incorrect rollouts ACE amplifies most: ``c_i > 0``; the other inco
 reports the change of their summed sequence probability and mean log-probability (:func:`mass_by_group`); the
 probability taken from the sampled responses and not given to other sampled ones went to unsampled responses.
 
-    python -m acerl.diagnostics.update_mass --config config/config.yaml --root . --seed 0 --step 20
-    python -m acerl.diagnostics.update_mass --config config/config.yaml --root . --baseline dapo --ace ace_dapo
+    acerl update-mass --config config/config.yaml --root . --seed 0 --step 20
+    acerl update-mass --config config/config.yaml --root . --baseline dapo --ace ace_dapo
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     """Print where GRPO's and ACE's update of the same batch move probability (Markdown)."""
-    ap = argparse.ArgumentParser(prog="python -m acerl.diagnostics.update_mass", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="acerl update-mass", description=main.__doc__)
     ap.add_argument(
         "--config", type=Path, action="append", required=True, help="config file(s), in merge order"
     )
@@ -192,4 +192,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.diagnostics.update_mass", main))

@@ -8,6 +8,7 @@ make them too and starts RL as an imperfect reasoner.
 :func:`prepare_tiny_base` builds the character tokenizer and the tiny Llama, trains with AdamW (linear
 warm-up, cosine decay), and saves a Hugging Face folder (``model.safetensors``, ``config.json``, tokenizer
 files) plus ``sft_metrics.json`` (loss curve, teacher-forced greedy accuracy on evaluation files), atomically.
+``acerl sft`` runs it by hand (:func:`main`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -318,9 +320,9 @@ def _config_from_pairs(cls: type, pairs: Sequence[str]) -> Any:
     return cls(**values)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m acerl.models.sft --data data/sft.jsonl --out models/base/tiny [--eval name=path ...]``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """``acerl sft --data data/sft.jsonl --out models/base/tiny [--eval name=path ...]``."""
+    parser = argparse.ArgumentParser(prog="acerl sft", description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True, help="SFT JSON Lines (problem, solution)")
     parser.add_argument("--out", required=True, help="output HF folder")
     parser.add_argument("--eval", nargs="*", default=[], metavar="NAME=PATH", help="files scored after SFT")
@@ -340,7 +342,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         threads=args.threads,
         eval_data=evals,
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.models.sft", main))

@@ -10,7 +10,8 @@ Modules (import from them; this file imports nothing so that reading a schema do
 - :mod:`acerl.report.spec` — display names and table layout (:class:`~acerl.report.spec.ReportSpec`);
 - :mod:`acerl.report.render` — :func:`~acerl.report.render.render_all` writes everything;
 - :mod:`acerl.report.study` — ``acerl report``: a configured study's files -> report;
-- ``python -m acerl.report`` — the paper's tables from ``config/paper_results/``.
+- :mod:`acerl.report.__main__` — ``acerl report paper``: the paper's tables from ``config/paper_results/``;
+- the tools ``acerl report power|sequential|training|methods`` (:mod:`acerl.commands`).
 
 See docs/reports.md.
 """

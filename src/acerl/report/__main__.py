@@ -1,5 +1,7 @@
-"""``python -m acerl.report --out DIR [--paper-dir config/paper_results]``: regenerate the paper's Tables 1-5 (and
-the Fig. 1 analogue and Pass@k curves) from its published numbers. A study's report is ``acerl report``."""
+"""``acerl report paper --out DIR [--paper-dir config/paper_results]``: regenerate the paper's Tables 1-5 (and
+the Fig. 1 analogue and Pass@k curves) from its published numbers. A study's report is ``acerl report``.
+
+``python -m acerl.report`` is an alias of ``acerl report paper``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m acerl.report", description=__doc__)
+    parser = argparse.ArgumentParser(prog="acerl report paper", description=__doc__)
     parser.add_argument(
         "--out", type=Path, required=True, help="output folder (tables/, figures/, report.md)"
     )
@@ -28,4 +30,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.report", main))

@@ -7,7 +7,7 @@ The statistics are the project's own (:func:`acerl.evaluate.stats.mean_ci`, :fun
 :func:`acerl.evaluate.stats.holm`, :func:`acerl.report.training.paired_diagnostics`); this module only arranges
 them for the declared comparison (docs/results.md, "Methods beyond the paper").
 
-    python -m acerl.report.methods --config config/methods.yaml [--root .] [--figure results/methods_passk.png]
+    acerl report methods --config config/methods.yaml [--root .] [--figure results/methods_passk.png]
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def _figure(curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Pat
 def main(argv: list[str] | None = None) -> int:
     """Print the methods-beyond-the-paper table, the Pass@k curves and the training diagnostics (Markdown) of the
     comparison declared in ``report.methods``. Exit code 3: a run's Pass@k file is missing (it names one)."""
-    ap = argparse.ArgumentParser(prog="python -m acerl.report.methods", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="acerl report methods", description=main.__doc__)
     ap.add_argument("--config", type=Path, action="append", required=True,
                     help="config files merged over config/config.yaml (e.g. config/methods.yaml); repeatable")  # fmt: skip
     ap.add_argument("--root", type=Path, default=Path("."), help="the study's work directory (default .)")
@@ -197,10 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.figure is not None:
             _figure(curves, displays, bench, args.figure)
     except UserError as e:
-        print(f"python -m acerl.report.methods: {e.kind}: {e}", file=sys.stderr)
+        print(f"acerl report methods: {e.kind}: {e}", file=sys.stderr)
         return e.exit_code
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.report.methods", main))

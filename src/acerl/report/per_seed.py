@@ -3,7 +3,7 @@ plot) and, for a sequential design (``report.stage1_seeds``) or one with pilot s
 the estimate of each stage and without the pilot seeds.
 
 The numbers are :func:`acerl.report.sequential.per_seed_frame` and :func:`~acerl.report.sequential.stage_frame`,
-the same the sequential tool prints (``python -m acerl.report.sequential``); this module only lays them out.
+the same the sequential tool prints (``acerl report sequential``); this module only lays them out.
 """
 
 from __future__ import annotations

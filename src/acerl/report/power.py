@@ -2,9 +2,9 @@
 
 :func:`power_frame` feeds the report's power tables (:func:`acerl.report.tables.power_table`);
 :func:`decomposition_frame` and :func:`design_frame` the variance decomposition and the design predictions of
-``python -m acerl.report.power`` (docs/reports.md, "Power"). The statistics live in :mod:`acerl.evaluate.power`.
+``acerl report power`` (docs/reports.md, "Power"). The statistics live in :mod:`acerl.evaluate.power`.
 
-    python -m acerl.report.power <root>/metrics/*/*/*/*.json [--k 32] [--seeds 3 5 8] [--n 32 64 128]
+    acerl report power <root>/metrics/*/*/*/*.json [--k 32] [--seeds 3 5 8] [--n 32 64 128]
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def _markdown(df: pd.DataFrame, decimals: int = 2) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the variance decomposition, the power of every comparison and the design predictions (Markdown)."""
-    ap = argparse.ArgumentParser(prog="python -m acerl.report.power", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="acerl report power", description=main.__doc__)
     ap.add_argument(
         "metrics", nargs="+", type=Path, help="Pass@k metrics files (metrics/<benchmark>/.../*.json)"
     )
@@ -382,4 +382,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.report.power", main))

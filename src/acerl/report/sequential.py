@@ -13,8 +13,8 @@ Besides the look, the tool prints every seed's paired difference, the estimates 
 pilot seeds (``report.pilot_seeds``: results seen before the design), each with the paired t and the sign-flip
 permutation p, and at the final look TOST p-values against ``report.equivalence_margin``.
 
-    python -m acerl.report.sequential metrics/synth_easy/tiny/*/*.json --benchmark synth_easy --k 32
-    python -m acerl.report.sequential --counts docs/results/power/counts.csv --benchmark synth_easy --k 32 \
+    acerl report sequential metrics/synth_easy/tiny/*/*.json --benchmark synth_easy --k 32
+    acerl report sequential --counts docs/results/power/counts.csv --benchmark synth_easy --k 32 \
         --final --config config/power.yaml
 """
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print one look of the power study's sequential design (Markdown), every seed's paired difference and
     the estimates per stage and without pilot seeds; at the interim look, the seeds the design asks for next.
     Exit code 2: too few seeds for a look, or no data (the message says which)."""
-    ap = argparse.ArgumentParser(prog="python -m acerl.report.sequential", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="acerl report sequential", description=main.__doc__)
     ap.add_argument("metrics", nargs="*", type=Path, help="Pass@k metrics files of the main grid")
     ap.add_argument("--counts", type=Path, default=None,
                     help="read the per-problem counts from this CSV (docs/results/power/counts.csv) instead")  # fmt: skip
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         pilot, margin = _config_defaults(args.config)
     except UserError as err:
         print(
-            f"acerl.report.sequential: {str(err).splitlines()[0]} (an overlay such as config/power.yaml goes over "
+            f"acerl report sequential: {str(err).splitlines()[0]} (an overlay such as config/power.yaml goes over "
             "the base: --config config/config.yaml --config config/power.yaml)",
             file=sys.stderr,
         )
@@ -305,10 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         per_seed = per_seed_frame(problems, comparisons, args.benchmark, args.k, stage1=design.stage1,
                                   pilot_seeds=pilot)  # fmt: skip
     except (ValueError, OSError) as err:
-        print(f"acerl.report.sequential: {err}", file=sys.stderr)
+        print(f"acerl report sequential: {err}", file=sys.stderr)
         return 2
     for warning in seen_warnings(args.seen, per_seed, args.benchmark, pilot):
-        print(f"acerl.report.sequential: warning: {warning}", file=sys.stderr)
+        print(f"acerl report sequential: warning: {warning}", file=sys.stderr)
     _print_look(look, args, design, margin)
     _print_seeds(per_seed, pilot, design)
     if args.figure is not None:
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nThe design asks for {total} seeds in total (seeds 0..{total - 1}).")
         if args.write_config is not None:
             args.write_config.write_text(
-                "# stage 2 of the power study (python -m acerl.report.sequential --write-config)\n"
+                "# stage 2 of the power study (acerl report sequential --write-config)\n"
                 f"study:\n  main:\n    seeds: [{', '.join(str(s) for s in range(total))}]\n"
             )
             print(f"Stage 2: {stage2_command(args.write_config)}")
@@ -367,4 +367,6 @@ def stage2_command(stage2_config: Path) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.report.sequential", main))

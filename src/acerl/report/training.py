@@ -6,7 +6,7 @@ ACE with its default parameters would measure them, multiplier 1; docs/training.
 answers "does ACE damp overconfidence?", not only the few runs the held-out diagnostics stage checkpoints. A
 run's value is the mean over its last ``--last`` steps that updated (steps without an update log NaN).
 
-    python -m acerl.report.training runs/tiny/*/seed*/metrics.jsonl --last 5
+    acerl report training runs/tiny/*/seed*/metrics.jsonl --last 5
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def paired_diagnostics(
 def main(argv: list[str] | None = None) -> int:
     """Print the paired training-batch diagnostics (Markdown). Exit code 4: a file that is not a training run's
     metrics (the message names it)."""
-    ap = argparse.ArgumentParser(prog="python -m acerl.report.training", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="acerl report training", description=main.__doc__)
     ap.add_argument("metrics", nargs="+", type=Path, help="runs/<model>/<method>/seed<s>/metrics.jsonl files")
     ap.add_argument("--last", type=int, default=5, help="steps at the end of each run to average (default 5)")
     ap.add_argument("--comparisons", nargs="+", default=["ace_grpo:grpo", "ace_dapo:dapo"],
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         frame = last_steps_frame(args.metrics, last=args.last)
     except BadInputError as err:
-        print(f"acerl.report.training: {err}", file=sys.stderr)
+        print(f"acerl report training: {err}", file=sys.stderr)
         return 4
     table = paired_diagnostics(frame, dict(pair.split(":", 1) for pair in args.comparisons))
     print(f"## Training-batch diagnostics, mean of each run's last {args.last} steps; method minus baseline "
@@ -182,4 +182,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.report.training", main))

@@ -1,6 +1,6 @@
 """The local trainer (single process, CPU or one GPU): Algorithm 1 of the paper in one small loop.
 
-Entry point :func:`train_run`; ``python -m acerl.train`` for manual use. See docs/training.md.
+Entry point :func:`train_run`; ``acerl train`` for manual use. See docs/training.md.
 """
 
 from acerl.train.algorithm import train_step

@@ -1,4 +1,4 @@
-"""``python -m acerl.train ...``: the same command as ``acerl train ...`` (one option set; see ``acerl train -h``).
+"""``python -m acerl.train ...``: an alias of ``acerl train ...`` (one option set; see ``acerl train -h``).
 
 Exit codes: those of every ``acerl`` command (:mod:`acerl.errors`), and 75
 (:data:`acerl.train.PREEMPTED_EXIT_CODE`) after a SIGTERM / SIGUSR1 checkpoint: rerun the same command to resume.
@@ -17,4 +17,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from acerl.commands import run_alias
+
+    sys.exit(run_alias("acerl.train", main))
