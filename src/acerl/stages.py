@@ -24,6 +24,7 @@ Kept as one module: the stage table is the pipeline graph, written once.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -595,12 +596,57 @@ def param_keys(cfg: Config, job: Job) -> list[str]:
 
 
 def rule_header(cfg: Config, stage: str) -> str:
-    """The comment line that opens ``stage``'s ``.smk`` file: what its rule reads (the names of its jobs' inputs)
-    and writes (the output patterns)."""
-    jobs = spec(stage).jobs(cfg) or [pattern_job(stage)]
-    reads = ", ".join(dict.fromkeys(name for job in jobs for name in job_inputs(cfg, job)))
-    writes = ", ".join(o.path for o in job_outputs(cfg, pattern_job(stage)))
-    return f"# {stage}: reads {reads or 'nothing'}; writes {writes}"
+    """The comment lines that open ``stage``'s rule in its ``.smk`` file, so that the rule shows its command and
+    files at a glance: the command (beside the invocation's ``--config`` and ``--root``), one line per input,
+    per output (Snakemake's patterns) and per file the job appends to across resumes (a DVC output only,
+    since Snakemake deletes a failed job's outputs)."""
+    pattern = pattern_job(stage)
+    command = job_command(pattern, [], ".").replace(" --root .", "").replace("'", "")
+    outputs = job_outputs(cfg, pattern)
+    sections = [
+        ("reads", _header_reads(cfg, stage) or [("nothing", "")]),
+        ("writes", [(o.name, o.path) for o in outputs if not o.persist]),
+        ("appends", [(o.name, f"{o.path} (DVC output only)") for o in outputs if o.persist]),
+    ]
+    width = max(len(name) for _, items in sections for name, _ in items)
+    lines = [f"# {stage}: {command}"]
+    for label, items in sections:
+        for i, (name, what) in enumerate(items):
+            lines.append(f"#   {label + ':' if i == 0 else '':<9}{name:<{width}}  {what}".rstrip())
+    return "\n".join(lines)
+
+
+def _header_reads(cfg: Config, stage: str) -> list[tuple[str, str]]:
+    """A rule's inputs for its header, ``(name, path)``: the wildcard pattern of a per-job input, ``every
+    <pattern>`` for a study-wide list of many jobs' outputs, the files of a short list of fixed files, the
+    names alone where the inputs depend on the job's values."""
+    try:
+        inputs = job_inputs(cfg, pattern_job(stage))
+    except KeyError:  # the inputs differ per job (a hub model reads nothing; the tiny model its SFT data)
+        per_name: dict[str, dict[str, None]] = {}
+        for job in spec(stage).jobs(cfg):
+            for name, value in job_inputs(cfg, job).items():
+                per_name.setdefault(name, {}).update(
+                    dict.fromkeys([value] if isinstance(value, str) else value)
+                )
+        return [(name, ", ".join(files) + " (per model)") for name, files in per_name.items()]
+    out = []
+    for name, value in inputs.items():
+        if isinstance(value, str):
+            out.append((name, value))
+        elif value:
+            pattern = _producer_pattern(cfg, value)
+            out.append((name, f"every {pattern}" if "{" in pattern else ", ".join(value)))
+    return out
+
+
+def _producer_pattern(cfg: Config, files: Sequence[str]) -> str:
+    """The output pattern of the stage whose jobs write ``files`` (the first file decides)."""
+    for stage in STAGES:
+        for out in job_outputs(cfg, pattern_job(stage)):
+            if re.fullmatch(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(out.path)), files[0]):
+                return out.path
+    return files[0]
 
 
 def pipeline_graph(cfg: Config) -> str:

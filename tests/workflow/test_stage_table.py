@@ -105,14 +105,14 @@ def test_snakemake_and_dvc_see_the_same_jobs_files_and_params(tmp_path: Path, gr
 
 
 def test_committed_smk_headers_are_current() -> None:
-    """Each ``workflow/rules/*.smk`` opens with one line per rule it holds, what the rule reads and writes, written
-    from the stage table as dvc.yaml is (for the default config)."""
+    """Each ``workflow/rules/*.smk`` opens with a block per rule it holds: its command and what it reads, writes
+    and appends to, written from the stage table as dvc.yaml is (for the default config)."""
     cfg = load_config([REPO / f for f in DEFAULT_CONFIG_FILES])
     rules_seen = []
     for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
         text = smk.read_text()
         rules = re.findall(r"^rule (\w+):", text, flags=re.MULTILINE)
-        want = [rule_header(cfg, rule) for rule in rules]
+        want = "\n".join(rule_header(cfg, rule) for rule in rules).splitlines()
         got = text.splitlines()[: len(want)]
         expected = "\n".join(want)
         assert got == want, f"{smk.name}: its first lines should be (acerl.stages.rule_header)\n{expected}"
@@ -359,3 +359,22 @@ def test_job_of_every_stage_has_a_version() -> None:
     assert set(stage_versions.STAGE_VERSIONS) == set(STAGES)
     assert all(isinstance(v, int) and v >= 1 for v in stage_versions.STAGE_VERSIONS.values())
     assert Job("report").parts == ()
+
+
+def test_rule_header_names_the_command_and_every_file_once() -> None:
+    """The train rule's header: its command with the wildcards, its two inputs and two Snakemake outputs as
+    patterns, and the step log it appends to marked as DVC's alone (Snakemake does not declare it)."""
+    cfg = load_config([REPO / f for f in DEFAULT_CONFIG_FILES])
+    lines = rule_header(cfg, "train_policy").splitlines()
+    assert (
+        lines[0]
+        == "# train_policy: acerl train --model {model} --method {method} --seed {seed} --no-progress"
+    )
+    body = "\n".join(lines[1:])
+    for path in ("models/base/{model}", "data/train.jsonl", "runs/{model}/{method}/seed{seed}/final"):
+        assert body.count(path) == 1, path
+    assert [ln for ln in lines if "metrics.jsonl" in ln] == [
+        "#   appends: metrics  runs/{model}/{method}/seed{seed}/metrics.jsonl (DVC output only)"
+    ]
+    report = rule_header(cfg, "report")
+    assert "every metrics/{benchmark}/{model}/{method}/seed{seed}.json" in report

@@ -1,5 +1,15 @@
-# prepare_data: reads sources; writes data/train.jsonl, data/sft.jsonl, data/synth_easy.jsonl, data/synth_hard.jsonl, data/heldout.jsonl
-# prepare_verl_data: reads train, benchmarks; writes data/verl/{model}/train.parquet, data/verl/{model}/val.parquet
+# prepare_data: acerl prepare-data
+#   reads:   nothing
+#   writes:  train       data/train.jsonl
+#            sft         data/sft.jsonl
+#            synth_easy  data/synth_easy.jsonl
+#            synth_hard  data/synth_hard.jsonl
+#            heldout     data/heldout.jsonl
+# prepare_verl_data: acerl prepare-verl-data --model {model}
+#   reads:   train       data/train.jsonl
+#            benchmarks  data/synth_easy.jsonl, data/synth_hard.jsonl
+#   writes:  train       data/verl/{model}/train.parquet
+#            val         data/verl/{model}/val.parquet
 # Inputs, outputs, params: the stage table (acerl.stages).
 
 

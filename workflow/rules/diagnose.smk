@@ -1,4 +1,8 @@
-# diagnose: reads final, reference, heldout; writes diagnostics/{model}/{method}/seed{seed}.json
+# diagnose: acerl diagnose --model {model} --method {method} --seed {seed} --no-progress
+#   reads:   final        runs/{model}/{method}/seed{seed}/final
+#            reference    models/base/{model}
+#            heldout      data/heldout.jsonl
+#   writes:  diagnostics  diagnostics/{model}/{method}/seed{seed}.json
 # OEF, overconfidence magnitude and entropy at the diagnostic checkpoints a run saved while training.
 
 

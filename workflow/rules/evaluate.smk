@@ -1,6 +1,14 @@
-# sample: reads policy, problems; writes generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz
-# grade: reads generations; writes scored/{benchmark}/{model}/{method}/seed{seed}.parquet
-# passk: reads scored; writes metrics/{benchmark}/{model}/{method}/seed{seed}.json, metrics/{benchmark}/{model}/{method}/seed{seed}.curve.tsv
+# sample: acerl sample --model {model} --method {method} --seed {seed} --benchmark {benchmark} --no-progress
+#   reads:   policy       runs/{model}/{method}/seed{seed}/final
+#            problems     data/{benchmark}.jsonl
+#   writes:  generations  generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz
+# grade: acerl grade --model {model} --method {method} --seed {seed} --benchmark {benchmark}
+#   reads:   generations  generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz
+#   writes:  scored       scored/{benchmark}/{model}/{method}/seed{seed}.parquet
+# passk: acerl passk --model {model} --method {method} --seed {seed} --benchmark {benchmark}
+#   reads:   scored   scored/{benchmark}/{model}/{method}/seed{seed}.parquet
+#   writes:  metrics  metrics/{benchmark}/{model}/{method}/seed{seed}.json
+#            curve    metrics/{benchmark}/{model}/{method}/seed{seed}.curve.tsv
 # sample -> grade -> passk for every (benchmark, run), the base models included (method "base").
 
 

@@ -1,4 +1,7 @@
-# prepare_base: reads sft, benchmarks; writes models/base/{model}
+# prepare_base: acerl prepare-base --model {model}
+#   reads:   sft         data/sft.jsonl (per model)
+#            benchmarks  data/synth_easy.jsonl, data/synth_hard.jsonl (per model)
+#   writes:  model       models/base/{model}
 # A base model folder per model (the tiny model is built and SFT'd here; hub models linked).
 
 

@@ -1,4 +1,13 @@
-# report: reads passk, diagnostics, training, paper; writes results/tables, results/figures, results/compute.md, results/report.md, results/report.html
+# report: acerl report
+#   reads:   passk        every metrics/{benchmark}/{model}/{method}/seed{seed}.json
+#            diagnostics  every diagnostics/{model}/{method}/seed{seed}.json
+#            training     every runs/{model}/{method}/seed{seed}/final
+#            paper        config/paper_results
+#   writes:  tables       results/tables
+#            figures      results/figures
+#            compute      results/compute.md
+#            summary      results/report.md
+#            page         results/report.html
 # The paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
 # accounting from the benchmark TSVs. `snakemake --report report.html --configfile <the run's config>` shows
 # every table (its HTML rendering, readable in the page) and figure by category, and the summary page.

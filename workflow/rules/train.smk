@@ -1,4 +1,9 @@
-# train_policy: reads base, train; writes runs/{model}/{method}/seed{seed}/final, runs/{model}/{method}/seed{seed}/metrics.jsonl, runs/{model}/{method}/seed{seed}/dvclive
+# train_policy: acerl train --model {model} --method {method} --seed {seed} --no-progress
+#   reads:   base     models/base/{model}
+#            train    data/train.jsonl
+#   writes:  final    runs/{model}/{method}/seed{seed}/final
+#            live     runs/{model}/{method}/seed{seed}/dvclive
+#   appends: metrics  runs/{model}/{method}/seed{seed}/metrics.jsonl (DVC output only)
 # One (model, method, seed) run. Resumable state lives in runs/.../checkpoints/, which is not a
 # rule output, so Snakemake never deletes it when a job fails or is preempted: a retry resumes from it. The
 # per-step metrics.jsonl is a DVC output (persist) but not a Snakemake one, for the same reason.
