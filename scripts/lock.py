@@ -12,6 +12,10 @@
 
 All three are for CPython 3.11 on x86-64 Linux (glibc >= 2.28), what CI and the clusters run.
 
+The conda environment of the workflow's rules (``workflow/envs/acerl.yaml``, ``snakemake --sdm conda``) is
+written from the ``cpu`` lock with it: the same versions, without hashes (pip's hash mode would refuse the
+project itself, installed from the same list).
+
 Usage (``make lock`` runs the first):
   python scripts/lock.py                          # (re)compile all three; unchanged pins stay
   python scripts/lock.py --upgrade-package NAME   # move NAME (and only what must follow it) to its newest release
@@ -101,6 +105,30 @@ def normalise(name: str) -> str:
 def read_pins(path: Path) -> dict[str, str]:
     """``{normalised name: version}`` of every ``name==version`` line of a lock file."""
     return {normalise(m.group(1)): m.group(2) for m in _PIN.finditer(path.read_text(encoding="utf-8"))}
+
+
+CONDA_ENV = REPO / "workflow" / "envs" / "acerl.yaml"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def conda_env_text(pins: dict[str, str]) -> str:
+    """The workflow's conda environment for the ``cpu`` lock's ``pins``: Python, pip, every pinned version, the
+    CPU torch index and the project itself (editable, as ``make setup`` installs it)."""
+    lines = [
+        "# Conda environment for every rule (`snakemake --sdm conda`), written by scripts/lock.py (`make lock`)",
+        "# from requirements/cpu.txt: the CPU lock's versions, without its hashes (pip's hash mode would refuse the",
+        "# project itself, installed from the same list). The default setup is the repo's .venv (`make setup`).",
+        "channels:",
+        "  - conda-forge",
+        "dependencies:",
+        f"  - python={PYTHON_VERSION}",
+        "  - pip",
+        "  - pip:",
+        f"      - --extra-index-url {TORCH_CPU_INDEX}",
+        *(f"      - {name}=={version}" for name, version in sorted(pins.items())),
+        "      - -e ../..",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _uv() -> str:
@@ -194,6 +222,17 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(list(diff)[:40]), file=sys.stderr)
             else:
                 print(f"lock: {env.path.relative_to(REPO)} is up to date")
+    if any(env.name == "cpu" for env in chosen):
+        want = conda_env_text(read_pins(envs["cpu"].path))
+        if not args.check:
+            CONDA_ENV.write_text(want, encoding="utf-8")
+            print(f"lock: {CONDA_ENV.relative_to(REPO)}: the cpu lock's versions")
+        elif not CONDA_ENV.is_file() or CONDA_ENV.read_text(encoding="utf-8") != want:
+            stale = 1
+            print(
+                f"lock: {CONDA_ENV.relative_to(REPO)} does not match requirements/cpu.txt (run make lock)",
+                file=sys.stderr,
+            )
     if not args.check:
         diff = shared_differences(read_pins(envs["cpu"].path), read_pins(envs["gpu"].path))
         for name, (cpu, gpu) in diff.items():

@@ -150,3 +150,15 @@ def test_gpu_lock_builds_verls_workers_with_the_launchers_settings() -> None:
         assert _rendered(overrides, "actor_rollout_ref.model.use_remove_padding") is not None, run.id
     trl = pins.get("trl")
     assert trl is None or int(trl.split(".")[0]) < 1, f"gpu.txt holds trl=={trl}, which breaks verl's worker"
+
+
+def test_the_conda_environment_pins_the_cpu_locks_versions() -> None:
+    """workflow/envs/acerl.yaml (``snakemake --sdm conda``) is what scripts/lock.py writes from the CPU lock: every
+    package at the lock's version, the CPU torch index, the project itself last; none unpinned."""
+    env = (REPO / "workflow" / "envs" / "acerl.yaml").read_text()
+    pins = lock.read_pins(REPO / "requirements" / "cpu.txt")
+    assert env == lock.conda_env_text(pins), "workflow/envs/acerl.yaml is stale: run make lock"
+    listed = [ln.strip()[2:] for ln in env.splitlines() if ln.startswith("      - ")]
+    assert listed[0] == f"--extra-index-url {lock.TORCH_CPU_INDEX}" and listed[-1] == "-e ../.."
+    assert {lock.normalise(r.split("==")[0]): r.split("==")[1] for r in listed[1:-1]} == pins
+    assert pins["torch"].endswith("+cpu") and len(pins) > 100
