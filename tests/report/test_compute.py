@@ -14,7 +14,7 @@ from acerl.config import load_config
 from acerl.report.catalog import captions, describe
 from acerl.report.compute import GPU_RULES, MULTI_NODE_RULES, compute_tables, load_benchmarks, study_jobs
 from acerl.report.study import add_compute_accounting
-from acerl.report.tables import to_markdown
+from acerl.report.table_format import to_markdown
 from acerl.stages import job_benchmark_file
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import base64
 import re
 from html.parser import HTMLParser
 
-from acerl.report import tables
+from acerl.report import table_format
 from acerl.report.html import html_page, markdown_html
 from acerl.report.render import write_table
 
@@ -40,18 +40,23 @@ class _Cells(HTMLParser):
             self._cell.append(data)
 
 
-def _table() -> tables.Table:
+def _table() -> table_format.Table:
     cells = (
-        tables.Cell(value=41.25, ci=1.5, mark="bold"),
-        tables.Cell(value=40.0, mark="underline"),
-        tables.Cell(raw="a|b"),
+        table_format.Cell(value=41.25, ci=1.5, mark="bold"),
+        table_format.Cell(value=40.0, mark="underline"),
+        table_format.Cell(raw="a|b"),
     )
-    return tables.Table(
+    return table_format.Table(
         name="passk_x",
         caption="Pass@k (%) with $\\alpha$ = 1",
         label="tab:x",
         header=("Method", "Pass@1", "Pass@8", "note"),
-        groups=((tables.Row("ACE-GRPO", cells), tables.Row("GRPO", (tables.Cell(value=39.0),) * 3)),),
+        groups=(
+            (
+                table_format.Row("ACE-GRPO", cells),
+                table_format.Row("GRPO", (table_format.Cell(value=39.0),) * 3),
+            ),
+        ),
         notes=("Mean over 5 seeds.",),
     )
 
@@ -66,7 +71,7 @@ def test_a_table_reads_the_same_in_html_as_in_markdown(tmp_path):
     parsed.feed(page)
     md_rows = [
         [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
-        for line in tables.to_markdown(table).splitlines()
+        for line in table_format.to_markdown(table).splitlines()
         if line.startswith("|") and not line.startswith("|:")
     ]
     plain = [[re.sub(r"\*\*|</?u>", "", c).replace("\\|", "|") for c in row] for row in md_rows]

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from acerl.records import ResultFormatError
-from acerl.report import tables
+from acerl.report import table_format, tables
 from acerl.report.aggregate import AGG_COLUMNS
 from acerl.report.paper import (
     PAPER_MODELS,
@@ -68,9 +68,9 @@ def latex_rows(tex: str, label: str) -> list[tuple[Parsed, list[Parsed]]]:
     return rows
 
 
-def _paper_rows_vs_ours(paper_tex: str, paper_label: str, table: tables.Table):
+def _paper_rows_vs_ours(paper_tex: str, paper_label: str, table: table_format.Table):
     paper = latex_rows(paper_tex, paper_label)
-    ours = latex_rows(tables.to_latex(table), table.label)
+    ours = latex_rows(table_format.to_latex(table), table.label)
     assert [p[0].text for p in paper] == [o[0].text for o in ours]
     return paper, ours
 

@@ -10,7 +10,8 @@ from acerl import paths
 from acerl.config import load_config
 from acerl.records import passk_record, write_passk_record
 from acerl.report.study import report_study
-from acerl.report.tables import passk_table, to_markdown
+from acerl.report.table_format import to_markdown
+from acerl.report.tables import passk_table
 
 
 def _agg(rows: list[tuple[str, str, int]]) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from acerl.report.per_seed import per_seed_table, stage_table, strip_figure
 from acerl.report.render import render_all
 from acerl.report.sequential import per_seed_frame, stage_frame
 from acerl.report.spec import ReportSpec
-from acerl.report.tables import to_markdown
+from acerl.report.table_format import to_markdown
 
 N, P, SEEDS, KS = 8, 20, tuple(range(10)), (1, 4, 8)
 COMPARISONS = {"ace_grpo": "grpo"}

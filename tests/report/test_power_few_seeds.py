@@ -9,7 +9,8 @@ from scipy import stats as sps
 
 from acerl.records import passk_record, write_passk_record
 from acerl.report.power import main, power_frame, run_matrix
-from acerl.report.tables import power_table, to_markdown
+from acerl.report.stat_tables import power_table
+from acerl.report.table_format import to_markdown
 
 N, P = 8, 30
 COMPARISONS = {"ace_grpo": "grpo"}

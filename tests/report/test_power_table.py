@@ -11,7 +11,8 @@ from acerl.evaluate.power import mde_paired
 from acerl.records import passk_record, write_passk_record
 from acerl.report.aggregate import MissingData
 from acerl.report.power import main, power_frame, run_matrix
-from acerl.report.tables import power_table, to_latex, to_markdown
+from acerl.report.stat_tables import power_table
+from acerl.report.table_format import to_latex, to_markdown
 
 N, P, SEEDS = 8, 30, (0, 1, 2, 3)
 COMPARISONS = {"ace_grpo": "grpo"}

@@ -19,22 +19,24 @@ from acerl.report.aggregate import (
     significance,
     significance_from_summary,
 )
-from acerl.report.tables import (
+from acerl.report.stat_tables import significance_table
+from acerl.report.table_format import (
     LATEX,
     MARKDOWN,
     Cell,
     Row,
     Table,
+    rank_marks,
+    render_cell,
+    to_latex,
+    to_markdown,
+)
+from acerl.report.tables import (
     ablation_table,
     alpha_table,
     hyperparameter_table,
     ours_vs_paper_table,
     passk_table,
-    rank_marks,
-    render_cell,
-    significance_table,
-    to_latex,
-    to_markdown,
 )
 
 

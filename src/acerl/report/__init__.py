@@ -4,7 +4,8 @@ Modules (import from them; this file imports nothing so that reading a schema do
 
 - :mod:`acerl.report.frames` — Pass@k and diagnostics files (:mod:`acerl.records`) as DataFrames;
 - :mod:`acerl.report.aggregate` — seeds -> mean +- 95% CI, significance tests, ours vs paper;
-- :mod:`acerl.report.tables` — Tables 1-5 (+ significance, ours vs paper) in LaTeX and Markdown;
+- :mod:`acerl.report.tables` — Tables 1-5 and ours vs paper; :mod:`acerl.report.stat_tables` the tests' tables
+  (significance, power); :mod:`acerl.report.table_format` renders both to LaTeX and Markdown;
 - :mod:`acerl.report.figures` / :mod:`acerl.report.style` — Figures 1-4;
 - :mod:`acerl.report.paper` — the paper's published numbers (``config/paper_results/``);
 - :mod:`acerl.report.spec` — display names and table layout (:class:`~acerl.report.spec.ReportSpec`);

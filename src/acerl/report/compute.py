@@ -26,7 +26,7 @@ from acerl import stages
 from acerl.config import BASE_METHOD, Config
 from acerl.errors import BadInputError
 from acerl.report.aggregate import MissingData
-from acerl.report.tables import Cell, Row, Table
+from acerl.report.table_format import Cell, Row, Table
 from acerl.stages import Job, job_benchmark_file, log_parts
 
 __all__ = [

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from acerl.report.aggregate import MissingData
 from acerl.report.spec import DisplayNames
-from acerl.report.tables import Cell, Row, Table
+from acerl.report.table_format import Cell, Row, Table
 
 __all__ = ["per_seed_table", "stage_table", "strip_figure"]
 

@@ -1,6 +1,6 @@
 """Power of the study's ACE-vs-baseline comparisons and the variance decomposition, from per-problem counts.
 
-:func:`power_frame` feeds the report's power tables (:func:`acerl.report.tables.power_table`);
+:func:`power_frame` feeds the report's power tables (:func:`acerl.report.stat_tables.power_table`);
 :func:`decomposition_frame` and :func:`design_frame` the variance decomposition and the design predictions of
 ``acerl report power`` (docs/reports.md, "Power"). The statistics live in :mod:`acerl.evaluate.power`.
 

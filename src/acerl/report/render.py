@@ -38,7 +38,7 @@ from matplotlib.figure import Figure
 from acerl.io import write_text
 from acerl.provenance import software_section, stamps_in
 from acerl.records import read_json
-from acerl.report import figures, per_seed, tables
+from acerl.report import figures, per_seed, stat_tables, table_format, tables
 from acerl.report.aggregate import (
     MissingData,
     aggregate_seeds,
@@ -59,13 +59,13 @@ __all__ = ["write_table", "render_all", "render_from_files", "render_paper"]
 log = logging.getLogger(__name__)
 
 
-def write_table(table: tables.Table, directory: str | Path) -> list[Path]:
+def write_table(table: table_format.Table, directory: str | Path) -> list[Path]:
     """Write ``<directory>/<table.name>.tex``, ``.md`` and ``.html`` (the Markdown as a page a browser shows,
     :func:`acerl.report.html.html_page`) atomically; returns the three paths."""
     d = Path(directory)
-    markdown = tables.to_markdown(table)
+    markdown = table_format.to_markdown(table)
     return [
-        write_text(d / f"{table.name}.tex", tables.to_latex(table)),
+        write_text(d / f"{table.name}.tex", table_format.to_latex(table)),
         write_text(d / f"{table.name}.md", markdown),
         write_text(d / f"{table.name}.html", html_page(table.name, markdown)),
     ]
@@ -89,14 +89,14 @@ class _Writer:
         self.sections: list[str] = []
         self.out = out
 
-    def table(self, what: str, build: Callable[[], tables.Table]) -> None:
+    def table(self, what: str, build: Callable[[], table_format.Table]) -> None:
         try:
             table = build()
         except MissingData as e:
             log.info("skipping %s: %s", what, e)
             return
         self.written += write_table(table, self.tables)
-        self.sections.append(tables.to_markdown(table))
+        self.sections.append(table_format.to_markdown(table))
 
     def figure(self, what: str, stem: str, build: Callable[[], Figure]) -> None:
         try:
@@ -237,7 +237,7 @@ def render_all(
             w.table(
                 f"significance table ({bench})",
                 partial(
-                    tables.significance_table, sig, bench, names=names, models=models,
+                    stat_tables.significance_table, sig, bench, names=names, models=models,
                     comparisons=spec.comparisons, ks=spec.ks, primary=spec.primary,
                 ),
             )  # fmt: skip
@@ -245,7 +245,7 @@ def render_all(
                 w.table(
                     f"power table ({bench})",
                     partial(
-                        tables.power_table,
+                        stat_tables.power_table,
                         pw,
                         bench,
                         names=names,

@@ -34,7 +34,7 @@ from acerl.report.inputs import (
 from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
-from acerl.report.tables import to_markdown
+from acerl.report.table_format import to_markdown
 from acerl.stages import main_grid_runs
 
 __all__ = [
