@@ -96,3 +96,15 @@ def test_paper_dryrun_estimates_before_snakemake() -> None:
     )
     dry = next(i for i, line in enumerate(lines) if line.startswith("snakemake") and " -n " in line)
     assert estimate < dry
+
+
+def test_no_paper_run_meets_its_time_limit_by_the_estimate(paper_cfg) -> None:
+    """verl saves no checkpoint on SIGTERM (docs/cluster.md, "The verl backend: no checkpoint on SIGTERM"), so the
+    paper grid's ``runtime`` per model is sized for a whole run: by the estimate every run fits one job, with at
+    least 1.4x the estimated wall-clock of the model's longest run as margin."""
+    cells, _ = estimate_grid(paper_cfg, Assumptions())
+    assert cells and all(c.jobs == 1 for c in cells), [(c.model, c.method, c.jobs) for c in cells]
+    for model in {c.model for c in cells}:
+        longest = max(c.wall_hours for c in cells if c.model == model)
+        runtime_h = paper_cfg.resources("train_policy", model).runtime / 60
+        assert runtime_h >= 1.4 * longest, (model, runtime_h, longest)
