@@ -358,6 +358,23 @@ def test_ace_statistics_reach_verls_metrics_log(study: Study, method: str) -> No
         assert first["ace/multiplier_max"] == pytest.approx(1 + math.log(2), abs=1e-5)
 
 
+def test_the_canary_reads_every_check_from_a_real_run(study: Study) -> None:
+    """``acerl canary check`` on the ACE-DAPO run of verl's real loop (the canary's method): every metric it
+    reads is in the run's log under the name it looks for (memory reads 0 on CPU), the run trained its steps,
+    and ``c_i`` is non-zero after step 1 (the reference is not the policy)."""
+    from acerl.verl_backend.canary import check_run
+
+    checks = check_run(
+        "tiny/ace_dapo/seed0", study.metrics("ace_dapo"), ace=True, grid_steps=STEPS, runtime_min=60
+    )
+    assert {c.name for c in checks} >= {"steps", "peak GPU memory", "ace/* every step", "c_i after step 1"}
+    missing = [(c.name, c.value) for c in checks if "missing" in c.value]
+    assert not missing, missing
+    by_name = {c.name: c for c in checks}
+    assert by_name["steps"].ok and by_name["ace/* every step"].ok, checks
+    assert by_name["c_i after step 1"].ok, by_name["c_i after step 1"]
+
+
 @pytest.mark.parametrize("method", ["ace_grpo", "ace_dapo"])
 def test_reference_is_the_base_model_not_the_policy(study: Study, method: str) -> None:
     """The reference log-probs verl hands ACE are the frozen base model's: equal to the policy's at step 1,
