@@ -44,7 +44,7 @@ class ModuleCommand:
 MODULE_COMMANDS: tuple[ModuleCommand, ...] = (
     ModuleCommand(
         "dvc",
-        "acerl.dvc",
+        "acerl.dvc.__main__",
         "write / check dvc.yaml, sync a pulled study for Snakemake, verify the DVC cache (docs/sharing.md)",
     ),
     ModuleCommand(

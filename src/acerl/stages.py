@@ -69,7 +69,7 @@ class Job:
 class Output:
     """One output of a job. ``persist``: a log the job appends to across resumes (DVC keeps it when it reruns the
     stage; Snakemake, which deletes the outputs of a failed or rerun job, does not declare it). ``metric``: a DVC
-    metrics file (DVC's top-level ``plots`` are :func:`acerl.dvc.render_dvc_yaml`'s)."""
+    metrics file (DVC's top-level ``plots`` are :func:`acerl.dvc.render.render_dvc_yaml`'s)."""
 
     name: str
     path: str
