@@ -4,9 +4,9 @@ A CPU job allocates and frees tensors of a few hundred KiB to tens of MiB on eve
 optimizer step. glibc serves a block above its mmap threshold (128 KiB at start, raised dynamically up to
 32 MiB) with a fresh ``mmap`` and returns it with ``munmap`` on free, and it gives the top of the heap back to
 the kernel once more than the trim threshold is free there: either way the next allocation of the same size
-starts from new pages, which the kernel zeroes on first touch. In the embedded default that was 8-15% of a
-job's CPU time spent in the kernel (an evaluation job: about 1.0 of 6.7 CPU s; a training job: 2.4-3.1 of
-30). With a fixed mmap threshold of :data:`MMAP_THRESHOLD` and a trim threshold of :data:`TRIM_THRESHOLD`,
+starts from new pages, which the kernel zeroes on first touch. In the embedded default part of every job's CPU
+time went to the kernel for this (the measured share: docs/benchmarks.md, "Allocator"). With a fixed mmap
+threshold of :data:`MMAP_THRESHOLD` and a trim threshold of :data:`TRIM_THRESHOLD`,
 blocks up to 64 MiB come from the heap and are reused after ``free`` (docs/benchmarks.md, "Allocator").
 
 Nothing the job computes changes (same operations, same inputs, different addresses). What it costs: up to

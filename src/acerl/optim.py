@@ -2,8 +2,8 @@
 
 :class:`AdamW` is ``torch.optim.AdamW`` with ``foreach=False`` (its single-tensor update, the path torch takes for
 CPU parameters anyway) and :class:`StepSchedule` is ``torch.optim.lr_scheduler.LambdaLR``. Why not torch's own:
-``torch.optim.Optimizer``'s constructor imports ``torch._dynamo``, about 1.5 s of CPU in every job that builds an
-optimizer, where a training job of the embedded study spends about 20 s in its 30 steps. The arithmetic is
+``torch.optim.Optimizer``'s constructor imports ``torch._dynamo``, CPU time paid in every job that builds an
+optimizer (the measured cost: docs/benchmarks.md, "Imports a job does not need"). The arithmetic is
 torch's, operation for operation, and so are the ``state_dict`` formats: checkpoints move between these classes
 and torch's in both directions. ``tests/test_optim.py`` checks both against torch bit for bit, so an upgrade of
 torch that changes its update fails there, not silently in a study.

@@ -17,8 +17,9 @@ def configure_torch(threads: int) -> None:
 
     Denormals (|x| < 1.2e-38 in float32) appear in training, e.g. AdamW's second-moment estimates of
     parameters whose gradients are tiny, and every CPU operation touching them runs many times slower: in the
-    embedded default an ACE-GRPO update, whose weights had drifted into that range, ran 3% slower than GRPO's
-    on the same batch until they were flushed (``docs/benchmarks.md``). Flushing changes values only below
+    embedded default an ACE-GRPO update, whose weights had drifted into that range, ran slower than GRPO's on
+    the same batch until they were flushed (by how much: ``docs/benchmarks.md``, "Where a local training step
+    goes"). Flushing changes values only below
     1.2e-38, far under anything the losses or the reported metrics can resolve; GPUs flush them in most fast
     kernels anyway. The setting is per process and stays on.
     """

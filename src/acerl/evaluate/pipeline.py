@@ -404,7 +404,8 @@ def read_scored_columns(
     path: Path, columns: Sequence[str], remake: str
 ) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """``columns`` of the scored parquet file ``path`` as lists, and its ``DataFrame.attrs`` (the software
-    stamps), read with pyarrow alone: the Pass@k step imports no pandas (a job 1.45 -> 0.92 s of CPU).
+    stamps), read with pyarrow alone: the Pass@k step imports no pandas (what that saves per job:
+    docs/benchmarks.md, "Imports a job does not need").
     An unreadable file, or one without a column, is a :class:`~acerl.errors.BadInputError` naming the file,
     the column and the fix (delete it and ``remake``)."""
     import pyarrow.parquet as pq

@@ -150,5 +150,6 @@ def grade_answer(extracted: str, gold: str, mv_timeout_s: int) -> Outcome:
 
 
 def warm_up() -> None:
-    """Import math-verify and load its LaTeX parser (the first parse takes about 0.1 s)."""
+    """Import math-verify and load its LaTeX parser, which the first parse does (its time: docs/grading.md,
+    "Time limits and the worker pool")."""
     grade_answer("1", "1", 5)

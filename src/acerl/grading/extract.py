@@ -88,9 +88,9 @@ def math_normalization() -> ModuleType:
 
     The package's own module where the package is already loaded (a math-verify worker); otherwise
     :func:`standalone_math_normalization`: the same file without the package's ``__init__``, which imports sympy
-    and the LaTeX parser, 0.4-0.5 s of CPU in every training, grading and diagnostics job, whose answers the fast
-    path decides without them. The module imports only the standard library, so both run the same code
-    (tests/grading/test_extract.py).
+    and the LaTeX parser in every training, grading and diagnostics job, whose answers the fast path decides
+    without them (the CPU that saves: docs/grading.md, "Extraction policy"). The module imports only the
+    standard library, so both run the same code (tests/grading/test_extract.py).
     """
     loaded = sys.modules.get("latex2sympy2_extended.math_normalization")
     return loaded if loaded is not None else standalone_math_normalization()

@@ -14,9 +14,9 @@ Callers (any thread) :meth:`WorkerPool.submit` a batch of distinct pairs and wai
 are grouped by gold and a worker keeps to the gold it graded last, so each worker parses a gold once.
 
 With the default ``forkserver`` context the fork server preloads math-verify (sympy), so a worker,
-including the replacement of a killed one, is ready in a fraction of a second instead of the 1-4 s an
-interpreter needs to import sympy. The fork server is one helper process per parent process, shared by
-all pools, which exits with the parent.
+including the replacement of a killed one, is ready without importing sympy itself (the times both ways:
+docs/grading.md, "Time limits and the worker pool"). The fork server is one helper process per parent process,
+shared by all pools, which exits with the parent.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A job that samples, trains or diagnoses the embedded default's 0.34M-parameter model used to spend most of its
 CPU time importing: ``AutoModelForCausalLM`` and ``AutoTokenizer`` pull in transformers' generation, masking
-and kernel machinery (``torch._dynamo`` among them), about 5 s per process against well under 1 s of sampling.
+and kernel machinery (``torch._dynamo`` among them), several times the CPU of the sampling itself
+(docs/benchmarks.md, "Where `make test` goes", "The import floor").
 :class:`LeanLlamaForCausalLM` is that model's forward as plain torch modules with transformers' parameter names,
 so it loads the same ``model.safetensors`` and writes a folder transformers loads back.
 
