@@ -15,8 +15,6 @@ Some subcommands run a module that keeps its own arguments (:mod:`acerl.commands
 ``acerl sft ...``, ``acerl update-mass ...`` and the reports ``acerl report paper|power|sequential|training|methods
 ...``. :func:`main` hands such a module the arguments after the command's name, before parsing anything, so its
 help, exit codes and one-line errors are its own; ``acerl report`` without a report name is the study's report.
-
-Kept as one module: the parser of every subcommand and the error policy around them read in one place.
 """
 
 from __future__ import annotations

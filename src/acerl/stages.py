@@ -18,8 +18,6 @@ what changes a job's result and nothing else (docs/sharing.md, "What reruns a jo
 
 The code's share of a result is :data:`acerl.stage_versions.STAGE_VERSIONS`: one number per stage, a param in both
 tools, bumped with a change to ``src/acerl`` that changes what the stage writes.
-
-Kept as one module: the stage table is the pipeline graph, written once.
 """
 
 from __future__ import annotations

@@ -16,9 +16,6 @@ Trainers select an estimator by name through :data:`ADVANTAGE_ESTIMATORS` (one s
     estimator = ADVANTAGE_ESTIMATORS.get("ace")
     out = estimator(rewards, group_ids, old_log_probs, ref_log_probs, response_mask, alpha=1.0, correct=correct)
     token_adv = out.token_level(response_mask)  # (B, T), what a token-level policy loss consumes
-
-Kept as one module: GRPO's group statistics, ACE's confidence score and the estimator registry are one
-algorithm, read against the paper's Sec. 3-4.
 """
 
 from __future__ import annotations

@@ -5,9 +5,6 @@ Data (``data``), base models and their training hyperparameters (``models``), al
 estimators (``families``, ``methods``), the study's parts (``study``), Pass@k sampling and vLLM (``evaluation``),
 grading, compute resources and the report. Each section checks its own keys; checks across sections are the
 root's (:mod:`acerl.config.root`).
-
-Kept as one module: one pydantic tree; read top to bottom it is the reference of every key (``acerl config
-reference`` prints it), and a section split from its siblings would scatter one vocabulary over files.
 """
 
 from __future__ import annotations

@@ -38,8 +38,6 @@ messages it would render (and the keyword arguments, e.g. ``enable_thinking=Fals
 the string :func:`acerl.prompts.build_prompt` renders with the real tokenizer. A template that does not use a
 chat template (``plain``) is stored as one user message holding the finished prompt text, and the verl launcher
 sets an identity chat template (:data:`IDENTITY_CHAT_TEMPLATE`) for it.
-
-Kept as one module: the one prepare-data step at paper scale, all of it on the same normalised rows.
 """
 
 from __future__ import annotations

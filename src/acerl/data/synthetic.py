@@ -19,8 +19,6 @@ Everything is deterministic from ``seed``: each split draws from its own ``rando
 ``"<seed>:<split>"`` (string seeding is hashed with SHA-512, stable across processes), and splits are
 generated in a fixed order with every problem text used at most once over all splits, so the evaluation
 splits do not change when the training sizes do.
-
-Kept as one module: it is the task's definition, read as one document next to docs/tiny_task.md.
 """
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ Bands are 95% t intervals across seeds, clipped to the quantity's range, and dra
 :data:`MIN_BAND_SEEDS` seeds up (with two seeds the t quantile is 12.7 and the band fills the axis). Baselines
 are dashed and drawn above the solid ACE line of the same hue, so both stay visible where they coincide.
 
-Kept as one module: every figure shares the band, line-style and axis helpers that give the report one look.
-
 :func:`save_figure` writes a figure as PDF and PNG, each atomically.
 """
 

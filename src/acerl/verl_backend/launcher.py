@@ -11,9 +11,6 @@ metrics into ``paths.train_metrics_file``.
 ACE runs inside verl through the plugin :mod:`acerl.verl_backend.plugin`, loaded in every verl process with
 ``VERL_USE_EXTERNAL_MODULES`` (set for the driver and forwarded to every Ray worker through
 ``ray_kwargs.ray_init.runtime_env.env_vars``).
-
-Kept as one module: the override mapping, its checks and the launch are read together against
-docs/verl.md.
 """
 
 from __future__ import annotations

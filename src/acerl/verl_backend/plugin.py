@@ -13,8 +13,6 @@ verl imports this module in every process that imports verl; importing it calls 
 
 ACE's keys are ``algorithm.ace.*`` (:class:`AceConfig`, typed through :class:`AceAlgoConfig`). How each part
 works and why: docs/verl.md, "The ACE plugin and why it is needed".
-
-Kept as one module: verl imports it as one entry in every process, and its parts patch each other's hooks.
 """
 
 from __future__ import annotations
