@@ -33,9 +33,9 @@ def train(steps: int, threads: int) -> dict[str, object]:
     """A few SFT-like AdamW steps of the tiny Llama on fixed random tokens; the weights' hash and the time."""
     import torch
 
+    from acerl.config.sections import TinyModelConfig
     from acerl.models.tiny import build_tiny_model
     from acerl.models.tokenizer import build_char_tokenizer
-    from acerl.sections import TinyModelConfig
 
     torch.set_num_threads(threads)
     tok = build_char_tokenizer()

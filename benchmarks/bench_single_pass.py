@@ -32,8 +32,8 @@ def one_step(root: Path, single: bool) -> tuple[float, dict[str, float]]:
     """CPU seconds of one ``train_step`` from the ACE-GRPO run's step-0 state, and its metrics."""
     import acerl.train.algorithm as algorithm
     from acerl.config import Run, load_config
+    from acerl.config.settings import resolve
     from acerl.grading import Grader
-    from acerl.settings import resolve
     from acerl.train.run import init_state
 
     cfg = load_config(REPO / "config" / "config.yaml")

@@ -76,8 +76,8 @@ class LocalTrainers:
 
     def __init__(self, root: Path, warmup: int) -> None:
         from acerl.config import Run, load_config
+        from acerl.config.settings import resolve
         from acerl.grading import Grader
-        from acerl.settings import resolve
         from acerl.train.run import init_state
 
         cfg = load_config(REPO / "config" / "config.yaml", OVERRIDES)
@@ -114,8 +114,8 @@ def bench_ace_overhead(root: Path, reps: int) -> dict[str, list[float]]:
     """
     from acerl.algos.advantages import ADVANTAGE_ESTIMATORS
     from acerl.config import Run, load_config
+    from acerl.config.settings import resolve
     from acerl.grading import Grader
-    from acerl.settings import resolve
     from acerl.train.algorithm import update_policy
     from acerl.train.logprobs import batch_logprobs
     from acerl.train.metrics import Timer

@@ -84,8 +84,8 @@ def make_qwen_root(root: Path, size: str, train_size: int = 2048) -> int:
 def bench_local(root: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     """Per-step wall time and generated tokens of one fresh local trainer (GRPO), warm-up steps dropped."""
     from acerl.config import Run, load_config
+    from acerl.config.settings import resolve
     from acerl.grading import Grader
-    from acerl.settings import resolve
     from acerl.train.algorithm import train_step
     from acerl.train.run import init_state
 

@@ -67,8 +67,8 @@ def one_update(state, batch, parts: list[torch.Tensor], temperature: float) -> f
 def draw_batch(root: Path):  # noqa: ANN201 (TrainState, RunSettings, RolloutBatch; imported lazily)
     """The ACE-GRPO run's step-0 state on ``root`` (the default config), its settings and one rollout batch."""
     from acerl.config import Run, load_config
+    from acerl.config.settings import resolve
     from acerl.grading import Grader
-    from acerl.settings import resolve
     from acerl.train.metrics import Timer
     from acerl.train.rollouts import collect_rollouts
     from acerl.train.run import init_state

@@ -20,15 +20,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # commands: the module commands of the CLI, whose python -m aliases every module's __main__ guard runs)
     ("acerl", "acerl.errors", "acerl.seeds", "acerl.stage_versions", "acerl.commands"),
     # files, the Pass@k estimator, prompt templates, the typed settings of the parts above the config that it nests
-    # (the tiny architecture, its SFT, the synthetic task); the C allocator settings of a job; AdamW
-    ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.sections", "acerl.allocator", "acerl.optim"),
+    # (the tiny architecture, its SFT, the synthetic task); the C allocator settings of a job
+    ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.config.sections", "acerl.allocator"),
     # the result records (pydantic), written by the steps and read by the report; what made them (software stamps)
     ("acerl.records", "acerl.provenance"),
     ("acerl.config",),
-    # the one resolved run (acerl.settings.resolve)
-    ("acerl.settings",),
-    # what the config derives: paths, torch/device settings; the SLURM profile check
-    ("acerl.paths", "acerl.runtime", "acerl.cluster"),
+    # the one resolved run (acerl.config.settings.resolve)
+    ("acerl.config.settings",),
+    # what the config derives: paths, torch/device settings; the SLURM profile check; AdamW and its LR schedules
+    ("acerl.paths", "acerl.runtime", "acerl.cluster", "acerl.optim"),
     # the stage table (its jobs' files come from acerl.paths)
     ("acerl.stages",),
     # the pure parts: algorithms, grading, datasets, base models

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from acerl.config import BASE_METHOD, ConfigError, Run, alpha_variant_key, load_config, read_yaml
-from acerl.settings import run_spec
+from acerl.config.settings import run_spec
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))

@@ -1,5 +1,5 @@
 """``models.<m>.tiny``, ``models.<m>.sft`` and ``data.synthetic.params`` are typed sections of the schema
-(:mod:`acerl.sections`, below the config layer): a typo or a bad value fails when the config loads, naming the key,
+(:mod:`acerl.config.sections`, below the config layer): a typo or a bad value fails when the config loads, naming the key,
 rather than a ``prepare_base`` / ``prepare_data`` job minutes later; their dumps (run specs, the stages' params)
 hold the keys the file wrote, not the defaults, so they are what they were when the sections were mappings."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from acerl.config import ConfigError, load_config
+from acerl.config.sections import SFTConfig, SyntheticParams, TinyModelConfig
 from acerl.data.synthetic import write_splits
 from acerl.io import read_jsonl
-from acerl.sections import SFTConfig, SyntheticParams, TinyModelConfig
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 

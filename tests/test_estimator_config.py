@@ -20,7 +20,7 @@ from acerl.config import (
     load_config,
     read_yaml,
 )
-from acerl.settings import run_spec
+from acerl.config.settings import run_spec
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = REPO / "config" / "config.yaml"

@@ -12,8 +12,7 @@ import pytest
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from acerl.optim import AdamW, StepSchedule
-from acerl.train.optim import lr_factor
+from acerl.optim import AdamW, StepSchedule, lr_factor
 
 STEPS = 12
 
@@ -169,7 +168,7 @@ def test_an_optimizer_step_imports_no_dynamo():
     """The reason for the class: torch.optim's base class imports torch._dynamo (seconds of CPU per job)."""
     code = (
         "import sys, torch\n"
-        "from acerl.train.optim import build_optimizer\n"
+        "from acerl.optim import build_optimizer\n"
         "from acerl.config import TrainHyper\n"
         "m = torch.nn.Linear(2, 2)\n"
         "opt, sched = build_optimizer(m.parameters(), TrainHyper())\n"

@@ -1,4 +1,4 @@
-"""``acerl.settings.resolve(cfg, run) -> RunSettings``: the one resolved, typed view of a run's settings.
+"""``acerl.config.settings.resolve(cfg, run) -> RunSettings``: the one resolved, typed view of a run's settings.
 
 The run specs (``run_spec.json``: what decides a run's result, the Snakemake / DVC rerun trigger) of every run
 of the shipped grids are pinned by hash in ``tests/golden/run_spec_hashes.json``, recorded with ``train_policy``'s
@@ -16,7 +16,7 @@ import pytest
 from perturb import candidates, leaves, nest
 
 from acerl.config import ConfigError, Run, deep_merge, load_config, merged_dict, spec_json, validate
-from acerl.settings import RunSettings, local_run_spec, resolve, run_spec, spec_keys
+from acerl.config.settings import RunSettings, local_run_spec, resolve, run_spec, spec_keys
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "run_spec_hashes.json"

@@ -7,17 +7,35 @@ optimizer (the measured cost: docs/benchmarks.md, "Imports a job does not need")
 torch's, operation for operation, and so are the ``state_dict`` formats: checkpoints move between these classes
 and torch's in both directions. ``tests/test_optim.py`` checks both against torch bit for bit, so an upgrade of
 torch that changes its update fails there, not silently in a study.
+
+:func:`build_optimizer` builds the local trainer's pair (Alg. 1 line 13: "Update theta") from the model's
+:class:`acerl.config.TrainHyper` (``lr``, ``betas``, ``weight_decay``); the schedule multiplies ``lr`` by a factor
+of the training step (stepped once per training step, as verl's actor does). The schedules match verl's
+``get_constant_schedule_with_warmup`` and ``get_cosine_schedule_with_warmup`` (``min_lr_ratio=0``, half a
+cosine, 0-indexed steps).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["ADAM_EPS", "AdamW", "StepSchedule"]
+from acerl.config import TrainHyper
+
+__all__ = [
+    "ADAM_EPS",
+    "LR_SCHEDULES",
+    "AdamW",
+    "StepSchedule",
+    "build_optimizer",
+    "constant_with_warmup",
+    "cosine_with_warmup",
+    "lr_factor",
+]
 
 ADAM_EPS = 1e-8  # torch / verl default
 
@@ -239,3 +257,45 @@ class StepSchedule:
         self.last_epoch = int(state_dict["last_epoch"])
         self._step_count = int(state_dict.get("_step_count", self.last_epoch + 1))
         self._last_lr = list(state_dict["_last_lr"])
+
+
+def constant_with_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
+    """``step / warmup_steps`` during warm-up, then 1 (verl ``get_constant_schedule_with_warmup``)."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    return 1.0
+
+
+def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up, then ``0.5 * (1 + cos(pi * progress))`` down to 0 at ``total_steps``
+    (verl ``get_cosine_schedule_with_warmup`` with ``min_lr_ratio=0``, ``num_cycles=0.5``)."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {
+    "constant": constant_with_warmup,
+    "cosine": cosine_with_warmup,
+}
+
+
+def lr_factor(schedule: str, step: int, warmup_steps: int, total_steps: int) -> float:
+    """The LR multiplier of ``schedule`` at 0-indexed training ``step``."""
+    try:
+        fn = LR_SCHEDULES[schedule]
+    except KeyError:
+        raise ValueError(f"unknown lr_schedule {schedule!r}; valid: {', '.join(LR_SCHEDULES)}") from None
+    return fn(step, warmup_steps, total_steps)
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], hyper: TrainHyper) -> tuple[AdamW, StepSchedule]:
+    """AdamW over ``params`` and its LR schedule (stepped once per training step)."""
+    optimizer = AdamW(
+        list(params), lr=hyper.lr, betas=hyper.betas, eps=ADAM_EPS, weight_decay=hyper.weight_decay
+    )
+    schedule, warmup, total = hyper.lr_schedule, hyper.warmup_steps, hyper.total_steps
+    lr_factor(schedule, 0, warmup, total)  # validate the name now
+    scheduler = StepSchedule(optimizer, lambda step: lr_factor(schedule, step, warmup, total))
+    return optimizer, scheduler

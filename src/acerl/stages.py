@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from acerl import paths
 from acerl.config import Config, DiagnosticsConfig, Run
-from acerl.settings import run_spec, spec_keys
+from acerl.config.settings import run_spec, spec_keys
 from acerl.stage_versions import STAGE_VERSIONS
 
 ROOT = (
@@ -154,7 +154,7 @@ _TRAIN_KEYS = ("grading.timeout_s", "compute.backend")  # outside the run spec: 
 
 
 def _keys_train(cfg: Config, job: Job) -> list[str]:
-    """The keys the run's resolved settings read (:func:`acerl.settings.spec_keys`), the grader's time limit and
+    """The keys the run's resolved settings read (:func:`acerl.config.settings.spec_keys`), the grader's time limit and
     the trainer backend."""
     return [*spec_keys(cfg, _req(job.run, "run")), *_TRAIN_KEYS]
 

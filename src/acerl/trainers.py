@@ -18,7 +18,7 @@ from acerl.algos.registry import Registry
 from acerl.config import Config, ConfigError, Run
 
 if TYPE_CHECKING:
-    from acerl.settings import OldLogprobs, ReferenceKind
+    from acerl.config.settings import OldLogprobs, ReferenceKind
 
 __all__ = ["TRAINERS", "TrainOptions", "Trainer", "train_from_config"]
 

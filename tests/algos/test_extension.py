@@ -16,7 +16,7 @@ from acerl.algos import ADVANTAGE_ESTIMATORS, POLICY_LOSS_FUNCTIONS, register_es
 from acerl.cli import main
 from acerl.config import ESTIMATORS, POLICY_LOSSES, ConfigError, EstimatorParams, Run, load_config
 from acerl.config.reference import reference_markdown
-from acerl.settings import run_spec
+from acerl.config.settings import run_spec
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "config" / "config.yaml"

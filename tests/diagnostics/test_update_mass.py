@@ -44,8 +44,8 @@ def test_independent_copies_update_from_the_same_state():
 
     from acerl.config import TrainHyper
     from acerl.diagnostics.update_mass import independent_copy
+    from acerl.optim import build_optimizer
     from acerl.train.data import PromptStream
-    from acerl.train.optim import build_optimizer
     from acerl.train.state import TrainState
 
     torch.manual_seed(0)

@@ -23,6 +23,7 @@ from study import copy_workflow
 
 from acerl import paths
 from acerl.config import Run, load_config, merged_dict, validate
+from acerl.config.settings import run_spec
 from acerl.dvc import (
     DEFAULT_CONFIG_FILES,
     build_stages,
@@ -33,7 +34,6 @@ from acerl.dvc import (
     stage_name,
     write_dvc_yaml,
 )
-from acerl.settings import run_spec
 from acerl.stages import Job, stage_command, study_jobs
 from acerl.stages import param_keys as job_param_keys
 

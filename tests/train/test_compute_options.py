@@ -15,9 +15,9 @@ import acerl.train.logprobs as logprobs_module
 from acerl import paths
 from acerl.algos.advantages import grpo_estimator
 from acerl.config import Run
+from acerl.config.settings import resolve, run_spec
 from acerl.generate.rollout import RolloutBatch, pack_rows
 from acerl.runtime import autocast
-from acerl.settings import resolve, run_spec
 from acerl.train import train_run
 from acerl.train.algorithm import teacher_forced_logprobs, update_policy
 from acerl.train.checkpoint import find_latest

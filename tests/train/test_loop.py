@@ -15,7 +15,7 @@ from trainer_fixtures import DigitVerifier, Verdict, make_config, read_jsonl_rec
 
 from acerl import paths
 from acerl.config import Run
-from acerl.settings import resolve
+from acerl.config.settings import resolve
 from acerl.train import train_run
 from acerl.train.algorithm import (
     ACE_KEYS,

@@ -10,7 +10,7 @@ import torch
 from trainer_fixtures import DigitVerifier, Verdict, make_config
 
 from acerl.config import Run
-from acerl.settings import resolve
+from acerl.config.settings import resolve
 from acerl.train.algorithm import train_step
 from acerl.train.run import init_state
 

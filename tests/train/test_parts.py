@@ -16,10 +16,10 @@ import torch
 from trainer_fixtures import Verdict
 
 from acerl.config import OverlongShaping, TrainHyper
+from acerl.optim import build_optimizer, lr_factor
 from acerl.train.checkpoint import get_rng_states, set_rng_states
 from acerl.train.data import PromptStream
 from acerl.train.metrics import MetricsLog, Timer, read_metrics
-from acerl.train.optim import build_optimizer, lr_factor
 from acerl.train.rewards import compute_rewards, task_rewards
 from acerl.train.signals import PREEMPTED_EXIT_CODE, PreemptionFlag, TrainingPreempted
 

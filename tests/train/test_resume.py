@@ -408,8 +408,8 @@ def test_two_identical_runs_write_identical_checkpoints(tiny_root_template: Path
     # The recorded global states are those of the run's own seed stream after building the model (which draws
     # its throw-away initial weights from torch's), untouched by the steps: the states of a fresh start seeded
     # with another seed or stream would be shared with other runs or other uses.
+    from acerl.config.settings import resolve
     from acerl.seeds import GLOBAL_SEED_STREAM, derive_seed
-    from acerl.settings import resolve
     from acerl.train.checkpoint import get_rng_states, read_trainer_state, seed_rng_states
     from acerl.train.run import init_state
 

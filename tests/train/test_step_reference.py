@@ -33,7 +33,7 @@ from trainer_fixtures import DigitVerifier, make_config
 
 import acerl.train.rollouts as rollouts_module
 from acerl.config import Run
-from acerl.settings import resolve
+from acerl.config.settings import resolve
 from acerl.train.algorithm import train_step
 from acerl.train.run import init_state
 

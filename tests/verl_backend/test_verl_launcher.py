@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 
 from acerl import paths
 from acerl.config import Run, load_config
+from acerl.config.settings import run_spec
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE
 from acerl.io import write_jsonl
-from acerl.settings import run_spec
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     DiagnosticSnapshots,

@@ -19,8 +19,8 @@ from study import REPO, copy_project, copy_workflow, snakemake_env
 
 from acerl import stage_versions
 from acerl.config import deep_merge, load_config, merged_dict, spec_json, validate
+from acerl.config.settings import run_spec, spec_keys
 from acerl.dvc import DEFAULT_CONFIG_FILES, render_dvc_yaml, stage_name
-from acerl.settings import run_spec, spec_keys
 from acerl.stages import (
     STAGES,
     VERSIONS_FILE,

@@ -30,8 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from acerl.config.sections import SFTConfig, SyntheticParams, TinyModelConfig
 from acerl.errors import UserError
-from acerl.sections import SFTConfig, SyntheticParams, TinyModelConfig
 
 
 class ConfigError(UserError, ValueError):
@@ -86,7 +86,7 @@ GridSeeds = Annotated[Seeds, Field(min_length=1)]
 
 
 def as_written(section: BaseModel, info: SerializationInfo) -> dict[str, Any]:
-    """A nested section (:mod:`acerl.sections`) dumped with the keys the config set, not its defaults: run specs
+    """A nested section (:mod:`acerl.config.sections`) dumped with the keys the config set, not its defaults: run specs
     and the stages' params record what was written, so they stay as they were when these sections were plain
     mappings, and a default of the code is the stage version's business (:mod:`acerl.stage_versions`)."""
     return section.model_dump(mode=info.mode, exclude_unset=True)

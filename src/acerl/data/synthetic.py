@@ -30,8 +30,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from acerl.config.sections import SyntheticParams
 from acerl.io import write_jsonl
-from acerl.sections import SyntheticParams
 
 logger = logging.getLogger(__name__)
 
@@ -495,7 +495,7 @@ def generate_split(
 def write_splits(out_dir: Path | str, seed: int = 0, **params: Any) -> dict[str, Path]:
     """Generate every split and write ``<out_dir>/<split>.jsonl`` atomically; returns ``{split: path}``.
 
-    ``params`` are the fields of :class:`acerl.sections.SyntheticParams` (``data.synthetic.params``): ``sizes``
+    ``params`` are the fields of :class:`acerl.config.sections.SyntheticParams` (``data.synthetic.params``): ``sizes``
     and ``difficulties`` override :data:`DEFAULT_SIZES` / :data:`DEFAULT_DIFFICULTIES` key by key (a split of
     size 0 is skipped; a new split name needs both a size and a difficulty); worked solutions in
     ``mistake_splits`` carry a mistake with probability ``mistake_rate``. Splits are disjoint in problem text.

@@ -29,11 +29,11 @@ import torch
 from acerl import paths
 from acerl.algos.advantages import confidence_scores
 from acerl.config import GrpoEstimator, Run, TrainHyper, load_config
-from acerl.settings import resolve
+from acerl.config.settings import resolve
+from acerl.optim import build_optimizer
 from acerl.train.algorithm import estimate_advantages, teacher_forced_logprobs, update_policy
 from acerl.train.logprobs import batch_logprobs
 from acerl.train.metrics import Timer
-from acerl.train.optim import build_optimizer
 from acerl.train.rollouts import collect_rollouts
 from acerl.train.run import init_state, resume_state
 from acerl.train.state import TrainState

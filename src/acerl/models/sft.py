@@ -28,12 +28,12 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import acerl.io
+from acerl.config.sections import SFTConfig, TinyModelConfig
 from acerl.io import read_jsonl
 from acerl.models.tiny import build_tiny_model, count_parameters
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.optim import AdamW
 from acerl.prompts import build_prompt
-from acerl.sections import SFTConfig, TinyModelConfig
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 No download: the model is constructed from a ``LlamaConfig`` (RoPE, RMSNorm, SwiGLU, tied embeddings) with a
 seeded initialisation, so it loads with ``AutoModelForCausalLM`` and vLLM like any Llama checkpoint. Its
-settings (``models.<m>.tiny``) are :class:`acerl.sections.TinyModelConfig`.
+settings (``models.<m>.tiny``) are :class:`acerl.config.sections.TinyModelConfig`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
-from acerl.sections import TinyModelConfig
+from acerl.config.sections import TinyModelConfig
 
 __all__ = ["TinyModelConfig", "build_tiny_model", "count_parameters", "llama_config"]
 

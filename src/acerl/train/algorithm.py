@@ -48,9 +48,9 @@ from acerl.algos.losses import (
     kl_penalty,
 )
 from acerl.config import AceEstimator, EstimatorConfig
+from acerl.config.settings import RunSettings
 from acerl.generate.rollout import RolloutBatch, response_logprobs
 from acerl.runtime import autocast
-from acerl.settings import RunSettings
 from acerl.train.data import TrainingSet
 from acerl.train.logprobs import batch_logprobs, micro_batches, micro_inputs
 from acerl.train.metrics import Timer

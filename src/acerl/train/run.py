@@ -1,6 +1,6 @@
 """The local trainer's run orchestration: init, resume, the step loop, checkpoints and signals.
 
-:func:`train_run` resolves the run's :class:`acerl.settings.RunSettings` (:func:`acerl.settings.resolve`), writes
+:func:`train_run` resolves the run's :class:`acerl.config.settings.RunSettings` (:func:`acerl.config.settings.resolve`), writes
 ``run_spec.json``, loads the base model (:func:`init_state`) or resumes from the newest checkpoint whose spec
 matches, then calls :func:`acerl.train.algorithm.train_step` until ``total_steps``, logging metrics, saving
 diagnostic snapshots and resumable checkpoints; SIGTERM / SIGUSR1 checkpoint at the next step boundary. The
@@ -23,13 +23,14 @@ from tqdm.auto import tqdm
 
 from acerl import paths
 from acerl.config import Config, Run, spec_json
+from acerl.config.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
 from acerl.errors import MissingInputError, fix_command
 from acerl.io import read_jsonl, save_hf_folder, write_json
 from acerl.models.loading import load_model_folder
+from acerl.optim import build_optimizer
 from acerl.provenance import record_launch, software_stamp
 from acerl.runtime import configure_torch, resolve_device
 from acerl.seeds import FILL_SEED_STREAM, GLOBAL_SEED_STREAM, derive_seed
-from acerl.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
 from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
 from acerl.train.checkpoint import (
@@ -47,7 +48,6 @@ from acerl.train.data import PromptStream, TrainingSet
 from acerl.train.finished import FINAL_SPEC_FILE, check_final, check_reused_inputs
 from acerl.train.lock import run_lock
 from acerl.train.metrics import MetricsLog
-from acerl.train.optim import build_optimizer
 from acerl.train.rewards import Verifier
 from acerl.train.signals import PreemptionFlag, TrainingPreempted
 from acerl.train.state import TrainState

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from acerl.config import Config, ConfigError, Run
-from acerl.settings import resolve
+from acerl.config.settings import resolve
 from acerl.verl_backend.checkpoints import save_frequency
 
 __all__ = [
