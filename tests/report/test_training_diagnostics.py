@@ -63,3 +63,22 @@ def test_a_file_that_is_not_a_run_is_named(tmp_path: Path, capsys: pytest.Captur
     assert main([str(stray)]) == 4
     err = capsys.readouterr().err
     assert str(stray) in err and "runs/<model>/<method>/seed<s>/metrics.jsonl" in err
+
+
+def test_the_table_regenerates_from_the_exported_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """``--export`` writes each run's values; ``--frame`` reads them back and prints the same table, so a study's
+    diagnostics can be recomputed from a committed CSV without its runs. A CSV without a column is named."""
+    rng = np.random.default_rng(1)
+    paths = [
+        _write_run(tmp_path, method, s, [float(v) for v in rng.uniform(0.5, 0.9, size=4)])
+        for method in ("grpo", "ace_grpo")
+        for s in range(5)
+    ]
+    csv = tmp_path / "out" / "training.csv"
+    assert main([*map(str, paths), "--last", "2", "--export", str(csv)]) == 0
+    from_runs = capsys.readouterr().out
+    assert main(["--frame", str(csv), "--last", "2"]) == 0
+    assert capsys.readouterr().out == from_runs and "ace_grpo" in from_runs
+    csv.write_text(csv.read_text().replace("value", "val", 1))
+    assert main(["--frame", str(csv)]) == 4
+    assert f"{csv}: no column 'value'" in capsys.readouterr().err

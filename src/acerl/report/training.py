@@ -6,7 +6,8 @@ ACE with its default parameters would measure them, multiplier 1; docs/training.
 answers "does ACE damp overconfidence?", not only the few runs the held-out diagnostics stage checkpoints. A
 run's value is the mean over its last ``--last`` steps that updated (steps without an update log NaN).
 
-    acerl report training runs/tiny/*/seed*/metrics.jsonl --last 5
+    acerl report training runs/tiny/*/seed*/metrics.jsonl --last 5 --export docs/results/power/training.csv
+    acerl report training --frame docs/results/power/training.csv      # the same table from the committed file
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ import pandas as pd
 from acerl.errors import BadInputError
 from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm
-from acerl.io import read_jsonl
+from acerl.io import read_jsonl, write_text
 
 __all__ = [
     "DIAGNOSTIC_KEYS",
     "Curve",
     "TRAINING_CURVES",
     "CURVE_COLUMNS",
+    "LAST_STEPS_COLUMNS",
     "last_steps_frame",
+    "read_last_steps_csv",
     "curves_frame",
     "paired_diagnostics",
     "main",
@@ -109,7 +112,31 @@ def last_steps_frame(
             finite = values[np.isfinite(values)]
             value = float(finite.mean()) if finite.size else math.nan
             rows.append((model, method, seed, key, value, len(records)))
-    return pd.DataFrame(rows, columns=["model", "method", "seed", "key", "value", "steps"])
+    return pd.DataFrame(rows, columns=list(LAST_STEPS_COLUMNS))
+
+
+LAST_STEPS_COLUMNS = ("model", "method", "seed", "key", "value", "steps")
+"""The columns of :func:`last_steps_frame` and of the CSV file ``--export`` writes."""
+
+
+def read_last_steps_csv(path: Path) -> pd.DataFrame:
+    """A :func:`last_steps_frame` written with ``--export`` (one row per run and key), as that frame.
+
+    Raises:
+        BadInputError: the file is missing, unreadable or lacks a column (the message names it).
+    """
+    try:
+        frame = pd.read_csv(path, dtype={"model": str, "method": str, "key": str})
+    except (OSError, ValueError) as err:
+        raise BadInputError(
+            f"{path}: not a training-diagnostics CSV ({err}); write it with --export"
+        ) from None
+    missing = [c for c in LAST_STEPS_COLUMNS if c not in frame.columns]
+    if missing:
+        raise BadInputError(
+            f"{path}: no column {missing[0]!r}; write it with `acerl report training ... --export`"
+        )
+    return frame[list(LAST_STEPS_COLUMNS)]
 
 
 def curves_frame(paths: Iterable[str | Path], curves: Sequence[Curve] = TRAINING_CURVES) -> pd.DataFrame:
@@ -137,7 +164,7 @@ def paired_diagnostics(
     """Per (model, comparison, key): both methods' means over the seeds they share, the difference paired by
     seed with its ``1 - alpha`` t interval and two-sided p-value (:func:`acerl.evaluate.power.paired_effect`),
     and ``p_holm``, Holm-adjusted over the table's rows (every row is a secondary question); seeds where either
-    value is NaN are left out (``n_seeds`` says how many remain)."""
+    value is NaN are left out (``n_seeds`` says how many remain); a key no seed has for both methods has no row."""
     rows = []
     for model in sorted(set(frame["model"])):
         runs = frame[frame["model"] == model].pivot_table(
@@ -148,6 +175,8 @@ def paired_diagnostics(
                 if (key, method) not in runs.columns or (key, baseline) not in runs.columns:
                     continue
                 pair = runs[[(key, method), (key, baseline)]].dropna()
+                if pair.empty:  # no seed where both runs logged it (a key this trainer does not log)
+                    continue
                 a, b = pair[(key, method)].to_numpy(), pair[(key, baseline)].to_numpy()
                 eff = paired_effect(a - b, alpha=alpha)
                 rows.append((model, method, baseline, key, a.mean() if a.size else math.nan,
@@ -164,16 +193,27 @@ def main(argv: list[str] | None = None) -> int:
     """Print the paired training-batch diagnostics (Markdown). Exit code 4: a file that is not a training run's
     metrics (the message names it)."""
     ap = argparse.ArgumentParser(prog="acerl report training", description=main.__doc__)
-    ap.add_argument("metrics", nargs="+", type=Path, help="runs/<model>/<method>/seed<s>/metrics.jsonl files")
+    ap.add_argument("metrics", nargs="*", type=Path, help="runs/<model>/<method>/seed<s>/metrics.jsonl files")
     ap.add_argument("--last", type=int, default=5, help="steps at the end of each run to average (default 5)")
     ap.add_argument("--comparisons", nargs="+", default=["ace_grpo:grpo", "ace_dapo:dapo"],
                     help="method:baseline pairs")  # fmt: skip
+    ap.add_argument("--export", type=Path, default=None,
+                    help="also write each run's values (one row per run and key) to this CSV file")  # fmt: skip
+    ap.add_argument("--frame", type=Path, default=None,
+                    help="read each run's values from a CSV file --export wrote (with the same --last), instead of "
+                    "metrics files")  # fmt: skip
     args = ap.parse_args(argv)
+    if bool(args.metrics) == (args.frame is not None):
+        ap.error("give metrics files or --frame FILE (one of the two)")
     try:
-        frame = last_steps_frame(args.metrics, last=args.last)
+        frame = (
+            read_last_steps_csv(args.frame) if args.frame else last_steps_frame(args.metrics, last=args.last)
+        )
     except BadInputError as err:
         print(f"acerl report training: {err}", file=sys.stderr)
         return 4
+    if args.export is not None:
+        write_text(args.export, frame.to_csv(index=False, float_format="%.10g"))
     table = paired_diagnostics(frame, dict(pair.split(":", 1) for pair in args.comparisons))
     print(f"## Training-batch diagnostics, mean of each run's last {args.last} steps; method minus baseline "
           "paired by seed, 95% t interval, p Holm-adjusted over the table\n")  # fmt: skip
