@@ -11,7 +11,7 @@
 # The four other pytest lanes select -m "not gpu and not vllm and not verl_loop" (the rest lane is `tests` minus
 # the other lanes' folders), so the five together run exactly the tests of one session with -m "not gpu and not
 # vllm" (ACERL_TEST_LANES=serial). Under CI=true the verl lane fails, not skips, when verl or TransferQueue is
-# missing. The lanes share one CI-scale study through ACERL_TEST_SHARED_DIR (tests/study.py, shared_once). The
+# missing. The lanes share one CI-scale study through ACERL_TEST_SHARED_DIR (tests/support/study.py, shared_once). The
 # lanes on the critical path (the shared study, then the DVC stories, and verl's loop) run at normal priority, the
 # others niced (`nice -n`: slurm 10, its SLURM jobs too through the local cluster's PropagatePrioProcess; rest and
 # vllm 5), so that they take the cores the critical path leaves idle.

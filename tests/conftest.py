@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ci_inputs import skip_or_fail_in_ci
+from support.ci_inputs import skip_or_fail_in_ci
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def _torch_threads():
 def prepared_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A scratch copy of the project where the test config's data and base models are prepared. Read-only:
     copy it (``shutil.copytree(..., symlinks=True)``) before running anything in it."""
-    from study import prepare_study, shared_once
+    from support.study import prepare_study, shared_once
 
     return shared_once("prepared", prepare_study, tmp_path_factory)
 
@@ -54,7 +54,7 @@ def ci_study(prepared_study: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     """The whole CI-scale study (``snakemake -c2 all --configfile=config/test.yaml``), run once per session
     (once per ``make test``: the parallel sessions of ``scripts/run_tests.sh`` share it) and shared by the
     whole-DAG test, the DVC stories and the SLURM comparison. Read-only, like ``prepared_study``."""
-    from study import run_study, shared_once
+    from support.study import run_study, shared_once
 
     return shared_once("ci", lambda dest: run_study(prepared_study, dest), tmp_path_factory)
 

@@ -1,4 +1,4 @@
-"""Under ``CI=true`` a test whose input is missing fails instead of skipping (tests/ci_inputs.py): CI must not
+"""Under ``CI=true`` a test whose input is missing fails instead of skipping (tests/support/ci_inputs.py): CI must not
 pass with the real-data or verl checks skipped."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ci_inputs import import_or_skip
+from support.ci_inputs import import_or_skip
 
 TESTS = Path(__file__).resolve().parent
 
@@ -28,8 +28,8 @@ def test_missing_package_skips_outside_ci_and_fails_in_ci(monkeypatch) -> None:
 def test_missing_shared_data_fails_in_ci(tmp_path: Path, ci: str) -> None:
     """The ``shared_data`` fixture of tests/conftest.py, in a pytest session of its own (a copy of the
     conftest beside a test that asks for the fixture)."""
-    for name in ("conftest.py", "ci_inputs.py"):
-        shutil.copy(TESTS / name, tmp_path / name)
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    shutil.copytree(TESTS / "support", tmp_path / "support")
     (tmp_path / "test_needs_data.py").write_text(
         "def test_needs_data(shared_data):\n    assert shared_data\n"
     )

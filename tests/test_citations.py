@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from ci_inputs import skip_or_fail_in_ci
+from support.ci_inputs import skip_or_fail_in_ci
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = Path(os.environ.get("ACERL_PAPER_TEX", REPO.parent / "shared" / "paper" / "ace_paper.tex"))

@@ -629,7 +629,7 @@ def test_installed_slurm_profile_is_found(tmp_path: Path) -> None:
 
 def test_every_profile_command_shown_names_the_installer() -> None:
     """Nowhere the project shows ``snakemake --profile slurm`` without the installer (or the check naming it)."""
-    from study import project_files
+    from support.study import project_files
 
     shown = [
         f

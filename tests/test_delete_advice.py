@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from study import VENV_BIN, run_bounded, snakemake_env, tail
+from support.study import VENV_BIN, run_bounded, snakemake_env, tail
 
 from acerl import paths
 from acerl.config import Run

@@ -1,11 +1,11 @@
-"""The device-mixing detector itself (tests/device_mixing.py): it refuses what CUDA refuses and allows what
+"""The device-mixing detector itself (tests/support/device_mixing.py): it refuses what CUDA refuses and allows what
 CUDA allows, so the trainer / sampler tests run under it have neither false alarms nor blind spots."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from device_mixing import DEVICE, HOST, MODEL_DEVICE, DeviceMixError, DeviceMixingMode
+from support.device_mixing import DEVICE, HOST, MODEL_DEVICE, DeviceMixError, DeviceMixingMode
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from study import REPO, project_files
+from support.study import REPO, project_files
 
 ALLOWED_ROOTS = ("usr", "bin", "etc", "tmp", "dev", "proc", "sys", "var", "opt", "path", "shared")
 IGNORE_FILES = (".gitignore", ".dvcignore")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from perturb import candidates, leaves, nest
+from support.perturb import candidates, leaves, nest
 
 from acerl.config import ConfigError, Run, deep_merge, load_config, merged_dict, spec_json, validate
 from acerl.config.settings import RunSettings, local_run_spec, resolve, run_spec, spec_keys

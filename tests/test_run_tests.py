@@ -1,5 +1,5 @@
 """scripts/run_tests.sh's parallel lanes: together they select every test of one session, and the sessions share one
-CI-scale study (tests/study.py, ``shared_once``) built once under a file lock."""
+CI-scale study (tests/support/study.py, ``shared_once``) built once under a file lock."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _build_in(proc_dir: Path, shared: Path, name: str) -> subprocess.Popen[str]:
         import sys, time
         from pathlib import Path
         sys.path.insert(0, {str(REPO / "tests")!r})
-        from study import shared_once
+        from support.study import shared_once
 
         def build(dest: Path) -> Path:
             dest.mkdir()

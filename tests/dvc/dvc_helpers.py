@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
-from study import copy_project  # noqa: F401  (re-exported for the DVC tests)
+from support.study import copy_project  # noqa: F401  (re-exported for the DVC tests)
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -19,7 +19,7 @@ from dvc_helpers import (
     snakemake_dry_run,
     snakemake_jobs,
 )
-from study import copy_workflow
+from support.study import copy_workflow
 
 from acerl import paths
 from acerl.config import Run, load_config, merged_dict, validate

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from dvc_helpers import ACERL_DVC, TEST_CONFIG, copy_src, sh, snakemake_dry_run
-from study import copy_workflow
+from support.study import copy_workflow
 
 from acerl.config import load_config
 from acerl.dvc import dvc_yaml_config_files, missing_outputs, sync_config_files, write_dvc_yaml

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from study import TEST_CONFIG_FILES, copy_project, tail
+from support.study import TEST_CONFIG_FILES, copy_project, tail
 from test_pipeline import OVERRIDES, Interrupted, Recording
 
 from acerl import paths

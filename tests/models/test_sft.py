@@ -178,7 +178,7 @@ def test_sft_data_without_solutions_is_rejected(tmp_path):
 def test_sft_on_a_model_device_keeps_its_batches_there(data, tmp_path):
     """SFT with the model on a device (the stand-in ``cpu:0`` of tests/device_mixing.py): every batch is
     moved to it, so no op mixes host and device tensors (which would fail on a GPU)."""
-    from device_mixing import MODEL_DEVICE, DeviceMixingMode
+    from support.device_mixing import MODEL_DEVICE, DeviceMixingMode
 
     cfg = SFTConfig(steps=2, batch_size=8, warmup_steps=1, log_every=1, eval_rows=4)
     with DeviceMixingMode() as mode:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from report_synthetic import ALPHAS, KS, MAIN, MODELS, NAMES, paper_tex_path
+from support.report_synthetic import ALPHAS, KS, MAIN, MODELS, NAMES, paper_tex_path
 
 from acerl.records import diagnostics_record
 from acerl.report.frames import Diagnostics, diagnostics_frames

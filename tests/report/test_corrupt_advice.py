@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from study import SNAKEMAKE, VENV_BIN, run_bounded, snakemake_env, tail
+from support.study import SNAKEMAKE, VENV_BIN, run_bounded, snakemake_env, tail
 
 pytestmark = pytest.mark.slow
 

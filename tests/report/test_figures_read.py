@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
-from report_synthetic import NAMES
 from scipy import stats
+from support.report_synthetic import NAMES
 
 from acerl.errors import BadInputError
 from acerl.records import diagnostics_record

@@ -4,7 +4,7 @@ row of "-", and ``report.md`` opens with the list of missing result files."""
 from __future__ import annotations
 
 import pandas as pd
-from report_synthetic import NAMES, REPO_ROOT
+from support.report_synthetic import NAMES, REPO_ROOT
 
 from acerl import paths
 from acerl.config import load_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from report_synthetic import NAMES, synthetic_problems
+from support.report_synthetic import NAMES, synthetic_problems
 
 from acerl.passk import pass_at_k_array
 from acerl.report.aggregate import MissingData

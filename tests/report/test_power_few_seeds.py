@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from report_synthetic import NAMES, synthetic_problems
 from scipy import stats as sps
+from support.report_synthetic import NAMES, synthetic_problems
 
 from acerl.records import passk_record, write_passk_record
 from acerl.report.power import main, power_frame, run_matrix

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from report_synthetic import NAMES
+from support.report_synthetic import NAMES
 
 from acerl.evaluate.power import mde_paired
 from acerl.records import passk_record, write_passk_record

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
-from report_synthetic import REPO_ROOT
+from support.report_synthetic import REPO_ROOT
 
 from acerl.report.aggregate import aggregate_seeds
 from acerl.report.figures import passk_curves_figure, penalty_multiplier, save_figure

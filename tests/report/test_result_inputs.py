@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from report_synthetic import REPO_ROOT
+from support.report_synthetic import REPO_ROOT
 
 from acerl import paths
 from acerl.config import load_config

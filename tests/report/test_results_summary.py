@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 import pytest
-from report_synthetic import REPO_ROOT
 from scipy import stats
+from support.report_synthetic import REPO_ROOT
 
 from acerl import paths
 from acerl.config import load_config

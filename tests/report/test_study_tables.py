@@ -3,7 +3,7 @@ columns follow the study's largest k."""
 
 from __future__ import annotations
 
-from report_synthetic import REPO_ROOT
+from support.report_synthetic import REPO_ROOT
 
 from acerl.config import load_config
 from acerl.report.study import VERL_ONLY_ROWS, hyperparameters_from_config, report_spec

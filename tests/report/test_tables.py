@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from report_synthetic import ALPHAS, KS, MAIN, MODELS, NAMES
+from support.report_synthetic import ALPHAS, KS, MAIN, MODELS, NAMES
 
 from acerl.evaluate.stats import holm, mean_ci, paired_test, welch_test
 from acerl.report.aggregate import (

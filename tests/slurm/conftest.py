@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ci_inputs import skip_or_fail_in_ci
-from slurm_helpers import LocalCluster, find_local_cluster
+from support.ci_inputs import skip_or_fail_in_ci
+from support.slurm_helpers import LocalCluster, find_local_cluster
 
 
 @pytest.fixture(scope="session")

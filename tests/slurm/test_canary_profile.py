@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurm_helpers import (
+from support.slurm_helpers import (
     INSTALLER,
     REPO,
     SNAKEMAKE,

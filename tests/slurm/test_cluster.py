@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_helpers import SNAKEMAKE, LocalCluster, run_bounded, run_id_of, slurm_jobs, snakemake_env, tail
+from support.slurm_helpers import (
+    SNAKEMAKE,
+    LocalCluster,
+    run_bounded,
+    run_id_of,
+    slurm_jobs,
+    snakemake_env,
+    tail,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -25,7 +33,7 @@ rule hello:
 def test_local_profile_differs_from_the_template_only_where_one_node_must(
     local_cluster: LocalCluster,
 ) -> None:
-    from slurm_helpers import REPO
+    from support.slurm_helpers import REPO
 
     template = yaml.safe_load((REPO / "profiles" / "slurm-template" / "config.yaml").read_text())
     profile = yaml.safe_load(local_cluster.profile.read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_helpers import (
+from support.slurm_helpers import (
     KILL_GRACE_S,
     SNAKEMAKE,
     LocalCluster,

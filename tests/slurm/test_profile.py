@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_helpers import (
+from support.slurm_helpers import (
     INSTALLER,
     REPO,
     SNAKEMAKE,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_helpers import (
+from support.slurm_helpers import (
     SNAKEMAKE,
     LocalCluster,
     parse_dry_run,

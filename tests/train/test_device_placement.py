@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from device_mixing import MODEL_DEVICE, DeviceMixingMode
+from support.device_mixing import MODEL_DEVICE, DeviceMixingMode
 from trainer_fixtures import DigitVerifier, make_config
 
 from acerl import paths

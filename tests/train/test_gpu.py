@@ -161,7 +161,7 @@ def test_ci_study_on_cuda(prepared_study: Path, tmp_path: Path) -> None:
     """The whole CI-scale study with ``compute.device: cuda`` (config/cuda.yaml over config/test.yaml): every
     Pass@k file, diagnostic and table. Training, sampling and diagnostics run on the GPU (the base model of
     ``prepared_study`` too, if Snakemake reruns it for the changed command line)."""
-    from study import run_snakemake
+    from support.study import run_snakemake
 
     wd = tmp_path / "ci-cuda"
     shutil.copytree(prepared_study, wd, symlinks=True)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from ci_inputs import skip_or_fail_in_ci
+from support.ci_inputs import skip_or_fail_in_ci
 
 from acerl.config import Config, load_config
 

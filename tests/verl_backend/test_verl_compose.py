@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ci_inputs import import_or_skip
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
+from support.ci_inputs import import_or_skip
 
 from acerl.config import Run
 from acerl.verl_backend.launcher import verl_overrides

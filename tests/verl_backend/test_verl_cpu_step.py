@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ci_inputs import import_or_skip
+from support.ci_inputs import import_or_skip
 
 from acerl.algos.advantages import grpo_advantages
 from acerl.algos.dapo import overlong_penalty

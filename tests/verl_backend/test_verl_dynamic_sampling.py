@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from ci_inputs import import_or_skip
+from support.ci_inputs import import_or_skip
 
 pytestmark = pytest.mark.verl
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from ci_inputs import import_or_skip, skip_or_fail_in_ci
 from omegaconf import OmegaConf
+from support.ci_inputs import import_or_skip, skip_or_fail_in_ci
 
 from acerl.algos import ADVANTAGE_ESTIMATORS
 from acerl.config import ConfigError, Run, load_config

@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from ci_inputs import import_or_skip, skip_or_fail_in_ci
+from support.ci_inputs import import_or_skip, skip_or_fail_in_ci
 
 pytestmark = pytest.mark.verl
 

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from study import REPO, SNAKEMAKE, TEST_CONFIG_ARG, TEST_CONFIG_FILES, copy_workflow, snakemake_env
+from support.study import REPO, SNAKEMAKE, TEST_CONFIG_ARG, TEST_CONFIG_FILES, copy_workflow, snakemake_env
 
 from acerl import paths
 from acerl.config import load_config

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from study import SNAKEMAKE, run_bounded, snakemake_env
+from support.study import SNAKEMAKE, run_bounded, snakemake_env
 
 from acerl import paths
 from acerl.config import Run

@@ -20,7 +20,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from study import REPO, TEST_CONFIG_ARG, TEST_CONFIG_FILES, run_snakemake
+from support.study import REPO, TEST_CONFIG_ARG, TEST_CONFIG_FILES, run_snakemake
 
 from acerl import paths
 from acerl.config import load_config

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from study import TEST_CONFIG_ARG, TEST_CONFIG_FILES, run_snakemake
+from support.study import TEST_CONFIG_ARG, TEST_CONFIG_FILES, run_snakemake
 
 from acerl import paths
 from acerl.config import load_config

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from perturb import candidates, leaves, nest
-from study import REPO, copy_project, copy_workflow, snakemake_env
+from support.perturb import candidates, leaves, nest
+from support.study import REPO, copy_project, copy_workflow, snakemake_env
 
 from acerl import stage_versions
 from acerl.config import deep_merge, load_config, merged_dict, spec_json, validate

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from study import (  # noqa: F401  (re-exported for the SLURM tests)
+
+from support.study import (  # noqa: F401  (re-exported for the SLURM tests)
     KILL_GRACE_S,
     REPO,
     SNAKEMAKE,

@@ -22,7 +22,7 @@ from pytest import TempPathFactory
 from acerl import paths
 from acerl.config import load_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 SNAKEMAKE = VENV_BIN / "snakemake"
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "profiles")  # config/paper_results: the report reads it
