@@ -80,7 +80,7 @@ def _write_run(logs: Path, target: Path, steps: list[dict[str, float]]) -> Path:
 
 def _healthy(step: int, **change: float) -> dict[str, float]:
     out = _verl_step_metrics(clipped=1, gap=0.001, step_s=600.0)
-    out[MEMORY_KEY] = 61.0  # engine_workers.py: the FSDP workers' peak
+    out[MEMORY_KEY] = 61.0  # engine_workers.py: the FSDP workers' peak, under the V1 trainer's actor/ prefix
     out.update({k: 0.4 for k in ACE_KEYS})
     out["ace/confidence_mean_neg"] = 0.0 if step == 1 else 0.37
     out.update(change)

@@ -5,7 +5,7 @@ run per model under seed 9000, which no grid run uses, ``total_steps: 2`` and ``
 through the site profile, then runs ``acerl canary check``. The check reads each run's ``metrics.jsonl`` (verl's
 per-step metrics, collected by the launcher) and prints what must hold before the grid is submitted:
 
-- **peak GPU memory** (``perf/max_memory_reserved_gb``, the FSDP workers' peak) below ``memory_fraction`` of the
+- **peak GPU memory** (``actor/perf/max_memory_reserved_gb``, the FSDP workers' peak) below ``memory_fraction`` of the
   card;
 - **response-length clip ratio** at step 1 (``response_length/clip_ratio``: the share of responses that hit
   ``max_response_length``) at most ``clip_ratio_max``: a base model whose end token is not among its stop
@@ -45,7 +45,9 @@ __all__ = [
 
 # the ace/* keys the canary requires: a subset of acerl.algos.advantages.ace_metric_keys() (kept torch-free here)
 ACE_KEYS = ("ace/negative_frac", "ace/confidence_mean_neg", "ace/multiplier_mean_neg", "ace/multiplier_max")
-MEMORY_KEY = "perf/max_memory_reserved_gb"
+MEMORY_KEY = (
+    "actor/perf/max_memory_reserved_gb"  # engine_workers.py logs perf/...; the V1 trainer prefixes actor/
+)
 CLIP_KEY = "response_length/clip_ratio"
 STEP_TIME_KEY = "timing_s/step"
 GAP_KEY = "training/rollout_probs_diff_mean"
