@@ -134,8 +134,9 @@ def local_run_spec(settings: RunSettings) -> dict[str, Any]:
 
 def _checked_overrides(
     run: Run, reference: str | None, ref_ema_decay: float | None, old_logprobs: str | None
-) -> dict[str, Any]:
-    """The trainer overrides that were given, checked by the schema's own field types."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trainer overrides that were given, checked by the schema's own field types: the family's part and the
+    training hyperparameters' part."""
     family_part = {
         k: v for k, v in (("reference", reference), ("ref_ema_decay", ref_ema_decay)) if v is not None
     }
@@ -146,7 +147,7 @@ def _checked_overrides(
     except ValidationError as e:
         err = e.errors()[0]
         raise ConfigError(f"run {run.id}: {err['loc'][0]} override: {err['msg']}") from None
-    return {**family_part, **({"old_logprobs": old_logprobs} if old_logprobs is not None else {})}
+    return family_part, ({"old_logprobs": old_logprobs} if old_logprobs is not None else {})
 
 
 def base_identity(cfg: Config, model: str) -> dict[str, Any]:
@@ -171,10 +172,8 @@ def resolve(
     if run.model not in cfg.models:
         raise ConfigError(f"run {run.id}: unknown model {run.model!r}; valid: {', '.join(cfg.models)}")
     check_overlong(cfg, run)
-    over = _checked_overrides(run, reference, ref_ema_decay, old_logprobs)
+    family_over, train_over = _checked_overrides(run, reference, ref_ema_decay, old_logprobs)
     model, method = cfg.models[run.model], cfg.method(run.method)
-    family_over = {k: v for k, v in over.items() if k in ("reference", "ref_ema_decay")}
-    train_over = {k: v for k, v in over.items() if k == "old_logprobs"}
     return RunSettings(
         run=run,
         base=base_identity(cfg, run.model),
