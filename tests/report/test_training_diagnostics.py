@@ -79,6 +79,8 @@ def test_the_table_regenerates_from_the_exported_file(tmp_path: Path, capsys: py
     from_runs = capsys.readouterr().out
     assert main(["--frame", str(csv), "--last", "2"]) == 0
     assert capsys.readouterr().out == from_runs and "ace_grpo" in from_runs
+    assert main(["--frame", str(csv), "--last", "3"]) == 4  # the file was made with --last 2
+    assert "made with --last 2, not 3" in capsys.readouterr().err
     csv.write_text(csv.read_text().replace("value", "val", 1))
     assert main(["--frame", str(csv)]) == 4
     assert f"{csv}: no column 'value'" in capsys.readouterr().err

@@ -119,8 +119,9 @@ LAST_STEPS_COLUMNS = ("model", "method", "seed", "key", "value", "steps")
 """The columns of :func:`last_steps_frame` and of the CSV file ``--export`` writes."""
 
 
-def read_last_steps_csv(path: Path) -> pd.DataFrame:
-    """A :func:`last_steps_frame` written with ``--export`` (one row per run and key), as that frame.
+def read_last_steps_csv(path: Path) -> tuple[pd.DataFrame, int]:
+    """A :func:`last_steps_frame` written with ``--export`` (one row per run and key, and the ``last`` it was
+    made with), as that frame and that ``last``.
 
     Raises:
         BadInputError: the file is missing, unreadable or lacks a column (the message names it).
@@ -131,12 +132,15 @@ def read_last_steps_csv(path: Path) -> pd.DataFrame:
         raise BadInputError(
             f"{path}: not a training-diagnostics CSV ({err}); write it with --export"
         ) from None
-    missing = [c for c in LAST_STEPS_COLUMNS if c not in frame.columns]
+    missing = [c for c in (*LAST_STEPS_COLUMNS, "last") if c not in frame.columns]
     if missing:
         raise BadInputError(
             f"{path}: no column {missing[0]!r}; write it with `acerl report training ... --export`"
         )
-    return frame[list(LAST_STEPS_COLUMNS)]
+    lasts = sorted(set(frame["last"]))
+    if len(lasts) != 1:
+        raise BadInputError(f"{path}: rows made with different --last ({lasts}); export it again")
+    return frame[list(LAST_STEPS_COLUMNS)], int(lasts[0])
 
 
 def curves_frame(paths: Iterable[str | Path], curves: Sequence[Curve] = TRAINING_CURVES) -> pd.DataFrame:
@@ -194,28 +198,35 @@ def main(argv: list[str] | None = None) -> int:
     metrics (the message names it)."""
     ap = argparse.ArgumentParser(prog="acerl report training", description=main.__doc__)
     ap.add_argument("metrics", nargs="*", type=Path, help="runs/<model>/<method>/seed<s>/metrics.jsonl files")
-    ap.add_argument("--last", type=int, default=5, help="steps at the end of each run to average (default 5)")
+    ap.add_argument("--last", type=int, default=None,
+                    help="steps at the end of each run to average (default 5; with --frame, the file's)")  # fmt: skip
     ap.add_argument("--comparisons", nargs="+", default=["ace_grpo:grpo", "ace_dapo:dapo"],
                     help="method:baseline pairs")  # fmt: skip
     ap.add_argument("--export", type=Path, default=None,
                     help="also write each run's values (one row per run and key) to this CSV file")  # fmt: skip
     ap.add_argument("--frame", type=Path, default=None,
-                    help="read each run's values from a CSV file --export wrote (with the same --last), instead of "
-                    "metrics files")  # fmt: skip
+                    help="read each run's values from a CSV file --export wrote, instead of metrics files")  # fmt: skip
     args = ap.parse_args(argv)
     if bool(args.metrics) == (args.frame is not None):
         ap.error("give metrics files or --frame FILE (one of the two)")
     try:
-        frame = (
-            read_last_steps_csv(args.frame) if args.frame else last_steps_frame(args.metrics, last=args.last)
-        )
+        if args.frame:
+            frame, last = read_last_steps_csv(args.frame)
+            if args.last is not None and args.last != last:
+                raise BadInputError(
+                    f"{args.frame}: made with --last {last}, not {args.last}; drop --last, or export again "
+                    f"from the runs with --last {args.last}"
+                )
+        else:
+            last = 5 if args.last is None else args.last
+            frame = last_steps_frame(args.metrics, last=last)
     except BadInputError as err:
         print(f"acerl report training: {err}", file=sys.stderr)
         return 4
     if args.export is not None:
-        write_text(args.export, frame.to_csv(index=False, float_format="%.10g"))
+        write_text(args.export, frame.assign(last=last).to_csv(index=False, float_format="%.10g"))
     table = paired_diagnostics(frame, dict(pair.split(":", 1) for pair in args.comparisons))
-    print(f"## Training-batch diagnostics, mean of each run's last {args.last} steps; method minus baseline "
+    print(f"## Training-batch diagnostics, mean of each run's last {last} steps; method minus baseline "
           "paired by seed, 95% t interval, p Holm-adjusted over the table\n")  # fmt: skip
     print(table.to_markdown(index=False, floatfmt=".4f"))
     return 0
