@@ -4,7 +4,9 @@ the project's statistics functions applied by hand and a case computed on paper.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -110,3 +112,76 @@ def test_missing_runs_are_a_one_line_error(tmp_path, capsys) -> None:
     code = main(["--config", "config/methods.yaml", "--root", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 3 and len(err) == 1 and "no Pass@k file" in err[0] and "snakemake -c2 all" in err[0]
+
+
+def write_study(root, benchmarks=("synth_easy", "synth_hard"), n: int = 32, n_problems: int = 5) -> None:
+    """A finished methods study's files under ``root`` for config/methods.yaml's runs: every run's Pass@k
+    record on each benchmark (NSR better than the rest by design) and its metrics.jsonl (six steps)."""
+    from acerl import paths
+    from acerl.config import Run, load_config
+    from acerl.records import passk_record, write_passk_record
+    from acerl.report.methods import comparison_runs
+    from acerl.report.training import DIAGNOSTIC_KEYS
+
+    _, model, methods, seeds = comparison_runs(load_config(["config/config.yaml", "config/methods.yaml"]))
+    rng = np.random.default_rng(7)
+    ids = [f"q{i}" for i in range(n_problems)]
+    for m in methods:
+        for s in seeds:
+            run = Run(model, m, s)
+            for b in benchmarks:
+                p = 0.3 + (0.2 if m == "nsr" else 0.0)
+                rec = passk_record(
+                    b, model, m, s, ids, n, rng.binomial(n, p, size=n_problems), [1, 2, 4, 8, 16, 32]
+                )
+                write_passk_record(rec, paths.passk_file(root, b, run))
+            steps = [
+                {"step": t, **{k: float(rng.uniform(0, 1)) for k in DIAGNOSTIC_KEYS}} for t in range(1, 7)
+            ]
+            mf = Path(paths.train_metrics_file(root, run))
+            mf.parent.mkdir(parents=True, exist_ok=True)
+            mf.write_text("".join(json.dumps(r) + "\n" for r in steps))
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("methods_study")
+    write_study(root)
+    return root
+
+
+def test_the_report_from_exported_data_is_the_report_from_the_study(study, tmp_path, capsys) -> None:
+    data, figure = tmp_path / "data", tmp_path / "curves.png"
+    args = ["--config", "config/methods.yaml"]
+    assert main([*args, "--root", str(study), "--export", str(data), "--figure", str(figure)]) == 0
+    from_study = capsys.readouterr().out
+    assert figure.stat().st_size > 0
+    counts = pd.read_csv(data / "counts.csv")
+    assert sorted(set(counts["benchmark"])) == ["synth_easy", "synth_hard"] and len(counts) == 2 * 7 * 28
+    assert main([*args, "--data", str(data)]) == 0
+    assert capsys.readouterr().out == from_study
+    nsr = next(line for line in from_study.splitlines() if line.startswith("| NSR |"))
+    assert "| keeps |" in nsr and "| 28 |" in nsr
+    for key in ("ace/overconfident_frac_neg", "actor/entropy"):
+        assert sum(key in line for line in from_study.splitlines()) == 6  # each method minus GRPO
+    assert main([*args, "--data", str(data), "--benchmark", "synth_hard"]) == 0
+    assert "Pass@32 on synth_hard" in capsys.readouterr().out
+
+
+def test_a_folder_short_of_a_run_or_made_with_another_last_is_refused(study, tmp_path, capsys) -> None:
+    data = tmp_path / "data"
+    args = ["--config", "config/methods.yaml"]
+    assert main([*args, "--root", str(study), "--export", str(data)]) == 0
+    capsys.readouterr()
+    assert main([*args, "--data", str(data), "--last", "3"]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made with --last 5, not 3" in err[0]
+    counts = pd.read_csv(data / "counts.csv")
+    drop = (counts["method"] == "kl_cov") & (counts["seed"] == 40) & (counts["benchmark"] == "synth_easy")
+    counts[~drop].to_csv(data / "counts.csv", index=False)
+    assert main([*args, "--data", str(data)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tiny/kl_cov/seed40" in err[0] and f"--export {data}" in err[0]
+    with pytest.raises(SystemExit) as usage:
+        main([*args, "--data", str(data), "--export", str(tmp_path / "x")])
+    assert usage.value.code == 2

@@ -8,6 +8,8 @@ The statistics are the project's own (:func:`acerl.evaluate.stats.mean_ci`, :fun
 them for the declared comparison (docs/results.md, "Methods beyond the paper").
 
     acerl report methods --config config/methods.yaml [--root .] [--figure results/methods_passk.png]
+    acerl report methods --config config/methods.yaml --export docs/results/methods     # the per-seed data
+    acerl report methods --config config/methods.yaml --data docs/results/methods       # the report from them
 """
 
 from __future__ import annotations
@@ -22,14 +24,25 @@ import pandas as pd
 
 from acerl import paths
 from acerl.config import Config, ConfigError, MethodsComparison, Run, load_config
-from acerl.errors import MissingInputError, UserError
+from acerl.errors import BadInputError, MissingInputError, UserError
 from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm, mean_ci
+from acerl.io import write_text
 from acerl.report.frames import load_passk_problems
-from acerl.report.power import run_matrix
-from acerl.report.training import last_steps_frame, paired_diagnostics
+from acerl.report.power import read_counts_csv, run_matrix, write_counts_csv
+from acerl.report.training import last_steps_frame, paired_diagnostics, read_last_steps_csv
 
-__all__ = ["comparison_runs", "methods_curves", "methods_table", "main"]
+__all__ = [
+    "comparison_runs",
+    "methods_curves",
+    "methods_table",
+    "study_files",
+    "training_files",
+    "export_data",
+    "data_inputs",
+    "render_report",
+    "main",
+]
 
 
 def comparison_runs(cfg: Config) -> tuple[MethodsComparison, str, list[str], list[int]]:
@@ -147,58 +160,163 @@ def _figure(curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Pat
     plt.close(fig)
 
 
+def study_files(root: Path, cfg: Config, benchmarks: Sequence[str], run_hint: str) -> list[Path]:
+    """The Pass@k files of every run of the comparison on ``benchmarks``; ``run_hint`` is the command that
+    runs the study (for the error).
+
+    Raises:
+        MissingInputError: a run's file is missing (the message names the first and the command that makes it).
+    """
+    _, model, methods, seeds = comparison_runs(cfg)
+    files = [paths.passk_file(root, b, Run(model, m, s)) for b in benchmarks for m in methods for s in seeds]
+    missing = [f for f in files if not Path(f).is_file()]
+    if missing:
+        raise MissingInputError(
+            f"{missing[0]}: no Pass@k file ({len(missing)} of {len(files)} missing); run the study first: "
+            f"{run_hint}"
+        )
+    return files
+
+
+def training_files(root: Path, cfg: Config) -> list[Path]:
+    """The ``metrics.jsonl`` of every training run of the comparison that has one."""
+    _, model, methods, seeds = comparison_runs(cfg)
+    files = [paths.train_metrics_file(root, Run(model, m, s)) for m in methods for s in seeds]
+    return [Path(p) for p in files if Path(p).is_file()]
+
+
+def export_data(
+    problems: pd.DataFrame, training: pd.DataFrame | None, last: int, directory: Path, ks: Sequence[int]
+) -> list[Path]:
+    """The comparison's per-seed data as the small files a colleague regenerates the report from (``--data``):
+    ``counts.csv`` and ``passk.csv`` (:func:`acerl.report.power.write_counts_csv`) and ``training.csv`` (each
+    run's last-steps diagnostics, the format of ``acerl report training --export``)."""
+    out = list(write_counts_csv(problems, directory, ks))
+    if training is not None:
+        csv = training.assign(last=last).to_csv(index=False, float_format="%.10g")
+        out.append(write_text(directory / TRAINING_CSV, csv))
+    return out
+
+
+TRAINING_CSV = "training.csv"
+"""The training diagnostics' file in an ``--export`` folder (beside ``counts.csv`` and ``passk.csv``)."""
+
+
+def data_inputs(
+    directory: Path, cfg: Config, bench: str, last: int | None, fix: str
+) -> tuple[pd.DataFrame, pd.DataFrame | None, int]:
+    """The per-problem counts and the training diagnostics from a folder ``--export`` wrote, checked to hold
+    every run of the comparison on ``bench``; ``fix`` is the command that writes the folder again.
+
+    Raises:
+        MissingInputError: the folder lacks ``counts.csv`` or a run (the message names the first).
+        BadInputError: a file that is not what ``--export`` writes, or ``last`` differs from the file's.
+    """
+    _, model, methods, seeds = comparison_runs(cfg)
+    counts = directory / "counts.csv"
+    if not counts.is_file():
+        raise MissingInputError(f"{counts}: no such file; write the folder with: {fix}")
+    try:
+        problems = read_counts_csv(counts)
+    except ValueError as err:
+        raise BadInputError(f"{err}; write the folder again with: {fix}") from None
+    sub = problems[(problems["benchmark"] == bench) & (problems["model"] == model)]
+    have = {(m, int(s)) for m, s in zip(sub["method"], sub["seed"], strict=True) if not pd.isna(s)}
+    missing = [f"{model}/{m}/seed{s}" for m in methods for s in seeds if (m, s) not in have]
+    if missing:
+        raise MissingInputError(
+            f"{counts}: no {bench} counts for {missing[0]} ({len(missing)} of {len(methods) * len(seeds)} runs "
+            f"missing); write the folder again with: {fix}"
+        )
+    training_csv = directory / TRAINING_CSV
+    if not training_csv.is_file():
+        return problems, None, 5 if last is None else last
+    frame, file_last = read_last_steps_csv(training_csv)
+    if last is not None and last != file_last:
+        raise BadInputError(f"{training_csv}: made with --last {file_last}, not {last}; drop --last")
+    return problems, frame, file_last
+
+
+def render_report(
+    problems: pd.DataFrame,
+    training: pd.DataFrame | None,
+    last: int,
+    cfg: Config,
+    bench: str,
+    figure: Path | None = None,
+) -> str:
+    """The whole report (Markdown): the table at the primary k, Pass@k per method at every k, and the training
+    diagnostics of each method minus the baseline; with ``figure``, the Pass@k curves drawn there."""
+    mc, model, methods, _ = comparison_runs(cfg)
+    k = cfg.report.primary.k or max(cfg.evaluation.ks)
+    displays = {m: cfg.methods[m].display for m in methods}
+    table = methods_table(problems, mc, bench, model, k)
+    out = [f"## Methods beyond the paper: Pass@{k} on {bench}, {model}, paired by seed\n"]
+    out.append(render_table(table, mc, displays, bench, k))
+    curves = methods_curves(problems, methods, bench, model, cfg.evaluation.ks)
+    out.append("\n## Pass@k per method (mean ± 95% t half-width over seeds)\n")
+    wide = curves.pivot(index="method", columns="k", values="passk").loc[methods]
+    half = curves.pivot(index="method", columns="k", values="ci").loc[methods]
+    out.append("| method | " + " | ".join(f"k={k_}" for k_ in wide.columns) + " |")
+    out.append("|---|" + "---:|" * len(wide.columns))
+    for m in methods:
+        cells = [f"{_fmt(wide.loc[m, k_])} ± {_fmt(half.loc[m, k_])}" for k_ in wide.columns]
+        out.append(f"| {displays[m]} | " + " | ".join(cells) + " |")
+    if training is not None and not training.empty:
+        diag = paired_diagnostics(training, {m: mc.baseline for m in methods if m != mc.baseline})
+        out.append(
+            f"\n## Training diagnostics, each method minus {displays[mc.baseline]} (mean of each run's last "
+            f"{last} steps; paired by seed, 95% t interval, p Holm-adjusted over the table)\n"
+        )
+        diag = diag.drop(columns=["model", "baseline"]).assign(method=diag["method"].map(displays))
+        out.append(diag.to_markdown(index=False, floatfmt=".4f"))
+    if figure is not None:
+        _figure(curves, displays, bench, figure)
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the methods-beyond-the-paper table, the Pass@k curves and the training diagnostics (Markdown) of the
-    comparison declared in ``report.methods``. Exit code 3: a run's Pass@k file is missing (it names one)."""
+    comparison declared in ``report.methods``, from the study's folder or from the per-seed data ``--export``
+    wrote (``--data``). Exit code 3: a run's Pass@k file or counts are missing (it names one)."""
     ap = argparse.ArgumentParser(prog="acerl report methods", description=main.__doc__)
     ap.add_argument("--config", type=Path, action="append", required=True,
                     help="config files merged over config/config.yaml (e.g. config/methods.yaml); repeatable")  # fmt: skip
     ap.add_argument("--root", type=Path, default=Path("."), help="the study's work directory (default .)")
     ap.add_argument("--benchmark", default=None, help="default: report.primary's")
     ap.add_argument("--figure", type=Path, default=None, help="write the Pass@k curves here (.png/.pdf)")
-    ap.add_argument("--last", type=int, default=5, help="training steps averaged per run for the diagnostics")
+    ap.add_argument("--last", type=int, default=None,
+                    help="training steps averaged per run for the diagnostics (default 5; with --data, the file's)")  # fmt: skip
+    ap.add_argument("--export", type=Path, default=None,
+                    help="also write the per-seed data of every benchmark (counts.csv, passk.csv, training.csv) "
+                    "to this folder")  # fmt: skip
+    ap.add_argument("--data", type=Path, default=None,
+                    help="read the per-seed data from a folder --export wrote (e.g. docs/results/methods) "
+                    "instead of the study's folder")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.data is not None and args.export is not None:
+        ap.error("--data reads a folder --export writes; give one of the two")
     try:
         cfg = load_config([Path("config/config.yaml"), *args.config])
-        mc, model, methods, seeds = comparison_runs(cfg)
         bench = args.benchmark or cfg.report.primary.benchmark or cfg.evaluation.benchmarks[0]
-        k = cfg.report.primary.k or max(cfg.evaluation.ks)
-        files = [paths.passk_file(args.root, bench, Run(model, m, s)) for m in methods for s in seeds]
-        missing = [f for f in files if not Path(f).is_file()]
-        if missing:
-            raise MissingInputError(
-                f"{missing[0]}: no Pass@k file ({len(missing)} of {len(files)} missing); run the study first: "
-                f"snakemake -c2 all {' '.join('--configfile ' + str(c) for c in args.config)}"
-            )
-        problems = load_passk_problems(files)
-        displays = {m: cfg.methods[m].display for m in methods}
-        table = methods_table(problems, mc, bench, model, k)
-        print(f"## Methods beyond the paper: Pass@{k} on {bench}, {model}, paired by seed\n")
-        print(render_table(table, mc, displays, bench, k))
-        curves = methods_curves(problems, methods, bench, model, cfg.evaluation.ks)
-        print("\n## Pass@k per method (mean ± 95% t half-width over seeds)\n")
-        wide = curves.pivot(index="method", columns="k", values="passk").loc[methods]
-        half = curves.pivot(index="method", columns="k", values="ci").loc[methods]
-        print("| method | " + " | ".join(f"k={k_}" for k_ in wide.columns) + " |")
-        print("|---|" + "---:|" * len(wide.columns))
-        for m in methods:
-            cells = [f"{_fmt(wide.loc[m, k_])} ± {_fmt(half.loc[m, k_])}" for k_ in wide.columns]
-            print(f"| {displays[m]} | " + " | ".join(cells) + " |")
-        metrics = [paths.train_metrics_file(args.root, Run(model, m, s)) for m in methods for s in seeds]
-        metrics = [p for p in metrics if Path(p).is_file()]
-        if metrics:
-            diag = paired_diagnostics(
-                last_steps_frame(metrics, last=args.last), {m: mc.baseline for m in mc.methods}
-            )
-            print(
-                f"\n## Training diagnostics, each method minus {displays[mc.baseline]} (last {args.last} steps)\n"
-            )
-            print(diag.to_string(index=False))
-        if args.figure is not None:
-            _figure(curves, displays, bench, args.figure)
+        if args.data is not None:
+            configs = " ".join(f"--config {c}" for c in args.config)
+            fix = f"acerl report methods {configs} --root <the study's folder> --export {args.data}"
+            problems, training, last = data_inputs(args.data, cfg, bench, args.last, fix)
+        else:
+            last = 5 if args.last is None else args.last
+            benchmarks = list(cfg.evaluation.benchmarks) if args.export is not None else [bench]
+            run_hint = "snakemake -c2 all " + " ".join(f"--configfile {c}" for c in args.config)
+            problems = load_passk_problems(study_files(args.root, cfg, benchmarks, run_hint))
+            metrics = training_files(args.root, cfg)
+            training = last_steps_frame(metrics, last=last) if metrics else None
+        report = render_report(problems, training, last, cfg, bench, args.figure)
+        if args.export is not None:
+            export_data(problems, training, last, args.export, cfg.evaluation.ks)
     except UserError as e:
         print(f"acerl report methods: {e.kind}: {e}", file=sys.stderr)
         return e.exit_code
+    print(report, end="")
     return 0
 
 
