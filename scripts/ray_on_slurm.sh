@@ -128,14 +128,16 @@ start_bg() {
   fi
 }
 
+# SLURM sets ROCR_VISIBLE_DEVICES beside CUDA_VISIBLE_DEVICES in a GPU step when gres.conf names no vendor, and
+# verl's workers (started by these raylets) refuse both; the GPU path is CUDA (docs/cluster.md, "GPUs")
 start_bg srun --nodes=1 --ntasks=1 --overlap -w "$head_node" "${gpu_request[@]}" \
-  ray start --head --node-ip-address="$head_ip" --port="$PORT" "${resources[@]}" --block
+  env -u ROCR_VISIBLE_DEVICES ray start --head --node-ip-address="$head_ip" --port="$PORT" "${resources[@]}" --block
 [[ "$DRY_RUN" == "1" ]] || sleep 10
 
 for ((i = 1; i < ${#nodes_array[@]}; i++)); do
   node="${nodes_array[$i]}"
   start_bg srun --nodes=1 --ntasks=1 --overlap -w "$node" "${gpu_request[@]}" \
-    ray start --address="$address" "${resources[@]}" --block
+    env -u ROCR_VISIBLE_DEVICES ray start --address="$address" "${resources[@]}" --block
 done
 
 export RAY_ADDRESS="$address"

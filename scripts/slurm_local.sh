@@ -14,6 +14,8 @@
 #   ACERL_SLURM_ACCOUNTING  1: real accounting (slurmdbd + MariaDB; `sacct` works, profile uses the sacct status
 #                           command, like a production cluster); 0 (default): no accounting, squeue status command
 #   ACERL_SLURM_PROCTRACK   linuxproc (default) or cgroup (cgroup v1 freezer, as most production clusters)
+#   ACERL_SLURM_GPUS        GPUs the node advertises (default 2): a job asking --gres=gpu:N is scheduled as on a GPU
+#                           cluster, with no GPU behind it (the canary test's verl run uses the CPU stand-ins)
 #   Unset, both keep the values of the last `start` in ACERL_SLURM_DIR.
 #
 # Then:  XDG_CONFIG_HOME=$ACERL_SLURM_DIR/xdg snakemake --profile slurm ...
@@ -149,9 +151,10 @@ write_munge_key() {
 }
 
 write_slurm_conf() {
-  local cpus mem acct
+  local cpus mem acct gpus
   cpus="$(nproc)"
   mem="$(real_memory_mb)"
+  gpus="${ACERL_SLURM_GPUS:-2}"
   if [[ "$ACCOUNTING" == 1 ]]; then
     # slurmctld authenticates to slurmdbd through munge; it ignores AuthInfo for that connection and takes the
     # socket from AccountingStoragePass instead.
@@ -176,6 +179,18 @@ ConstrainRAMSpace=no
 ConstrainSwapSpace=no
 ConstrainDevices=no
 EOF
+  fi
+  # GPUs to schedule, no GPU behind them: slurmd counts a gpu only with a device file, so each is a character
+  # device with /dev/null's numbers (1, 3) under $DIR/dev
+  local gres_line="" i
+  echo "# Written by scripts/slurm_local.sh: GPUs to schedule (device files behave as /dev/null)" >"$DIR/etc/gres.conf"
+  if ((gpus > 0)); then
+    mkdir -p "$DIR/dev"
+    for ((i = 0; i < gpus; i++)); do
+      [[ -c "$DIR/dev/gpu$i" ]] || mknod "$DIR/dev/gpu$i" c 1 3
+    done
+    echo "Name=gpu File=$DIR/dev/gpu[0-$((gpus - 1))]" >>"$DIR/etc/gres.conf"
+    gres_line=" Gres=gpu:$gpus"
   fi
   cat >"$DIR/etc/slurm.conf.tmp" <<EOF
 # Written by scripts/slurm_local.sh: a one-node cluster on localhost for tests (state under $DIR).
@@ -208,8 +223,9 @@ KillWait=30
 # Jobs run at the niceness of the sbatch that submitted them (scripts/run_tests.sh runs its SLURM lane niced, so
 # that its jobs take the cores the other test sessions leave idle).
 PropagatePrioProcess=1
+GresTypes=gpu
 $acct
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem$gres_line State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
   mv -f "$DIR/etc/slurm.conf.tmp" "$DIR/etc/slurm.conf"
@@ -248,6 +264,9 @@ link_etc_conf() {
   else
     ln -s "$DIR/etc/slurm.conf" "$ETC_CONF"
   fi
+  # slurmd reads gres.conf next to slurm.conf
+  [[ ! -e /etc/slurm/gres.conf || -L /etc/slurm/gres.conf ]] || die "/etc/slurm/gres.conf exists and is not our symlink"
+  ln -sfn "$DIR/etc/gres.conf" /etc/slurm/gres.conf
   if [[ "$PROCTRACK" == cgroup ]]; then
     [[ ! -e /etc/slurm/cgroup.conf || -L /etc/slurm/cgroup.conf ]] \
       || die "/etc/slurm/cgroup.conf exists and is not our symlink"
@@ -263,7 +282,7 @@ link_etc_conf() {
 
 unlink_etc_conf() {
   local f
-  for f in "$ETC_CONF" /etc/slurm/slurmdbd.conf /etc/slurm/cgroup.conf; do
+  for f in "$ETC_CONF" /etc/slurm/slurmdbd.conf /etc/slurm/cgroup.conf /etc/slurm/gres.conf; do
     if [[ -L "$f" && "$(readlink "$f")" == "$DIR"/etc/* ]]; then rm -f "$f"; fi
   done
 }

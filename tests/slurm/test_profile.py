@@ -298,8 +298,12 @@ def test_sbatch_gets_partition_account_nodes_memory_time_and_signal(
 
 
 def test_sbatch_requests_the_gpus_per_node(sbatch_calls: dict[str, list[str]], paper_cfg: Config) -> None:
+    """The GPUs per node, and one task: the plugin's default ``--ntasks-per-gpu=1`` would ask for 8 tasks of
+    ``--cpus-per-task`` CPUs each (512 CPUs for the paper's training job), which no node has, and SLURM refuses
+    the job ("Requested node configuration is not available"; the canary test meets it on the local cluster)."""
     for model in ("qwen25_math_7b", "qwen3_8b_base"):
         opts = _options(sbatch_calls[f"rule_train_policy_wildcards_{model}_grpo_0"])
         assert f"--gres=gpu:{paper_cfg.resources('train_policy', model).gpus}" in opts, opts
+        assert "--ntasks-per-gpu" not in opts and "--ntasks=" not in opts, opts  # sbatch's default: 1 task
     opts = _options(sbatch_calls["rule_sample_wildcards_math500_qwen25_math_7b_base_0"])
-    assert "--gres=gpu:1" in opts, opts
+    assert "--gres=gpu:1" in opts and "--ntasks-per-gpu" not in opts, opts

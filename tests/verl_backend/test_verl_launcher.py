@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from acerl import paths
-from acerl.config import Run, load_config
+from acerl.config import Config, Run, load_config
 from acerl.config.settings import run_spec
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE
 from acerl.io import write_jsonl
@@ -473,8 +473,9 @@ def _fake_verl(calls: list[list[str]]):
     return runner
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_train_run_verl_orchestration(tmp_path: Path, keep: bool) -> None:
+def _tiny_verl_run(tmp_path: Path, keep: bool = False) -> tuple[Config, Run]:
+    """A 4-step paper-scale run (checkpoint at step 4, diagnostics at 0, 2, 4) with its data and a
+    tokenizer-only base model under ``tmp_path``, for the stand-in runner :func:`_fake_verl`."""
     cfg = load_config(
         PAPER_CONFIGS,
         overrides=[
@@ -490,6 +491,12 @@ def test_train_run_verl_orchestration(tmp_path: Path, keep: bool) -> None:
         write_jsonl(paths.data_file(tmp_path, split), rows)
     base = _tokenizer_only_base(tmp_path, run.model)
     (base / "config.json").write_text('{"base": true}')
+    return cfg, run
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_train_run_verl_orchestration(tmp_path: Path, keep: bool) -> None:
+    cfg, run = _tiny_verl_run(tmp_path, keep)
     calls: list[list[str]] = []
     final = train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls))
     assert final == paths.policy_dir(tmp_path, run) and (final / "config.json").is_file()
@@ -577,3 +584,30 @@ def test_too_few_steps_for_the_schedule(tmp_path: Path) -> None:
         match="7 of 9 training prompts fit max_prompt_length=200; they give 1 steps per epoch.*set it to 2",
     ):
         train_run_verl(cfg, Run("qwen25_math_7b", "grpo", 0), tmp_path, runner=_fake_verl([]))
+
+
+def test_verl_processes_get_no_rocr_devices_beside_cuda_ones(tmp_path) -> None:
+    """A SLURM GPU job on a site whose gres.conf names no vendor has both CUDA_VISIBLE_DEVICES and
+    ROCR_VISIBLE_DEVICES; verl's workers refuse to start with both (the canary test met it on the local
+    cluster). The launcher's processes get the CUDA one only; an AMD-only environment is left as it is."""
+    from acerl.verl_backend.launcher import process_env
+
+    slurm = {"CUDA_VISIBLE_DEVICES": "0,1", "ROCR_VISIBLE_DEVICES": "0,1", "GPU_DEVICE_ORDINAL": "0,1"}
+    got = process_env({"X": "1"}, slurm)
+    assert got == {"CUDA_VISIBLE_DEVICES": "0,1", "GPU_DEVICE_ORDINAL": "0,1", "X": "1"}
+    assert process_env({}, {"ROCR_VISIBLE_DEVICES": "0"}) == {"ROCR_VISIBLE_DEVICES": "0"}
+
+    seen: list[dict[str, str]] = []
+    calls: list[list[str]] = []
+    fake = _fake_verl(calls)
+
+    def runner(cmd, env, check):
+        seen.append(dict(env))
+        return fake(cmd, env, check)
+
+    cfg, run = _tiny_verl_run(tmp_path)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in slurm.items():
+            mp.setenv(k, v)
+        train_run_verl(cfg, run, tmp_path, runner=runner)
+    assert seen and all("ROCR_VISIBLE_DEVICES" not in e and e["CUDA_VISIBLE_DEVICES"] == "0,1" for e in seen)

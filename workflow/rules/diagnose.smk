@@ -23,6 +23,7 @@ rule diagnose:
         runtime=res("diagnose", "runtime"),
         gpus=res("diagnose", "gpus"),
         gres=gres("diagnose"),
+        tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
     params:
         cmd=stage_cmd("diagnose"),
         decides=stage_params("diagnose"),

@@ -29,6 +29,7 @@ rule sample:
         runtime=res("sample", "runtime"),
         gpus=res("sample", "gpus"),
         gres=gres("sample"),
+        tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
     params:
         cmd=stage_cmd("sample"),
         decides=stage_params("sample"),

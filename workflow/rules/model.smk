@@ -22,6 +22,7 @@ rule prepare_base:
         runtime=res("prepare_base", "runtime"),
         gpus=res("prepare_base", "gpus"),
         gres=gres("prepare_base"),
+        tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
     params:
         cmd=stage_cmd("prepare_base"),
         decides=stage_params("prepare_base"),

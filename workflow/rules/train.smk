@@ -26,6 +26,7 @@ rule train_policy:
         runtime=res("train_policy", "runtime"),
         gpus=res("train_policy", "gpus"),
         gres=gres("train_policy"),
+        tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
         nodes=res("train_policy", "nodes"),
     params:
         cmd=stage_cmd("train_policy"),

@@ -68,6 +68,7 @@ __all__ = [
     "token_budgets",
     "train_run_verl",
     "verl_env",
+    "process_env",
     "verl_overrides",
     "verl_train_prompts",
 ]
@@ -375,6 +376,20 @@ def _trainer_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
     return out
 
 
+def process_env(env: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of verl's processes: ``environ`` (default ``os.environ``) updated with ``env``, without
+    ``ROCR_VISIBLE_DEVICES`` where ``CUDA_VISIBLE_DEVICES`` is set.
+
+    SLURM sets both in a GPU job when the site's gres.conf names no vendor (no ``AutoDetect``, no
+    ``Flags=nvidia_gpu_env``), and verl's workers refuse to start with both ("Please don't set
+    ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set"). The project's GPU path is CUDA (the GPU
+    lock), so the AMD variable goes (docs/cluster.md, "GPUs")."""
+    out = {**(os.environ if environ is None else environ), **env}
+    if out.get("CUDA_VISIBLE_DEVICES") and "ROCR_VISIBLE_DEVICES" in out:
+        del out["ROCR_VISIBLE_DEVICES"]
+    return out
+
+
 def verl_env(cfg: Config, run: Run, root: Path | str) -> dict[str, str]:
     """Environment variables every verl process needs: the config's ``plugins`` (first, so the ACE plugin
     registers their estimators), the ACE plugin and the per-step metrics file."""
@@ -530,7 +545,7 @@ def export_run(
             f"{run.id}: verl's latest checkpoint is step {last} in {ckpts}, expected train.total_steps={total} "
             "(fewer steps per epoch than planned? see docs/verl.md, 'Steps')"
         )
-    menv = {**os.environ, **(env or {})}
+    menv = process_env(env or {})
     snaps = paths.verl_snapshot_dir(root, run)
     for step in _diagnostic_steps(cfg, run):
         target = paths.diag_step_dir(root, run, step)
@@ -719,7 +734,7 @@ def _train_run_verl(
     )
     write_text(paths.verl_command_file(root, run), json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
-    proc = runner(launch, env={**os.environ, **env}, check=False)
+    proc = runner(launch, env=process_env(env), check=False)
     collect_metrics(logs, paths.train_metrics_file(root, run))
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, launch)
