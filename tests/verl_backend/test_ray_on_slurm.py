@@ -48,7 +48,10 @@ def test_head_and_one_worker_per_other_node(tmp_path: Path) -> None:
         "-w gpu1 --gres=gpu:8 env -u ROCR_VISIBLE_DEVICES ray start --head --node-ip-address=gpu1 --port=6379 --num-cpus=64 --num-gpus=8 "
         "--block" in head
     )
-    assert "-w gpu2 --gres=gpu:8 env -u ROCR_VISIBLE_DEVICES ray start --address=gpu1:6379 --num-cpus=64 --num-gpus=8 --block" in w1
+    assert (
+        "-w gpu2 --gres=gpu:8 env -u ROCR_VISIBLE_DEVICES ray start --address=gpu1:6379 --num-cpus=64 --num-gpus=8 --block"
+        in w1
+    )
     assert "-w big7 --gres=gpu:8 env -u ROCR_VISIBLE_DEVICES ray start --address=gpu1:6379" in w2
     assert all(line.startswith("+ srun --nodes=1 --ntasks=1") for line in lines)
     assert train.endswith(r"-w gpu1 --export=ALL python -m verl.trainer.main_ppo a=b\ c")
@@ -63,7 +66,8 @@ def test_gpu_request_of_the_ray_steps(tmp_path: Path) -> None:
     assert site.returncode == 0 and cpu.returncode == 0, (site.stderr, cpu.stderr)
     starts = [line for line in site.stdout.splitlines() if "ray start" in line]
     assert len(starts) == 2 and all(
-        "--overlap -w gpu" in s and "--gpus-per-node=8 env -u ROCR_VISIBLE_DEVICES ray start" in s for s in starts
+        "--overlap -w gpu" in s and "--gpus-per-node=8 env -u ROCR_VISIBLE_DEVICES ray start" in s
+        for s in starts
     )
     assert not any("--gres" in line or "--gpus-per-node" in line for line in cpu.stdout.splitlines())
 
