@@ -130,7 +130,7 @@ def write_study(root, benchmarks=("synth_easy", "synth_hard"), n: int = 32, n_pr
         for s in seeds:
             run = Run(model, m, s)
             for b in benchmarks:
-                p = 0.3 + (0.2 if m == "nsr" else 0.0)
+                p = 0.03 + (0.03 if m == "nsr" else 0.0)
                 rec = passk_record(
                     b, model, m, s, ids, n, rng.binomial(n, p, size=n_problems), [1, 2, 4, 8, 16, 32]
                 )
@@ -151,11 +151,16 @@ def study(tmp_path_factory):
 
 
 def test_the_report_from_exported_data_is_the_report_from_the_study(study, tmp_path, capsys) -> None:
-    data, figure = tmp_path / "data", tmp_path / "curves.png"
+    data, figure, strip = tmp_path / "data", tmp_path / "curves.png", tmp_path / "strip.png"
     args = ["--config", "config/methods.yaml"]
-    assert main([*args, "--root", str(study), "--export", str(data), "--figure", str(figure)]) == 0
+    out = ["--figure", str(figure), "--strip", str(strip)]
+    assert main([*args, "--root", str(study), "--export", str(data), *out]) == 0
     from_study = capsys.readouterr().out
-    assert figure.stat().st_size > 0
+    assert figure.stat().st_size > 0 and strip.stat().st_size > 0
+    every_seed = from_study.split("## Every seed")[1].split("##")[0]
+    assert [line.split(" | ")[0] for line in every_seed.splitlines() if line[2:3].isdigit()] == [
+        f"| {s}" for s in range(23, 51)
+    ]
     counts = pd.read_csv(data / "counts.csv")
     assert sorted(set(counts["benchmark"])) == ["synth_easy", "synth_hard"] and len(counts) == 2 * 7 * 28
     assert main([*args, "--data", str(data)]) == 0

@@ -29,7 +29,10 @@ from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm, mean_ci
 from acerl.io import write_text
 from acerl.report.frames import load_passk_problems
+from acerl.report.per_seed import strip_figure
 from acerl.report.power import read_counts_csv, run_matrix, write_counts_csv
+from acerl.report.sequential import per_seed_frame
+from acerl.report.spec import DisplayNames
 from acerl.report.training import last_steps_frame, paired_diagnostics, read_last_steps_csv
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "export_data",
     "data_inputs",
     "render_report",
+    "render_every_seed",
     "main",
 ]
 
@@ -244,9 +248,11 @@ def render_report(
     cfg: Config,
     bench: str,
     figure: Path | None = None,
+    strip: Path | None = None,
 ) -> str:
-    """The whole report (Markdown): the table at the primary k, Pass@k per method at every k, and the training
-    diagnostics of each method minus the baseline; with ``figure``, the Pass@k curves drawn there."""
+    """The whole report (Markdown): the table at the primary k, Pass@k per method at every k, every seed's
+    difference from the baseline, and the training diagnostics of each method minus the baseline; with
+    ``figure``, the Pass@k curves drawn there; with ``strip``, every seed's difference."""
     mc, model, methods, _ = comparison_runs(cfg)
     k = cfg.report.primary.k or max(cfg.evaluation.ks)
     displays = {m: cfg.methods[m].display for m in methods}
@@ -262,6 +268,11 @@ def render_report(
     for m in methods:
         cells = [f"{_fmt(wide.loc[m, k_])} ± {_fmt(half.loc[m, k_])}" for k_ in wide.columns]
         out.append(f"| {displays[m]} | " + " | ".join(cells) + " |")
+    per_seed = per_seed_frame(
+        problems, {m: mc.baseline for m in methods if m != mc.baseline}, bench, k, stage1=len(problems)
+    )
+    out.append(f"\n## Every seed: each method minus {displays[mc.baseline]}, Pass@{k} on {bench} (points)\n")
+    out.append(render_every_seed(per_seed, displays))
     if training is not None and not training.empty:
         diag = paired_diagnostics(training, {m: mc.baseline for m in methods if m != mc.baseline})
         out.append(
@@ -272,7 +283,22 @@ def render_report(
         out.append(diag.to_markdown(index=False, floatfmt=".4f"))
     if figure is not None:
         _figure(curves, displays, bench, figure)
+    if strip is not None:
+        names = DisplayNames(methods=displays)
+        fig = strip_figure(per_seed.assign(pilot=False), k=k, benchmark=bench, names=names, staged=False)
+        strip.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(strip)
     return "\n".join(out) + "\n"
+
+
+def render_every_seed(per_seed: pd.DataFrame, displays: dict[str, str]) -> str:
+    """One row per seed, one column per method: its paired Pass@k difference from the baseline (points)."""
+    wide = per_seed.pivot(index="seed", columns="method", values="d").mul(100.0)
+    cols = [m for m in displays if m in wide.columns]
+    lines = ["| seed | " + " | ".join(displays[m] for m in cols) + " |", "|---:|" + "---:|" * len(cols)]
+    for seed, row in wide[cols].iterrows():
+        lines.append(f"| {seed} | " + " | ".join(_fmt(row[m], sign=True) for m in cols) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=Path("."), help="the study's work directory (default .)")
     ap.add_argument("--benchmark", default=None, help="default: report.primary's")
     ap.add_argument("--figure", type=Path, default=None, help="write the Pass@k curves here (.png/.pdf)")
+    ap.add_argument("--strip", type=Path, default=None,
+                    help="write every seed's difference from the baseline here (.png/.pdf)")  # fmt: skip
     ap.add_argument("--last", type=int, default=None,
                     help="training steps averaged per run for the diagnostics (default 5; with --data, the file's)")  # fmt: skip
     ap.add_argument("--export", type=Path, default=None,
@@ -310,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             problems = load_passk_problems(study_files(args.root, cfg, benchmarks, run_hint))
             metrics = training_files(args.root, cfg)
             training = last_steps_frame(metrics, last=last) if metrics else None
-        report = render_report(problems, training, last, cfg, bench, args.figure)
+        report = render_report(problems, training, last, cfg, bench, args.figure, args.strip)
         if args.export is not None:
             export_data(problems, training, last, args.export, cfg.evaluation.ks)
     except UserError as e:
