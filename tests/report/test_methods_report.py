@@ -190,3 +190,35 @@ def test_a_folder_short_of_a_run_or_made_with_another_last_is_refused(study, tmp
     with pytest.raises(SystemExit) as usage:
         main([*args, "--data", str(data), "--export", str(tmp_path / "x")])
     assert usage.value.code == 2
+
+
+def test_the_study_report_holds_the_methods_table(study, tmp_path) -> None:
+    """The report rule's output (``render_from_files`` with the config's spec) has the methods table of every
+    benchmark, the one ``acerl report methods`` prints; a study without ``report.methods`` has none."""
+    from acerl import paths
+    from acerl.config import Run, load_config
+    from acerl.report.frames import load_passk_problems
+    from acerl.report.methods import comparison_runs, methods_report_table, methods_table
+    from acerl.report.render import render_from_files
+    from acerl.report.study import report_spec
+    from acerl.report.table_format import to_markdown
+
+    cfg = load_config(["config/config.yaml", "config/methods.yaml"])
+    mc, model, methods, seeds = comparison_runs(cfg)
+    files = [paths.passk_file(study, b, Run(model, m, s)) for b in ("synth_easy", "synth_hard") for m in methods
+             for s in seeds]  # fmt: skip
+    spec = report_spec(cfg)
+    written = render_from_files(tmp_path / "out", spec=spec, passk_paths=files, compare_to_paper=False,
+                                formats=("png",))  # fmt: skip
+    problems = load_passk_problems(files)
+    for bench in ("synth_easy", "synth_hard"):
+        md = tmp_path / "out" / "tables" / f"methods_{bench}.md"
+        assert md in written
+        want = methods_report_table(methods_table(problems, mc, bench, model, 32), mc, spec.names, bench, 32)
+        assert md.read_text() == to_markdown(want)
+    plain = report_spec(
+        load_config(["config/config.yaml", "config/methods.yaml"], overrides=["report.methods=null"])
+    )
+    written = render_from_files(tmp_path / "plain", spec=plain, passk_paths=files, compare_to_paper=False,
+                                formats=("png",))  # fmt: skip
+    assert not [p for p in written if p.name.startswith("methods_")]

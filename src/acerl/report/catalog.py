@@ -58,6 +58,13 @@ _TABLES: tuple[tuple[str, str, str], ...] = (
         "pilot seeds, and the difference of the stages; t intervals, paired t and sign-flip p, unadjusted.",
     ),
     (
+        r"methods_(?P<b>.+)",
+        "Methods beyond the paper",
+        "Pass@k on {b} of the methods published beside ACE (PSR, NSR, W-REINFORCE, Clip-Cov, KL-Cov): each "
+        "minus GRPO and minus ACE-GRPO, paired by seed, with its t interval, Holm's p and the MDE; the direction "
+        "the literature predicts, declared before any run.",
+    ),
+    (
         r"alpha_sensitivity",
         "Ablations",
         "Pass@k as the ACE strength alpha varies (alpha = 0 is the baseline).",

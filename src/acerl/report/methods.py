@@ -33,12 +33,14 @@ from acerl.report.per_seed import strip_figure
 from acerl.report.power import read_counts_csv, run_matrix, write_counts_csv
 from acerl.report.sequential import per_seed_frame
 from acerl.report.spec import DisplayNames
+from acerl.report.table_format import Cell, Row, Table, p_parts, to_markdown
 from acerl.report.training import last_steps_frame, paired_diagnostics, read_last_steps_csv
 
 __all__ = [
     "comparison_runs",
     "methods_curves",
     "methods_table",
+    "methods_report_table",
     "study_files",
     "training_files",
     "export_data",
@@ -117,30 +119,52 @@ def _fmt(x: float, digits: int = 1, sign: bool = False) -> str:
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
 
-def render_table(
-    table: pd.DataFrame, mc: MethodsComparison, displays: dict[str, str], bench: str, k: int
-) -> str:
-    """The "methods beyond the paper" table as Markdown."""
+def methods_report_table(
+    table: pd.DataFrame, mc: MethodsComparison, names: DisplayNames, bench: str, k: int
+) -> Table:
+    """The "methods beyond the paper" table (:func:`methods_table`'s rows) as a report table: Pass@k with its t
+    half-width, then for GRPO and ACE-GRPO each the difference with its interval, Holm p and MDE, and the
+    declared direction. ``acerl report methods`` prints it; the study report writes it (``methods_<bench>``)."""
     refs = [mc.baseline, *([mc.reference] if mc.reference else [])]
     level = round(100 * (1 - mc.alpha))
-    head = f"| method | seeds | Pass@{k} ({bench}) | "
-    head += (
-        " | ".join(f"minus {displays[r]} ({level}% CI) | p | Holm p | MDE" for r in refs) + " | expected |"
-    )
-    lines = [head, "|" + "---|" * (3 + 4 * len(refs) + 1)]
+    header = ["Method", "Seeds", f"Pass@{k}"]
+    for r in refs:
+        header += [f"minus {names.method(r)} (Holm p)", f"{level}% CI", "p", "MDE"]
+    rows = []
     for m, row in table.iterrows():
-        cells = [displays[m], str(int(row["n_seeds"])), f"{_fmt(row['passk'])} ± {_fmt(row['ci'])}"]
+        cells = [Cell(raw=str(int(row["n_seeds"]))), Cell(value=row["passk"], ci=row["ci"])]
         for r in refs:
-            if m == r or f"d_{r}" not in row or not math.isfinite(row.get(f"d_{r}", math.nan)):
-                cells += ["", "", "", ""]
+            d = row.get(f"d_{r}", math.nan)
+            # a cell per method of the comparison; the reference against the baseline too, not the reverse
+            wanted = m in mc.methods or (r == mc.baseline and m == mc.reference)
+            if not wanted or not math.isfinite(d):
+                cells += [Cell(raw="")] * 4
                 continue
-            cells.append(
-                f"{_fmt(row[f'd_{r}'], sign=True)} ({_fmt(row[f'lo_{r}'], sign=True)} to {_fmt(row[f'hi_{r}'], sign=True)})"
-            )
-            cells += [_fmt(row[f"p_{r}"], 3), _fmt(row.get(f"holm_{r}", math.nan), 3), _fmt(row[f"mde_{r}"])]
-        cells.append(str(row["expected"]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            p_raw, holm_p = row[f"p_{r}"], row.get(f"holm_{r}", math.nan)
+            cells += [
+                Cell(value=d, signed=True, pvalue=holm_p if math.isfinite(holm_p) else None),
+                Cell(raw=f"{_fmt(row[f'lo_{r}'], sign=True)} to {_fmt(row[f'hi_{r}'], sign=True)}"),
+                Cell(raw="".join(p_parts(p_raw)).lstrip("=") if math.isfinite(p_raw) else "-"),
+                Cell(value=row[f"mde_{r}"]),
+            ]
+        cells.append(Cell(raw=mc.expected.get(str(m), "")))
+        rows.append(Row(names.method(str(m)), tuple(cells)))
+    header.append("Expected")
+    return Table(
+        name=f"methods_{bench}",
+        caption=f"Methods beyond the paper: Pass@{k} on {names.benchmark(bench)} (%), mean over seeds with its "
+        f"95% t interval; each method minus {' and minus '.join(names.method(r) for r in refs)}, paired by "
+        f"seed, with its {level}% t interval, Holm's p over the {len(mc.methods)} methods and the MDE at 80% "
+        "power",
+        label=f"tab:methods_{bench}",
+        header=tuple(header),
+        groups=(tuple(rows),),
+        align="l" + "r" * (len(header) - 2) + "l",
+        notes=(
+            "Expected: the direction the literature predicts against the baseline, declared before any run "
+            "(report.methods.expected); p unadjusted, Holm p within each family of tests.",
+        ),  # fmt: skip
+    )
 
 
 def _figure(curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Path) -> None:
@@ -258,7 +282,8 @@ def render_report(
     displays = {m: cfg.methods[m].display for m in methods}
     table = methods_table(problems, mc, bench, model, k)
     out = [f"## Methods beyond the paper: Pass@{k} on {bench}, {model}, paired by seed\n"]
-    out.append(render_table(table, mc, displays, bench, k))
+    names = DisplayNames(methods=displays, benchmarks={bench: bench})
+    out.append(to_markdown(methods_report_table(table, mc, names, bench, k)))
     curves = methods_curves(problems, methods, bench, model, cfg.evaluation.ks)
     out.append("\n## Pass@k per method (mean ± 95% t half-width over seeds)\n")
     wide = curves.pivot(index="method", columns="k", values="passk").loc[methods]
@@ -284,7 +309,6 @@ def render_report(
     if figure is not None:
         _figure(curves, displays, bench, figure)
     if strip is not None:
-        names = DisplayNames(methods=displays)
         fig = strip_figure(per_seed.assign(pilot=False), k=k, benchmark=bench, names=names, staged=False)
         strip.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(strip)

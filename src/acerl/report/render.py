@@ -12,6 +12,7 @@ file-reading wrappers. Output layout::
     <out>/tables/stages_<primary benchmark>.{tex,md}     a staged or piloted design: each stage's estimate
     <out>/tables/hyperparameters.{tex,md}            Table 5
     <out>/tables/ours_vs_paper.{tex,md}              ours vs the published numbers
+    <out>/tables/methods_<benchmark>.{tex,md}        the methods beyond the paper (config report.methods)
     <out>/figures/penalty_multiplier.{pdf,png}       Fig. 1 analogue
     <out>/figures/passk_curves.{pdf,png}             Fig. 2
     <out>/figures/passk_difference.{pdf,png}         ACE minus baseline against k, paired by seed
@@ -48,6 +49,7 @@ from acerl.report.aggregate import (
 )
 from acerl.report.frames import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
 from acerl.report.html import html_page
+from acerl.report.methods import methods_report_table, methods_table
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
 from acerl.report.power import power_frame
 from acerl.report.sequential import per_seed_frame, stage_frame
@@ -161,6 +163,30 @@ def _rows_over_seeds(
     return aggregate_seeds(runs[keep], ci=ci)
 
 
+def _methods_view(
+    w: _Writer, problems: pd.DataFrame, spec: ReportSpec, benchmarks: Sequence[str], ks: Sequence[int]
+) -> None:
+    """The methods-beyond-the-paper table (:mod:`acerl.report.methods`) on every benchmark, at the primary k,
+    when the config declares ``report.methods`` and every method of it has results."""
+    mc = spec.methods
+    if mc is None:
+        return
+    k = spec.primary[1] if spec.primary is not None else max(ks)
+    wanted = {mc.baseline, *([mc.reference] if mc.reference else []), *mc.methods}
+    for bench in benchmarks:
+        sub = problems[problems["benchmark"] == bench]
+        models = sorted(set(sub["model"]))
+        missing = sorted(wanted - set(sub["method"]))
+        if len(models) != 1 or missing:
+            log.info("skipping the methods table (%s): models %s, no results of %s", bench, models, missing)
+            continue
+        table = methods_table(problems, mc, bench, models[0], k)
+        w.table(
+            f"methods beyond the paper ({bench})",
+            partial(methods_report_table, table, mc, spec.names, bench, k),
+        )
+
+
 def render_all(
     out_dir: str | Path,
     *,
@@ -258,6 +284,7 @@ def render_all(
                 )
         if problems is not None:
             _per_seed_view(w, problems, spec)
+            _methods_view(w, problems, spec, benchmarks, ks)
         if spec.ablation is not None:
             ab = spec.ablation
             w.table(

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from acerl.config import MethodsComparison
 
 __all__ = [
     "DisplayNames",
@@ -115,6 +119,7 @@ class ReportSpec:
         pilot_seeds: seeds whose results were seen before the design (``report.pilot_seeds``): the per-seed
             view marks them and the stage table adds the estimate without them.
         stage1_seeds: a sequential design's first stage (``report.stage1_seeds``; ``None``: one stage).
+        methods: the comparison of methods beyond the paper (``report.methods``; ``None``: no such table).
     """
 
     names: DisplayNames = field(default_factory=DisplayNames)
@@ -133,6 +138,7 @@ class ReportSpec:
     equivalence_margin: float = 0.04
     pilot_seeds: tuple[int, ...] = ()
     stage1_seeds: int | None = None
+    methods: MethodsComparison | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comparisons", _frozen(self.comparisons))

@@ -125,6 +125,7 @@ def report_spec(cfg: Config) -> ReportSpec:
         equivalence_margin=cfg.report.equivalence_margin / 100.0,
         pilot_seeds=tuple(cfg.report.pilot_seeds),
         stage1_seeds=cfg.report.stage1_seeds,
+        methods=cfg.report.methods,
     )
 
 
