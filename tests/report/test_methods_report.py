@@ -162,15 +162,22 @@ def test_the_report_from_exported_data_is_the_report_from_the_study(study, tmp_p
         f"| {s}" for s in range(23, 51)
     ]
     counts = pd.read_csv(data / "counts.csv")
-    assert sorted(set(counts["benchmark"])) == ["synth_easy", "synth_hard"] and len(counts) == 2 * 7 * 28
+    assert sorted(set(counts["benchmark"])) == ["synth_easy"] and len(counts) == 7 * 28
     assert main([*args, "--data", str(data)]) == 0
     assert capsys.readouterr().out == from_study
     nsr = next(line for line in from_study.splitlines() if line.startswith("| NSR |"))
     assert "| keeps |" in nsr and "| 28 |" in nsr
     for key in ("ace/overconfident_frac_neg", "actor/entropy"):
         assert sum(key in line for line in from_study.splitlines()) == 6  # each method minus GRPO
-    assert main([*args, "--data", str(data), "--benchmark", "synth_hard"]) == 0
-    assert "Pass@32 on synth_hard" in capsys.readouterr().out
+    hard = tmp_path / "hard"
+    assert main([*args, "--root", str(study), "--benchmark", "synth_hard", "--export", str(hard)]) == 0
+    from_study = capsys.readouterr().out
+    assert "Pass@32 on synth_hard" in from_study and set(pd.read_csv(hard / "counts.csv")["benchmark"]) == {
+        "synth_hard"
+    }
+    assert main([*args, "--data", str(hard), "--benchmark", "synth_hard"]) == 0
+    assert capsys.readouterr().out == from_study
+    assert main([*args, "--data", str(data), "--benchmark", "synth_hard"]) == 3  # that folder is synth_easy's
 
 
 def test_a_folder_short_of_a_run_or_made_with_another_last_is_refused(study, tmp_path, capsys) -> None:

@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--last", type=int, default=None,
                     help="training steps averaged per run for the diagnostics (default 5; with --data, the file's)")  # fmt: skip
     ap.add_argument("--export", type=Path, default=None,
-                    help="also write the per-seed data of every benchmark (counts.csv, passk.csv, training.csv) "
+                    help="also write the report's per-seed data (counts.csv, passk.csv of --benchmark; training.csv) "
                     "to this folder")  # fmt: skip
     ap.add_argument("--data", type=Path, default=None,
                     help="read the per-seed data from a folder --export wrote (e.g. docs/results/methods) "
@@ -357,9 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             problems, training, last = data_inputs(args.data, cfg, bench, args.last, fix)
         else:
             last = 5 if args.last is None else args.last
-            benchmarks = list(cfg.evaluation.benchmarks) if args.export is not None else [bench]
             run_hint = "snakemake -c2 all " + " ".join(f"--configfile {c}" for c in args.config)
-            problems = load_passk_problems(study_files(args.root, cfg, benchmarks, run_hint))
+            problems = load_passk_problems(study_files(args.root, cfg, [bench], run_hint))
             metrics = training_files(args.root, cfg)
             training = last_steps_frame(metrics, last=last) if metrics else None
         report = render_report(problems, training, last, cfg, bench, args.figure, args.strip)
