@@ -1,7 +1,7 @@
 """``make paper-canary`` end to end on the local SLURM cluster: the canary's targets submitted through the
 installed ``slurm`` profile (one ACE-DAPO run, 2 steps, a checkpoint at each, asking SLURM for its GPUs with
 ``--gres`` as on a GPU cluster), trained by verl 0.9.1's own loop through the launcher inside the SLURM job
-(with the CPU stand-ins of ``tests/verl_backend/cpu_loop.py``: what a CPU cannot run), then ``acerl canary check``
+(with the CPU stand-ins of ``tests/fakes/verl_cpu_loop.py``: what a CPU cannot run), then ``acerl canary check``
 on the metrics that job wrote. The checks are the ones a user reads before the grid (docs/cluster.md, "Canary");
 every one must find its metric in the run's log under the name it looks for, and pass.
 """
@@ -37,8 +37,7 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
         raise RuntimeError("verl 0.9.1 and TransferQueue must be installed in CI (pip install -e .[verl])")
     pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "verl_backend"))
-import cpu_loop  # noqa: E402
+from fakes import verl_cpu_loop  # noqa: E402
 
 ACERL = Path(sys.executable).parent / "acerl"
 RUN_S = 1200  # the Snakemake run: verl data, then the 2-step training job (about 3-5 minutes on two cores)
@@ -61,15 +60,17 @@ def test_canary_trains_through_slurm_and_every_check_reads_its_metric(
     wf = copy_workflow(tmp_path / "wf")
     for folder in ("data", "models"):
         shutil.copytree(prepared_inputs / folder, wf / folder)
-    shutil.copy2(cpu_loop.write_overlay(tmp_path), wf / "config" / "verl_cpu.yaml")
+    shutil.copy2(verl_cpu_loop.write_overlay(tmp_path), wf / "config" / "verl_cpu.yaml")
     (wf / "config" / "canary_cpu.yaml").write_text(yaml.safe_dump(CANARY), encoding="utf-8")
     configs = ["config/test.yaml", "config/verl_cpu.yaml", "config/canary_cpu.yaml"]
     config_args = [a for c in configs for a in ("--config", c)]
     cfg = load_config([wf / "config" / "config.yaml", *(wf / c for c in configs)])
     (run,) = cfg.runs()
-    assert cfg.resources("train_policy", run.model).gpus == cpu_loop.RANKS
+    assert cfg.resources("train_policy", run.model).gpus == verl_cpu_loop.RANKS
 
-    env = snakemake_env(local_cluster.xdg_config_home, {**cpu_loop.cpu_env(tmp_path), "HF_HUB_OFFLINE": "1"})
+    env = snakemake_env(
+        local_cluster.xdg_config_home, {**verl_cpu_loop.cpu_env(tmp_path), "HF_HUB_OFFLINE": "1"}
+    )
     targets = run_bounded([str(ACERL), "canary", "targets", *config_args], cwd=wf, env=env, timeout_s=120)
     assert targets.returncode == 0, targets.stdout
     log = tmp_path / "snakemake.log"
@@ -84,7 +85,7 @@ def test_canary_trains_through_slurm_and_every_check_reads_its_metric(
     jobs = [j for j in slurm_jobs(local_cluster, run_id_of(proc.stdout)) if j.rule == "train_policy"]
     assert [j.state for j in jobs] == ["COMPLETED"], jobs
     detail = run_bounded(["scontrol", "show", "job", jobs[0].job_id], cwd=wf, env=env, timeout_s=30).stdout
-    assert f"TresPerNode=gres:gpu:{cpu_loop.RANKS}" in detail, detail
+    assert f"TresPerNode=gres:gpu:{verl_cpu_loop.RANKS}" in detail, detail
 
     check = run_bounded([str(ACERL), "canary", "check", *config_args], cwd=wf, env=env, timeout_s=120)
     lines = check.stdout.strip().splitlines()

@@ -1,7 +1,7 @@
 """verl 0.9.1's own trainer loop on CPU: the CI-scale study's four methods trained through ``acerl train`` ->
 the launcher -> ``python -m verl.trainer.main_ppo`` (V1 ``PPOTrainerSync.fit``, Ray, TransferQueue, the replay
 buffer, the reward loop, FSDP2 over two ranks, checkpoints, the file logger, the ACE plugin), with the CPU
-stand-ins of :mod:`cpu_loop` (a transformers rollout server behind verl's server interface, fake Ray GPUs).
+stand-ins of :mod:`fakes.verl_cpu_loop` (a transformers rollout server behind verl's server interface, fake Ray GPUs).
 
 One ``acerl train`` per method (3 steps each), so each run starts its own Ray (about 2-3 minutes each on two
 cores). docs/verl.md ("What has executed on CPU") lists what runs and what still needs a GPU cluster.
@@ -38,8 +38,7 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
         raise RuntimeError("verl 0.9.1 and TransferQueue must be installed in CI (pip install -e .[verl])")
     pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
 
-sys.path.insert(0, str(HERE))
-import cpu_loop  # noqa: E402
+from fakes import verl_cpu_loop  # noqa: E402
 
 
 def _acerl(
@@ -148,9 +147,9 @@ def study(tmp_path_factory, prepared_study: Path) -> Study:
     import shutil
 
     root = tmp_path_factory.mktemp("verl_cpu_loop")
-    cpu_loop.write_overlay(root)
+    verl_cpu_loop.write_overlay(root)
     s = Study(root)
-    env = {**os.environ, **cpu_loop.cpu_env(root), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, **verl_cpu_loop.cpu_env(root), "HF_HUB_OFFLINE": "1"}
     t0 = time.monotonic()
     shutil.copytree(prepared_study / "data", root / "data")
     shutil.copytree(prepared_study / "models" / "base", root / "models" / "base")
@@ -159,8 +158,8 @@ def study(tmp_path_factory, prepared_study: Path) -> Study:
         t0 = time.monotonic()
         menv = {
             **env,
-            cpu_loop.ROLLOUT_LOG_ENV: str(root / f"rollout_{method}.jsonl"),
-            cpu_loop.ADV_DUMP_ENV: str(root / f"adv_{method}"),
+            verl_cpu_loop.ROLLOUT_LOG_ENV: str(root / f"rollout_{method}.jsonl"),
+            verl_cpu_loop.ADV_DUMP_ENV: str(root / f"adv_{method}"),
         }
         args = [
             "train",
@@ -605,7 +604,7 @@ def test_dynamic_sampling_through_verls_replay_buffer(study: Study, method: str)
         # overlong penalty (at most 1) never flips
         correct = call["correct"] if "correct" in call else rewards > -0.5
         groups = as_group_ids(call["index"])
-        prompts, size = cpu_loop.PROMPTS_PER_STEP, cpu_loop.GROUP_SIZE
+        prompts, size = verl_cpu_loop.PROMPTS_PER_STEP, verl_cpu_loop.GROUP_SIZE
         assert groups.unique().numel() == prompts and rewards.numel() == prompts * size
         for g in groups.unique():
             verdicts = correct[groups == g]
@@ -630,7 +629,7 @@ def test_dynamic_sampling_cap_bounds_every_step(study: Study, method: str) -> No
     budgets = {(int(b), int(n) * int(g)) for b, n, g in caps}
     assert len(budgets) == 1 and all(b == n for b, n in budgets), budgets
     ((budget, _),) = budgets
-    group = cpu_loop.GROUP_SIZE
+    group = verl_cpu_loop.GROUP_SIZE
     for version, rollouts in _prompts_by_version(study.rollout_log(method)).items():
         assert len(rollouts) % group == 0 and len(rollouts) // group <= budget, (
             method,

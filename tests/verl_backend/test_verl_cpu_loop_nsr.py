@@ -1,4 +1,4 @@
-"""NSR through verl 0.9.1's own trainer loop on CPU (the stand-ins of :mod:`cpu_loop`): ``acerl train`` ->
+"""NSR through verl 0.9.1's own trainer loop on CPU (the stand-ins of :mod:`fakes.verl_cpu_loop`): ``acerl train`` ->
 ``main_ppo`` -> the ACE plugin's path for a registered estimator, 3 steps. Every step trains, and the
 advantages verl's actor received are NSR's (-1 on incorrect rollouts, 0 elsewhere: none positive)."""
 
@@ -25,8 +25,7 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
         raise RuntimeError("verl 0.9.1 and TransferQueue must be installed in CI (pip install -e .[verl])")
     pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
 
-sys.path.insert(0, str(HERE))
-import cpu_loop  # noqa: E402
+from fakes import verl_cpu_loop  # noqa: E402
 
 NSR = {
     "methods": {"nsr": {"display": "NSR", "family": "grpo", "estimator": {"name": "nsr"}}},
@@ -36,11 +35,11 @@ NSR = {
 
 def test_nsr_trains_three_steps_through_main_ppo(tmp_path: Path, prepared_study: Path) -> None:
     root = tmp_path
-    cpu_loop.write_overlay(root)
+    verl_cpu_loop.write_overlay(root)
     (root / "nsr.yaml").write_text(yaml.safe_dump(NSR))
     shutil.copytree(prepared_study / "data", root / "data")
     shutil.copytree(prepared_study / "models" / "base", root / "models" / "base")
-    env = {**os.environ, **cpu_loop.cpu_env(root), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, **verl_cpu_loop.cpu_env(root), "HF_HUB_OFFLINE": "1"}
     configs = [REPO / "config" / "test.yaml", root / "verl_cpu.yaml", root / "nsr.yaml"]
     cmd = [sys.executable, "-m", "acerl.cli", "train", *(a for c in configs for a in ("--config", str(c)))]
     cmd += ["--root", str(root), "--model", "tiny", "--method", "nsr", "--seed", "0"]

@@ -1,6 +1,6 @@
 """One verl 0.9.1 training step on CPU with verl's own components, for GRPO, DAPO, ACE-GRPO and ACE-DAPO.
 
-``cpu_step.py`` runs in a fresh process with the environment the launcher gives every Ray worker
+``tests/fakes/verl_cpu_step.py`` runs in a fresh process with the environment the launcher gives every Ray worker
 (``VERL_USE_EXTERNAL_MODULES`` naming the ACE plugin) plus this directory's CPU platform; it executes verl's
 ``RLHFDataset`` on the parquet ``prepare_verl_data`` writes (real MATH-500 problems), the agent-loop batch
 layout, verl's ``RewardLoopWorker`` with the reward manager the launcher selects (``dapo`` with overlong
@@ -44,7 +44,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def step(tmp_path_factory, shared_data: Path) -> Path:
-    """Run ``cpu_step.py`` once for every method."""
+    """Run ``verl_cpu_step.py`` once for every method."""
     import acerl
     from acerl.verl_backend import PLUGIN_MODULE
 
@@ -52,8 +52,8 @@ def step(tmp_path_factory, shared_data: Path) -> Path:
     src = Path(acerl.__file__).resolve().parents[1]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(src), str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "VERL_USE_EXTERNAL_MODULES": f"{PLUGIN_MODULE},cpu_platform",  # the launcher's plugin + the CPU platform
+        "PYTHONPATH": os.pathsep.join([str(src), str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+        "VERL_USE_EXTERNAL_MODULES": f"{PLUGIN_MODULE},fakes.verl_cpu_platform",  # the launcher's plugin + the CPU platform
         "VERL_PLATFORM": "cpu",
         "VERL_ENGINE_DEVICE": "cuda",  # selects verl's FSDP engine class; tensors stay on the CPU
         "MASTER_PORT": str(_free_port()),
@@ -63,7 +63,7 @@ def step(tmp_path_factory, shared_data: Path) -> Path:
     repo = HERE.parents[1]
     cmd = [
         sys.executable,
-        str(HERE / "cpu_step.py"),
+        str(HERE.parent / "fakes" / "verl_cpu_step.py"),
         str(work),
         str(shared_data),
         str(repo),

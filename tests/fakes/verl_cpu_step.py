@@ -1,8 +1,8 @@
 """Test infrastructure: one verl 0.9.1 training step on CPU with verl's own components, for each method.
 
-Run in a fresh process by ``test_verl_cpu_step.py`` (``python cpu_step.py WORKDIR``) with the environment a
+Run in a fresh process by ``test_verl_cpu_step.py`` (``python verl_cpu_step.py WORKDIR``) with the environment a
 Ray worker of the launcher gets (``VERL_USE_EXTERNAL_MODULES`` naming the ACE plugin, plus this directory's
-CPU platform, :mod:`cpu_platform`). For each of GRPO, DAPO, ACE-GRPO and ACE-DAPO it takes the launcher's
+CPU platform, :mod:`fakes.verl_cpu_platform`). For each of GRPO, DAPO, ACE-GRPO and ACE-DAPO it takes the launcher's
 Hydra overrides for a paper run (``verl_overrides``), points them at a tiny Llama and CPU-sized batches, and
 runs what the V1 trainer runs in one step (``verl/trainer/ppo/v1/trainer_base.py:_step_once``):
 
@@ -489,9 +489,8 @@ def run_method(
 
 
 def main(argv: list[str]) -> None:
-    from cpu_platform import init_gloo_process_group, unpin_fsdp2_offload
-
     from acerl.config import load_config
+    from fakes.verl_cpu_platform import init_gloo_process_group, unpin_fsdp2_offload
 
     work, shared, repo = Path(argv[0]), Path(argv[1]), Path(argv[2])
     methods = argv[3].split(",") if len(argv) > 3 else list(METHODS)

@@ -1,7 +1,7 @@
 """Test infrastructure: a CPU "accelerator" for verl 0.9.1, so verl's own FSDP worker runs on this machine.
 
 Never on the GPU path: it is loaded only by the CPU-step tests, through verl's own plugin hooks:
-``VERL_USE_EXTERNAL_MODULES=...,cpu_platform`` imports this module when verl is imported (it registers
+``VERL_USE_EXTERNAL_MODULES=...,fakes.verl_cpu_platform`` imports this module when verl is imported (it registers
 :class:`PlatformCPU` with ``PlatformRegistry.register(platform="cpu")``) and ``VERL_PLATFORM=cpu`` selects it.
 verl reads the device name when ``verl.workers.engine`` is imported, so both must be set before that.
 
@@ -205,7 +205,7 @@ def unpin_cpu_offload_class() -> None:
 
 
 def install_loop_hooks() -> None:
-    """Everything the trainer loop's processes need on this platform (called at import by :mod:`cpu_rollout`,
+    """Everything the trainer loop's processes need on this platform (called at import by :mod:`fakes.verl_cpu_rollout`,
     in every process that imports verl when ``VERL_PLATFORM=cpu``)."""
     if os.environ.get("VERL_PLATFORM", "").strip().lower() != PLATFORM_NAME:
         return

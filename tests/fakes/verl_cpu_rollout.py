@@ -34,16 +34,16 @@ import time
 from collections import defaultdict
 from typing import Any
 
-import cpu_loop
-import cpu_platform
 import ray
 import torch
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
+from fakes import verl_cpu_loop, verl_cpu_platform
+
 ROLLOUT_NAME = "cpu_hf"
-LOG_ENV = cpu_loop.ROLLOUT_LOG_ENV
-ADV_DUMP_ENV = cpu_loop.ADV_DUMP_ENV
+LOG_ENV = verl_cpu_loop.ROLLOUT_LOG_ENV
+ADV_DUMP_ENV = verl_cpu_loop.ADV_DUMP_ENV
 SERVER_PREFIX = "acerl_cpu_rollout_server"
 
 
@@ -363,5 +363,5 @@ def register() -> None:
 
 
 register()
-cpu_platform.install_loop_hooks()
+verl_cpu_platform.install_loop_hooks()
 record_advantages()

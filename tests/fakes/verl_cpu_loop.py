@@ -4,9 +4,9 @@ The product path is unchanged: ``acerl train`` -> :func:`acerl.verl_backend.laun
 ``python -m verl.trainer.main_ppo`` (V1 trainer, Ray, TransferQueue, the ACE plugin). What a CPU needs comes
 in through the launcher's two site hooks, exactly as a cluster's site knobs would:
 
-- ``ACERL_VERL_EXTRA_MODULES=cpu_platform,cpu_rollout``: a CPU "accelerator" platform
-  (:mod:`cpu_platform`) and a transformers rollout server behind verl's server interface
-  (:mod:`cpu_rollout`), imported by verl in every process beside the ACE plugin;
+- ``ACERL_VERL_EXTRA_MODULES=fakes.verl_cpu_platform,fakes.verl_cpu_rollout``: a CPU "accelerator" platform
+  (:mod:`fakes.verl_cpu_platform`) and a transformers rollout server behind verl's server interface
+  (:mod:`fakes.verl_cpu_rollout`), imported by verl in every process beside the ACE plugin;
 - ``ACERL_VERL_EXTRA_OVERRIDES``: the file :func:`cpu_overrides` writes (fake Ray GPUs, fp32 mixed precision
   with the launcher's own FSDP2 strategy, the ``cpu_hf`` rollout, one TransferQueue storage unit, one agent-loop /
   reward worker).
@@ -17,16 +17,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+TESTS = Path(__file__).resolve().parents[1]  # on PYTHONPATH in verl's processes: the `fakes` package
+REPO = TESTS.parent
 RANKS = 2  # FSDP ranks (fake Ray GPUs)
 GROUP_SIZE = 8  # rollouts per prompt (the overlay's group_size)
 PROMPTS_PER_STEP = 8  # groups per training step (the overlay's prompts_per_step)
-ROLLOUT_LOG_ENV = "ACERL_CPU_ROLLOUT_LOG"  # cpu_rollout's record of weight loads and generations
-ADV_DUMP_ENV = "ACERL_CPU_ADV_DUMP"  # cpu_rollout's record of every advantage computation
+ROLLOUT_LOG_ENV = "ACERL_CPU_ROLLOUT_LOG"  # verl_cpu_rollout's record of weight loads and generations
+ADV_DUMP_ENV = "ACERL_CPU_ADV_DUMP"  # verl_cpu_rollout's record of every advantage computation
 
 OVERLAY = f"""\
-# CPU verl overlay (tests/verl_backend/cpu_loop.py): the CI-scale study trained by verl's main_ppo
+# CPU verl overlay (tests/fakes/verl_cpu_loop.py): the CI-scale study trained by verl's main_ppo
 compute:
   backend: verl
   keep_verl_checkpoints: true  # the tests read the checkpoints after the export
@@ -65,7 +65,7 @@ def cpu_overrides() -> list[str]:
         f"ray_kwargs.ray_init.num_cpus={4 * RANKS + 4}",
         f"{env}.VERL_PLATFORM=cpu",
         f"{env}.VERL_ENGINE_DEVICE=cuda",
-        f"{env}.PYTHONPATH={HERE}{os.pathsep}{REPO / 'src'}",
+        f"{env}.PYTHONPATH={TESTS}{os.pathsep}{REPO / 'src'}",
         # Ray's web dashboard (and its agent's HTTP side) serves nobody here: two processes fewer per run
         "+ray_kwargs.ray_init.include_dashboard=False",
         f"+{a}.fsdp_config.mixed_precision={fp32}",
@@ -84,9 +84,9 @@ def cpu_env(work: Path) -> dict[str, str]:
     overrides = work / "verl_cpu_overrides.txt"
     lines = [*cpu_overrides(), f"hydra.run.dir={work / 'hydra'}"]  # not outputs/ in the checkout
     overrides.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    pythonpath = os.pathsep.join([str(HERE), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    pythonpath = os.pathsep.join([str(TESTS), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
     return {
-        "ACERL_VERL_EXTRA_MODULES": "cpu_platform,cpu_rollout",
+        "ACERL_VERL_EXTRA_MODULES": "fakes.verl_cpu_platform,fakes.verl_cpu_rollout",
         "ACERL_VERL_EXTRA_OVERRIDES": str(overrides),
         "VERL_PLATFORM": "cpu",
         "VERL_ENGINE_DEVICE": "cuda",
