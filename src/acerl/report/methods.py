@@ -8,8 +8,8 @@ The statistics are the project's own (:func:`acerl.evaluate.stats.mean_ci`, :fun
 them for the declared comparison (docs/results.md, "Methods beyond the paper").
 
     acerl report methods --config config/methods.yaml [--root .] [--figure results/methods_passk.png]
-    acerl report methods --config config/methods.yaml --export docs/results/methods     # the per-seed data
-    acerl report methods --config config/methods.yaml --data docs/results/methods       # the report from them
+    acerl report methods --config config/methods.yaml --export docs/results/methods/synth_easy  # per-seed data
+    acerl report methods --config config/methods.yaml --data docs/results/methods/synth_easy    # the report
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from acerl.report.table_format import Cell, Row, Table, p_parts, to_markdown
 from acerl.report.training import last_steps_frame, paired_diagnostics, read_last_steps_csv
 
 __all__ = [
+    "references",
+    "compared_methods",
     "comparison_runs",
     "methods_curves",
     "methods_table",
@@ -51,6 +53,16 @@ __all__ = [
 ]
 
 
+def references(mc: MethodsComparison) -> list[str]:
+    """What each method is compared with: the baseline, then the reference where there is one."""
+    return [mc.baseline, *([mc.reference] if mc.reference else [])]
+
+
+def compared_methods(mc: MethodsComparison) -> list[str]:
+    """Every method the comparison reads, references first, each once."""
+    return list(dict.fromkeys([*references(mc), *mc.methods]))
+
+
 def comparison_runs(cfg: Config) -> tuple[MethodsComparison, str, list[str], list[int]]:
     """The declared comparison, its model (the main grid's one), every method it reads and its seeds."""
     mc = cfg.report.methods
@@ -59,8 +71,7 @@ def comparison_runs(cfg: Config) -> tuple[MethodsComparison, str, list[str], lis
     models = cfg.study.main.models
     if len(models) != 1:
         raise ConfigError(f"report.methods compares on one model; study.main.models has {models}")
-    methods = [mc.baseline, *([mc.reference] if mc.reference else []), *mc.methods]
-    return mc, models[0], list(dict.fromkeys(methods)), list(mc.seeds or cfg.study.main.seeds)
+    return mc, models[0], compared_methods(mc), list(mc.seeds or cfg.study.main.seeds)
 
 
 def _per_seed_passk(problems: pd.DataFrame, bench: str, model: str, method: str, k: int) -> pd.Series:
@@ -77,14 +88,14 @@ def methods_table(
     method minus ``r``, paired by seed), ``lo_<r>``/``hi_<r>`` (its ``1 - alpha`` t interval), ``p_<r>``,
     ``holm_<r>`` (Holm over ``mc.methods``), ``mde_<r>`` (power 0.8), and ``expected`` (the declared direction)."""
     alpha = mc.alpha if alpha is None else alpha
-    order = list(dict.fromkeys([mc.baseline, *([mc.reference] if mc.reference else []), *mc.methods]))
+    order = compared_methods(mc)
     per_seed = {m: _per_seed_passk(problems, bench, model, m, k) for m in order}
     rows = []
     for m in order:
         ci = mean_ci(per_seed[m].to_numpy())
         rows.append({"method": m, "n_seeds": ci.n, "passk": ci.mean, "ci": ci.half_width})
     table = pd.DataFrame(rows).set_index("method")
-    for ref in [mc.baseline, *([mc.reference] if mc.reference else [])]:
+    for ref in references(mc):
         for m in order:
             if m == ref:
                 continue
@@ -125,7 +136,7 @@ def methods_report_table(
     """The "methods beyond the paper" table (:func:`methods_table`'s rows) as a report table: Pass@k with its t
     half-width, then for GRPO and ACE-GRPO each the difference with its interval, Holm p and MDE, and the
     declared direction. ``acerl report methods`` prints it; the study report writes it (``methods_<bench>``)."""
-    refs = [mc.baseline, *([mc.reference] if mc.reference else [])]
+    refs = references(mc)
     level = round(100 * (1 - mc.alpha))
     header = ["Method", "Seeds", f"Pass@{k}"]
     for r in refs:
@@ -188,6 +199,12 @@ def _figure(curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Pat
     plt.close(fig)
 
 
+TRAINING_CSV = "training.csv"
+"""The training diagnostics' file in an ``--export`` folder (beside ``counts.csv`` and ``passk.csv``)."""
+DEFAULT_LAST = 5
+"""Training steps averaged per run for the diagnostics, unless ``--last`` or an exported file says otherwise."""
+
+
 def study_files(root: Path, cfg: Config, benchmarks: Sequence[str], run_hint: str) -> list[Path]:
     """The Pass@k files of every run of the comparison on ``benchmarks``; ``run_hint`` is the command that
     runs the study (for the error).
@@ -226,10 +243,6 @@ def export_data(
     return out
 
 
-TRAINING_CSV = "training.csv"
-"""The training diagnostics' file in an ``--export`` folder (beside ``counts.csv`` and ``passk.csv``)."""
-
-
 def data_inputs(
     directory: Path, cfg: Config, bench: str, last: int | None, fix: str
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, int]:
@@ -258,7 +271,7 @@ def data_inputs(
         )
     training_csv = directory / TRAINING_CSV
     if not training_csv.is_file():
-        return problems, None, 5 if last is None else last
+        return problems, None, DEFAULT_LAST if last is None else last
     frame, file_last = read_last_steps_csv(training_csv)
     if last is not None and last != file_last:
         raise BadInputError(f"{training_csv}: made with --last {file_last}, not {last}; drop --last")
@@ -277,8 +290,9 @@ def render_report(
     """The whole report (Markdown): the table at the primary k, Pass@k per method at every k, every seed's
     difference from the baseline, and the training diagnostics of each method minus the baseline; with
     ``figure``, the Pass@k curves drawn there; with ``strip``, every seed's difference."""
-    mc, model, methods, _ = comparison_runs(cfg)
+    mc, model, methods, seeds = comparison_runs(cfg)
     k = cfg.report.primary.k or max(cfg.evaluation.ks)
+    against_baseline = {m: mc.baseline for m in methods if m != mc.baseline}
     displays = {m: cfg.methods[m].display for m in methods}
     table = methods_table(problems, mc, bench, model, k)
     out = [f"## Methods beyond the paper: Pass@{k} on {bench}, {model}, paired by seed\n"]
@@ -293,13 +307,11 @@ def render_report(
     for m in methods:
         cells = [f"{_fmt(wide.loc[m, k_])} ± {_fmt(half.loc[m, k_])}" for k_ in wide.columns]
         out.append(f"| {displays[m]} | " + " | ".join(cells) + " |")
-    per_seed = per_seed_frame(
-        problems, {m: mc.baseline for m in methods if m != mc.baseline}, bench, k, stage1=len(problems)
-    )
+    per_seed = per_seed_frame(problems, against_baseline, bench, k, stage1=len(seeds))  # one stage
     out.append(f"\n## Every seed: each method minus {displays[mc.baseline]}, Pass@{k} on {bench} (points)\n")
     out.append(render_every_seed(per_seed, displays))
     if training is not None and not training.empty:
-        diag = paired_diagnostics(training, {m: mc.baseline for m in methods if m != mc.baseline})
+        diag = paired_diagnostics(training, against_baseline)
         out.append(
             f"\n## Training diagnostics, each method minus {displays[mc.baseline]} (mean of each run's last "
             f"{last} steps; paired by seed, 95% t interval, p Holm-adjusted over the table)\n"
@@ -343,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also write the report's per-seed data (counts.csv, passk.csv of --benchmark; training.csv) "
                     "to this folder")  # fmt: skip
     ap.add_argument("--data", type=Path, default=None,
-                    help="read the per-seed data from a folder --export wrote (e.g. docs/results/methods) "
+                    help="read the per-seed data from a folder --export wrote (e.g. docs/results/methods/synth_easy) "
                     "instead of the study's folder")  # fmt: skip
     args = ap.parse_args(argv)
     if args.data is not None and args.export is not None:
@@ -356,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             fix = f"acerl report methods {configs} --root <the study's folder> --export {args.data}"
             problems, training, last = data_inputs(args.data, cfg, bench, args.last, fix)
         else:
-            last = 5 if args.last is None else args.last
+            last = DEFAULT_LAST if args.last is None else args.last
             run_hint = "snakemake -c2 all " + " ".join(f"--configfile {c}" for c in args.config)
             problems = load_passk_problems(study_files(args.root, cfg, [bench], run_hint))
             metrics = training_files(args.root, cfg)

@@ -49,7 +49,7 @@ from acerl.report.aggregate import (
 )
 from acerl.report.frames import Diagnostics, load_diagnostics, load_passk_problems, load_passk_records
 from acerl.report.html import html_page
-from acerl.report.methods import methods_report_table, methods_table
+from acerl.report.methods import compared_methods, methods_report_table, methods_table
 from acerl.report.paper import load_paper_hyperparameters, load_paper_results, paper_spec
 from acerl.report.power import power_frame
 from acerl.report.sequential import per_seed_frame, stage_frame
@@ -172,7 +172,7 @@ def _methods_view(
     if mc is None:
         return
     k = spec.primary[1] if spec.primary is not None else max(ks)
-    wanted = {mc.baseline, *([mc.reference] if mc.reference else []), *mc.methods}
+    wanted = set(compared_methods(mc))
     for bench in benchmarks:
         sub = problems[problems["benchmark"] == bench]
         models = sorted(set(sub["model"]))
