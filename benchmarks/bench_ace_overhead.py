@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from acerl.algos import ADVANTAGE_ESTIMATORS, ace_estimator, ace_metrics, grpo_advantages
-from acerl.io import write_text
+from acerl.pipeline.io import write_text
 
 logger = logging.getLogger(__name__)
 

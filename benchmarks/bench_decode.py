@@ -37,7 +37,7 @@ MAX_NEW = 64
 def prompts(count: int) -> list[str]:
     """Rendered training prompts of the synthetic task (the pipeline's own data generator, seed 0)."""
     from acerl.data.synthetic import write_splits
-    from acerl.io import read_jsonl
+    from acerl.pipeline.io import read_jsonl
     from acerl.prompts import build_prompt
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +57,7 @@ def main() -> None:
     from acerl.generate.rollout import sample_batch
     from acerl.models.tiny import TinyModelConfig, build_tiny_model
     from acerl.models.tokenizer import build_char_tokenizer
-    from acerl.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch
 
     configure_torch(1)
     tok = build_char_tokenizer()

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from acerl.io import write_text
+from acerl.pipeline.io import write_text
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from acerl.grading import Grader, Verdict
 from acerl.grading.fastpath import simple_number
-from acerl.io import write_text
+from acerl.pipeline.io import write_text
 
 logger = logging.getLogger(__name__)
 

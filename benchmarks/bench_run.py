@@ -137,7 +137,7 @@ VARIANTS = {
     "system-malloc": {"ACERL_LEAN_MODEL": "1", "ACERL_MALLOC": "system"},
 }
 """A run spec's variant -> the environment its jobs get: the model loader (``acerl.models.loading``) and the C
-allocator's settings (``acerl.allocator``; commits before it ignore the variable)."""
+allocator's settings (``acerl.pipeline.allocator``; commits before it ignore the variable)."""
 
 
 def parse_spec(spec: str) -> tuple[str, str]:

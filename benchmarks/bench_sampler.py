@@ -56,7 +56,7 @@ def main() -> None:
     from acerl.generate import make_sampler
     from acerl.models.tiny import TinyModelConfig, build_tiny_model
     from acerl.models.tokenizer import build_char_tokenizer
-    from acerl.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch
 
     configure_torch(args.threads)
     batch = prompts(PROMPTS)

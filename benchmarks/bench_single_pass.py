@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the report here")
     args = ap.parse_args()
 
-    from acerl.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch
 
     configure_torch(1)
     times: dict[str, list[float]] = {arm: [] for arm in ARMS}

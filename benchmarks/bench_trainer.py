@@ -45,10 +45,10 @@ OVERRIDES = [
 
 def make_root(root: Path, train_size: int = 2048) -> int:
     """Synthetic training set and a random-init tiny base model under ``root``; returns the parameter count."""
-    from acerl import paths
     from acerl.data.synthetic import write_splits
     from acerl.models.tiny import TinyModelConfig, build_tiny_model, count_parameters
     from acerl.models.tokenizer import build_char_tokenizer
+    from acerl.pipeline import paths
 
     sizes = {"synth_easy": 0, "synth_hard": 0, "heldout": 0, "sft": 0, "train": train_size}
     write_splits(root / "data", seed=0, sizes=sizes)
@@ -174,9 +174,9 @@ def bench_trl(
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from acerl import paths
     from acerl.grading import Grader
-    from acerl.io import read_jsonl
+    from acerl.pipeline import paths
+    from acerl.pipeline.io import read_jsonl
     from acerl.prompts import build_prompt
 
     rows = read_jsonl(paths.data_file(root, "train"))
@@ -370,7 +370,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="markdown report to write")
     args = parser.parse_args()
-    from acerl.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch
 
     configure_torch(1)  # as every pipeline job: one thread, denormals flushed (for TRL too: same process)
     import logging

@@ -56,10 +56,10 @@ def make_qwen_root(root: Path, size: str, train_size: int = 2048) -> int:
     the parameter count."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from acerl import paths
     from acerl.data.synthetic import write_splits
     from acerl.models.tiny import count_parameters
     from acerl.models.tokenizer import build_char_tokenizer
+    from acerl.pipeline import paths
 
     sizes = {"synth_easy": 0, "synth_hard": 0, "heldout": 0, "sft": 0, "train": train_size}
     write_splits(root / "data", seed=0, sizes=sizes)
@@ -214,7 +214,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="markdown report to write")
     args = parser.parse_args()
-    from acerl.runtime import configure_torch, resolve_device
+    from acerl.pipeline.runtime import configure_torch, resolve_device
 
     args.device = resolve_device(args.device)
     if args.size == "0.5b" and args.device == "cpu":

@@ -92,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     ks = [int(k) for k in args.buckets.split(",")]
 
-    from acerl.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch
 
     configure_torch(1)
     with tempfile.TemporaryDirectory(prefix="acerl-bench-buckets-") as tmp:

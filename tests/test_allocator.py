@@ -1,4 +1,4 @@
-"""The C allocator's settings of a job (acerl.allocator): 16 MiB blocks come from the heap once tuned."""
+"""The C allocator's settings of a job (acerl.pipeline.allocator): 16 MiB blocks come from the heap once tuned."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from acerl.allocator import _libc
+from acerl.pipeline.allocator import _libc
 
 # In a fresh interpreter: tune (or not), then malloc a 16 MiB block and read glibc's count of mmapped blocks
 # (mallinfo2().hblks) before and after, and whether the CLI entry point tuned too.
 PROBE = """
 import ctypes, json, os, sys
-from acerl.allocator import tune_allocator
+from acerl.pipeline.allocator import tune_allocator
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in

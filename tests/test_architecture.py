@@ -16,21 +16,35 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "acerl"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # ground floor: no project imports but errors (acerl itself holds only __version__; seeds: the random streams;
-    # commands: the module commands of the CLI, whose python -m aliases every module's __main__ guard runs)
-    ("acerl", "acerl.errors", "acerl.seeds", "acerl.stage_versions", "acerl.commands"),
+    # ground floor: no project imports but errors (acerl itself holds only __version__, acerl.pipeline only its
+    # docstring: each of its modules has a layer of its own; seeds: the random streams; commands: the module
+    # commands of the CLI, whose python -m aliases every module's __main__ guard runs)
+    (
+        "acerl",
+        "acerl.pipeline",
+        "acerl.errors",
+        "acerl.pipeline.seeds",
+        "acerl.stage_versions",
+        "acerl.commands",
+    ),
     # files, the Pass@k estimator, prompt templates, the typed settings of the parts above the config that it nests
     # (the tiny architecture, its SFT, the synthetic task); the C allocator settings of a job
-    ("acerl.io", "acerl.passk", "acerl.prompts", "acerl.config.sections", "acerl.allocator"),
+    (
+        "acerl.pipeline.io",
+        "acerl.passk",
+        "acerl.prompts",
+        "acerl.config.sections",
+        "acerl.pipeline.allocator",
+    ),
     # the result records (pydantic), written by the steps and read by the report; what made them (software stamps)
-    ("acerl.records", "acerl.provenance"),
+    ("acerl.pipeline.records", "acerl.pipeline.provenance"),
     ("acerl.config",),
     # the one resolved run (acerl.config.settings.resolve)
     ("acerl.config.settings",),
     # what the config derives: paths, torch/device settings; the SLURM profile check; AdamW and its LR schedules
-    ("acerl.paths", "acerl.runtime", "acerl.cluster", "acerl.optim"),
-    # the stage table (its jobs' files come from acerl.paths)
-    ("acerl.stages",),
+    ("acerl.pipeline.paths", "acerl.pipeline.runtime", "acerl.pipeline.cluster", "acerl.optim"),
+    # the stage table (its jobs' files come from acerl.pipeline.paths)
+    ("acerl.pipeline.stages",),
     # the pure parts: algorithms, grading, datasets, base models
     ("acerl.algos", "acerl.grading", "acerl.data", "acerl.models"),
     ("acerl.generate",),
@@ -130,19 +144,26 @@ def test_imports_only_run_downward():
 
 def test_the_import_reader_sees_lazy_relative_and_package_imports(tmp_path):
     pkg = tmp_path / PACKAGE
-    (pkg / "report").mkdir(parents=True)
+    for folder in ("report", "pipeline"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "paths.py").write_text("")
-    (pkg / "report" / "__init__.py").write_text("")
+    (pkg / "pipeline" / "paths.py").write_text("")
     (pkg / "report" / "io.py").write_text("")
-    (pkg / "io.py").write_text(
-        "def f():\n    from acerl import paths\n    from .report import io\n    import acerl.config\n"
+    (pkg / "pipeline" / "io.py").write_text(
+        "def f():\n    from acerl.pipeline import paths\n    from ..report import io\n    import acerl.config\n"
     )
     known = set(modules(tmp_path))
-    got = imported_modules("acerl.io", pkg / "io.py", known)
-    assert got == {"acerl", "acerl.paths", "acerl.report", "acerl.report.io", "acerl.config"}
-    assert layer_of("acerl.report.io")[0] > layer_of("acerl.io")[0]
-    assert any("acerl.io (layer 1) imports acerl.report" in b for b in upward_imports(tmp_path))
+    got = imported_modules("acerl.pipeline.io", pkg / "pipeline" / "io.py", known)
+    assert got == {
+        "acerl.pipeline",
+        "acerl.pipeline.paths",
+        "acerl.report",
+        "acerl.report.io",
+        "acerl.config",
+    }
+    assert layer_of("acerl.report.io")[0] > layer_of("acerl.pipeline.io")[0]
+    assert any("acerl.pipeline.io (layer 1) imports acerl.report" in b for b in upward_imports(tmp_path))
 
 
 def oversized(src: Path = SRC) -> list[str]:

@@ -16,11 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from acerl import paths
 from acerl.cli import UNGUARDED_SCRIPT, config_files, main, reimported_in_a_worker
 from acerl.config import Run, load_config
 from acerl.errors import BadInputError, MissingInputError, SourceUnavailableError
-from acerl.io import write_jsonl
+from acerl.pipeline import paths
+from acerl.pipeline.io import write_jsonl
 from acerl.train.__main__ import main as train_module_main
 
 REPO = Path(__file__).resolve().parents[1]

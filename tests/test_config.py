@@ -263,7 +263,7 @@ def test_power_study_config_reuses_the_default_runs_and_declares_its_endpoint(tm
     """config/power.yaml: the main grid only, one benchmark, the primary endpoint declared; its train and sample
     jobs have the default study's params (so a default study's runs are reused), except the training of the
     default's diagnosed runs, which also saves the diagnostics' checkpoints."""
-    from acerl.stages import Job, param_values
+    from acerl.pipeline.stages import Job, param_values
 
     default = load_config(REPO / "config" / "config.yaml")
     power = load_config([REPO / "config" / "config.yaml", REPO / "config" / "power.yaml"])

@@ -12,7 +12,7 @@ import pytest
 from acerl.config import ConfigError, load_config
 from acerl.config.sections import SFTConfig, SyntheticParams, TinyModelConfig
 from acerl.data.synthetic import write_splits
-from acerl.io import read_jsonl
+from acerl.pipeline.io import read_jsonl
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 

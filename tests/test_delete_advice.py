@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from support.study import VENV_BIN, run_bounded, snakemake_env, tail
 
-from acerl import paths
 from acerl.config import Run
-from acerl.io import read_jsonl
 from acerl.models.lean import WEIGHTS
-from acerl.stages import PARAMS_RECORD
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl
+from acerl.pipeline.stages import PARAMS_RECORD
 from acerl.train.checkpoint import MODEL_FILE
 
 pytestmark = pytest.mark.slow

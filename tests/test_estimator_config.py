@@ -127,7 +127,7 @@ def test_verl_refuses_a_grpo_eps_its_builtin_does_not_use() -> None:
 def test_snakemake_params_of_a_training_job_are_its_run_spec() -> None:
     """Snakemake reruns a job whose recorded params changed: a training job records its resolved run spec (what
     ``run_spec.json`` holds), so Snakemake reruns a run exactly when its spec changes."""
-    from acerl.stages import Job, param_values
+    from acerl.pipeline.stages import Job, param_values
 
     cfg = load_config(DEFAULT)
     for method in ("grpo", "ace_grpo", "ace_grpo-alpha0.5"):

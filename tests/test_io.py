@@ -1,4 +1,4 @@
-"""acerl.io: atomic (fsync'd) writes of every kind, JSON Lines round trips, and read errors that name the file,
+"""acerl.pipeline.io: atomic (fsync'd) writes of every kind, JSON Lines round trips, and read errors that name the file,
 line and key."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import acerl.io
-from acerl.io import (
+import acerl.pipeline.io
+from acerl.pipeline.io import (
     DataFormatError,
     atomic_dir,
     atomic_path,
@@ -156,7 +156,7 @@ def test_every_writer_fsyncs_the_data_then_the_folder(tmp_path, monkeypatch, kin
         synced.append(os.fstat(fd).st_ino)
         real_fsync(fd)
 
-    monkeypatch.setattr(acerl.io.os, "fsync", recording_fsync)
+    monkeypatch.setattr(acerl.pipeline.io.os, "fsync", recording_fsync)
     target = tmp_path / "sub" / name
     write(target)
     files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
@@ -170,7 +170,11 @@ def test_atomic_path_keeps_the_suffix_and_cleans_up_on_error(tmp_path):
     target = tmp_path / "fig.pdf"
     target.write_text("old")
     with pytest.raises(RuntimeError), atomic_path(target) as tmp:
-        assert tmp.parent == tmp_path and tmp.suffix == ".pdf" and tmp.name.startswith(acerl.io.TMP_PREFIX)
+        assert (
+            tmp.parent == tmp_path
+            and tmp.suffix == ".pdf"
+            and tmp.name.startswith(acerl.pipeline.io.TMP_PREFIX)
+        )
         tmp.write_text("half")
         raise RuntimeError("killed")
     assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]

@@ -1,4 +1,4 @@
-"""Every artifact path is derived in :mod:`acerl.paths`: the stage table's declared files are ``acerl.paths``
+"""Every artifact path is derived in :mod:`acerl.pipeline.paths`: the stage table's declared files are ``acerl.pipeline.paths``
 results, and no other module builds a path in a run folder or next to a ``paths`` file by hand."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from acerl import paths
 from acerl.config import Config, load_config
-from acerl.stages import ROOT, Job, job_inputs, job_outputs, study_jobs
+from acerl.pipeline import paths
+from acerl.pipeline.stages import ROOT, Job, job_inputs, job_outputs, study_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -22,7 +22,7 @@ GRIDS = {
     "paper": (("config/config.yaml", "config/paper.yaml"), ()),
 }
 FOLDER_BUILDERS = {"run_dir", "results_dir"}
-"""``acerl.paths`` functions whose folder other modules must not extend with a literal name (the layout's)."""
+"""``acerl.pipeline.paths`` functions whose folder other modules must not extend with a literal name (the layout's)."""
 SIBLING_METHODS = {"with_name", "with_suffix", "with_stem"}
 
 
@@ -35,7 +35,7 @@ def _path_functions() -> dict[str, object]:
 
 
 def _calls(cfg: Config, job: Job) -> Iterator[Path]:
-    """Every ``acerl.paths`` result for ``job``'s own model, run and benchmark and the config's splits."""
+    """Every ``acerl.pipeline.paths`` result for ``job``'s own model, run and benchmark and the config's splits."""
     values = {
         "root": [ROOT],
         "model": [job.model] if job.model else list(cfg.models),
@@ -67,7 +67,7 @@ def test_the_stage_tables_files_are_acerl_paths(grid: str) -> None:
         for value in job_inputs(cfg, job).values():
             declared += [value] if isinstance(value, str) else list(value)
         stray = [p for p in declared if p not in known and p not in from_config]
-        assert not stray, f"{job}: files not built by acerl.paths: {stray}"
+        assert not stray, f"{job}: files not built by acerl.pipeline.paths: {stray}"
 
 
 def test_verl_data_is_declared_by_its_writer_and_its_reader() -> None:
@@ -83,7 +83,7 @@ def test_verl_data_is_declared_by_its_writer_and_its_reader() -> None:
 
 # ------------------------------------------------------------------------------------ hand-built paths
 def _paths_call(node: ast.AST, local: set[str]) -> str | None:
-    """The ``acerl.paths`` function ``node`` calls (``paths.f(...)`` or ``f(...)`` imported from it)."""
+    """The ``acerl.pipeline.paths`` function ``node`` calls (``paths.f(...)`` or ``f(...)`` imported from it)."""
     if not isinstance(node, ast.Call):
         return None
     f = node.func
@@ -104,12 +104,12 @@ def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
 
 def hand_built_paths(source: str, name: str = "<module>") -> list[str]:
     """``paths.run_dir(...) / "name"`` and ``paths.f(...).with_name(...)`` in ``source`` (also through a variable
-    assigned in the same function): a layout path typed outside :mod:`acerl.paths`."""
+    assigned in the same function): a layout path typed outside :mod:`acerl.pipeline.paths`."""
     tree = ast.parse(source)
     local = {
         a.asname or a.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "acerl.paths"
+        if isinstance(node, ast.ImportFrom) and node.module == "acerl.pipeline.paths"
         for a in node.names
     }
     bad: list[str] = []
@@ -152,7 +152,7 @@ def test_no_module_builds_a_layout_path_by_hand() -> None:
         if path == SRC / "acerl" / "paths.py":
             continue
         bad += hand_built_paths(path.read_text(encoding="utf-8"), str(path.relative_to(SRC)))
-    assert not bad, "paths built outside acerl.paths (add a function there):\n" + "\n".join(bad)
+    assert not bad, "paths built outside acerl.pipeline.paths (add a function there):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ def test_no_module_builds_a_layout_path_by_hand() -> None:
         "from acerl import paths\ndef f(root, run):\n    return paths.run_dir(root, run) / 'verl_logs'\n",
         "from acerl import paths\ndef f(root, run):\n    out = paths.diagnostics_file(root, run)\n"
         "    return out.with_name(f'.{out.name}.partial')\n",
-        "from acerl.paths import run_dir\ndef f(root, run):\n    d, x = run_dir(root, run), 1\n    return d / NAME\n",
+        "from acerl.pipeline.paths import run_dir\ndef f(root, run):\n    d, x = run_dir(root, run), 1\n    return d / NAME\n",
     ],
 )
 def test_the_scan_sees_the_hand_built_paths_it_replaced(source: str) -> None:

@@ -1,4 +1,4 @@
-"""Software stamps (:mod:`acerl.provenance`): what made an artifact, recorded without changing any run spec."""
+"""Software stamps (:mod:`acerl.pipeline.provenance`): what made an artifact, recorded without changing any run spec."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from acerl.provenance import (
+from acerl.pipeline.provenance import (
     DECIDING_PACKAGES,
     record_launch,
     software_differences,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from acerl.config import load_config
-from acerl.stages import pipeline_graph
+from acerl.pipeline.stages import pipeline_graph
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -1,4 +1,4 @@
-"""Result records (acerl.records): builders, pydantic validation with one-line errors naming file, row and key;
+"""Result records (acerl.pipeline.records): builders, pydantic validation with one-line errors naming file, row and key;
 the report's DataFrame loaders (acerl.report.frames) on top."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from acerl.passk import pass_at_k
-from acerl.records import (
+from acerl.pipeline.records import (
     ResultFormatError,
     diagnostics_record,
     passk_record,

@@ -11,7 +11,7 @@ import pytest
 def test_configure_torch_sets_threads_and_flushes_denormals():
     code = (
         "import torch\n"
-        "from acerl.runtime import configure_torch\n"
+        "from acerl.pipeline.runtime import configure_torch\n"
         "tiny = torch.tensor([1e-39], dtype=torch.float32)\n"
         "assert tiny.item() != 0.0  # a denormal before\n"
         "configure_torch(2)\n"
@@ -25,7 +25,7 @@ def test_configure_torch_sets_threads_and_flushes_denormals():
 
 
 def test_configure_torch_rejects_zero_threads():
-    from acerl.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch
 
     with pytest.raises(ValueError, match="threads must be >= 1"):
         configure_torch(0)
@@ -37,7 +37,7 @@ def test_flushing_denormals_leaves_numpy_s_float_limits_without_warnings() -> No
     code = (
         "import warnings, torch\n"
         "warnings.simplefilter('error')\n"
-        "from acerl.runtime import configure_torch\n"
+        "from acerl.pipeline.runtime import configure_torch\n"
         "configure_torch(1)\n"
         "import numpy as np\n"
         "for t in (np.float16, np.float32, np.float64, np.longdouble, float, np.dtype('float32')):\n"

@@ -1,11 +1,11 @@
-"""The random streams' seeds (acerl.seeds)."""
+"""The random streams' seeds (acerl.pipeline.seeds)."""
 
 from __future__ import annotations
 
 import pytest
 
-from acerl import seeds
-from acerl.seeds import derive_seed, name_part
+from acerl.pipeline import seeds
+from acerl.pipeline.seeds import derive_seed, name_part
 
 
 def test_derive_seed_is_deterministic_and_mixes_parts():

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from acerl import paths
 from acerl.config import ComputeConfig, ConfigError, Run, load_config
 from acerl.errors import MissingInputError
+from acerl.pipeline import paths
 from acerl.trainers import TRAINERS, Trainer, TrainOptions, train_from_config
 
 REPO = Path(__file__).resolve().parents[1]

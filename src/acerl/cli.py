@@ -30,11 +30,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from acerl.allocator import tune_allocator
 from acerl.commands import MODULE_COMMANDS, ModuleCommand
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
 from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, invocation_options
-from acerl.stages import Job, StageSpec, record_params, subcommand_stage
+from acerl.pipeline.allocator import tune_allocator
+from acerl.pipeline.stages import Job, StageSpec, record_params, subcommand_stage
 
 log = logging.getLogger("acerl")
 
@@ -118,7 +118,7 @@ def _seed(flag: str, seed: int) -> int:
 
 
 def _threads(cfg: Config) -> int:
-    from acerl.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch
 
     n = cfg.compute.threads()
     configure_torch(n)
@@ -138,7 +138,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         for run in cfg.base_runs() + cfg.runs():
             print(run.id)
     elif args.action == "graph":
-        from acerl.stages import pipeline_graph
+        from acerl.pipeline.stages import pipeline_graph
 
         print(pipeline_graph(cfg), end="")
     else:
@@ -278,7 +278,7 @@ def cmd_resample(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from acerl.cluster import require_profile
+    from acerl.pipeline.cluster import require_profile
 
     print(require_profile(args.name))
     return 0
@@ -459,7 +459,7 @@ CONFIG_ACTIONS = """actions:
 
 
 def _add_job_args(p: argparse.ArgumentParser, stage: StageSpec) -> None:
-    """The arguments that name one job of ``stage`` (acerl.stages), and ``--no-progress`` for a quiet stage."""
+    """The arguments that name one job of ``stage`` (acerl.pipeline.stages), and ``--no-progress`` for a quiet stage."""
     if stage.shape in ("run", "evaluation"):
         _add_run_args(p)
     if stage.shape == "evaluation":

@@ -14,7 +14,7 @@ which never forms a binomial coefficient, so it stays exact for large ``n``. The
 over problems (:func:`mean_pass_at_k`). ``n`` must be at least the largest ``k`` reported.
 
 The one estimator of the project (a ground-floor module, numpy only): the evaluate step, the result records
-(:mod:`acerl.records`), the power analysis and the report all import it from here.
+(:mod:`acerl.pipeline.records`), the power analysis and the report all import it from here.
 """
 
 from __future__ import annotations

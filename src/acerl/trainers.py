@@ -46,7 +46,7 @@ class TrainOptions:
 
 class Trainer(Protocol):
     """Train ``run`` of ``cfg`` in work directory ``root`` (resuming where a previous attempt stopped); returns
-    the final policy folder (``acerl.paths.policy_dir``)."""
+    the final policy folder (``acerl.pipeline.paths.policy_dir``)."""
 
     def __call__(self, cfg: Config, run: Run, root: Path, options: TrainOptions) -> Path: ...
 

@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from acerl import paths
 from acerl.config import load_config
 from acerl.data.real import (
     IDENTITY_CHAT_TEMPLATE,
@@ -26,8 +25,9 @@ from acerl.data.real import (
     split_heldout,
     unwrap_dapo,
 )
-from acerl.io import read_jsonl, write_jsonl, write_parquet
 from acerl.models.tokenizer import build_char_tokenizer
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl, write_jsonl, write_parquet
 from acerl.prompts import BOXED_INSTRUCTION, DAPO_PREFIX, DAPO_SUFFIX, build_prompt, template_names
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from acerl.data.synthetic import (
     worked_solution,
     write_splits,
 )
-from acerl.io import read_jsonl
+from acerl.pipeline.io import read_jsonl
 
 SMALL = {"synth_easy": 30, "synth_hard": 20, "heldout": 20, "train": 60, "sft": 200}
 BOX = re.compile(r"\\boxed\{(-?\d+)\}$")

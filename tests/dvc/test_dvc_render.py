@@ -21,7 +21,6 @@ from dvc_helpers import (
 )
 from support.study import copy_workflow
 
-from acerl import paths
 from acerl.config import Run, load_config, merged_dict, validate
 from acerl.config.settings import run_spec
 from acerl.dvc import (
@@ -34,8 +33,9 @@ from acerl.dvc import (
     stage_name,
     write_dvc_yaml,
 )
-from acerl.stages import Job, stage_command, study_jobs
-from acerl.stages import param_keys as job_param_keys
+from acerl.pipeline import paths
+from acerl.pipeline.stages import Job, stage_command, study_jobs
+from acerl.pipeline.stages import param_keys as job_param_keys
 
 
 def param_keys(cfg, stage, run=None, model=None, benchmark=None):
@@ -270,7 +270,10 @@ def test_dvc_reads_the_generated_pipeline(tmp_path):
 # What the sample stage reads: a quick counterpart of the slow key-by-key sweep (tests/workflow/test_stage_table.py),
 # which only perturbs the keys the table already lists and so cannot see a key missing from it.
 SPEED_KNOBS = ("compute.device", "compute.torch_threads", "grading.workers", "compute.resources")
-VLLM_MEMORY = ("kv_cache_gib", "gpu_memory_utilization")  # vLLM's memory budget: a speed knob (acerl.stages)
+VLLM_MEMORY = (
+    "kv_cache_gib",
+    "gpu_memory_utilization",
+)  # vLLM's memory budget: a speed knob (acerl.pipeline.stages)
 
 
 def _all_perturbations(value: Any) -> list[Any]:
@@ -304,7 +307,7 @@ def _what_sampling_reads(cfg, run: Run, root, monkeypatch, tokenizer) -> Any:
     shard's prompts and sampling parameters) and the generations it writes."""
     import acerl.generate as generate
     from acerl.evaluate.pipeline import sample_run
-    from acerl.io import read_jsonl
+    from acerl.pipeline.io import read_jsonl
 
     built, calls = [], []
 
@@ -324,8 +327,8 @@ def _what_sampling_reads(cfg, run: Run, root, monkeypatch, tokenizer) -> Any:
 def test_sample_params_cover_everything_the_sampler_is_asked(tmp_path, monkeypatch):
     """Perturb every value of the validated config (defaults included): when the sample stage asks its sampler
     for anything different or writes different generations, the key is one of the stage's deciding keys."""
-    from acerl.io import write_jsonl
     from acerl.models.tokenizer import build_char_tokenizer
+    from acerl.pipeline.io import write_jsonl
 
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = (  # the chat templates need one; any will do
@@ -339,10 +342,10 @@ def test_sample_params_cover_everything_the_sampler_is_asked(tmp_path, monkeypat
     paths.policy_dir(root, run).mkdir(parents=True)
     (paths.policy_dir(root, run) / "config.json").write_text("{}")
     import acerl.evaluate.pipeline as pipeline
-    import acerl.io
+    import acerl.pipeline.io
 
     monkeypatch.setattr(pipeline, "gc", type("NoGc", (), {"collect": staticmethod(lambda: 0)}))  # speed only
-    monkeypatch.setattr(acerl.io, "fsync_path", lambda path: None)  # speed only
+    monkeypatch.setattr(acerl.pipeline.io, "fsync_path", lambda path: None)  # speed only
     cfg = load_config([REPO / f for f in DEFAULT_CONFIG_FILES], ["evaluation.shard_size=2"])  # 3 shards of 5
     job = Job("sample", run.model, run, "synth_easy")
     listed = job_param_keys(cfg, job)

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 import torch
 
-from acerl import paths
 from acerl.config import Config, Run, load_config
 from acerl.data.synthetic import write_splits
 from acerl.diagnostics import diagnose_run
@@ -22,12 +21,13 @@ from acerl.diagnostics.run import diagnose_checkpoint, diagnostic_settings
 from acerl.evaluate.pipeline import SCORED_COLUMNS, grade_run, passk_run, problem_counts, sample_run
 from acerl.generate import make_sampler
 from acerl.grading import Grader
-from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.passk import pass_at_k
-from acerl.provenance import software_stamp
-from acerl.records import read_json, validate_diagnostics_record, validate_passk_record
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl, write_jsonl
+from acerl.pipeline.provenance import software_stamp
+from acerl.pipeline.records import read_json, validate_diagnostics_record, validate_passk_record
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64)

@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 from test_pipeline import Interrupted, Recording
 
-from acerl import paths
 from acerl.config import Run, load_config
 from acerl.errors import BadInputError
 from acerl.evaluate import pipeline
@@ -37,13 +36,14 @@ from acerl.evaluate.pipeline import (
 from acerl.generate import make_sampler
 from acerl.generate.base import Completion, SamplingParams
 from acerl.grading import Verdict
-from acerl.io import read_jsonl, write_jsonl
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl, write_jsonl
+from acerl.pipeline.provenance import software_stamp
+from acerl.pipeline.records import read_json
+from acerl.pipeline.seeds import EVAL_SEED_STREAM, name_part
 from acerl.prompts import BOXED_INSTRUCTION
-from acerl.provenance import software_stamp
-from acerl.records import read_json
-from acerl.seeds import EVAL_SEED_STREAM, name_part
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = Run("tiny", "grpo", 3)

@@ -16,13 +16,13 @@ import pytest
 from support.study import TEST_CONFIG_FILES, copy_project, tail
 from test_pipeline import OVERRIDES, Interrupted, Recording
 
-from acerl import paths
 from acerl.config import Run, load_config
 from acerl.data.synthetic import write_splits
 from acerl.evaluate.pipeline import sample_run
-from acerl.io import read_jsonl
 from acerl.passk import pass_at_k
-from acerl.records import read_json, validate_passk_record
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl
+from acerl.pipeline.records import read_json, validate_passk_record
 
 pytestmark = pytest.mark.vllm
 

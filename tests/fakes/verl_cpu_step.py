@@ -69,8 +69,8 @@ def build_model(folder: Path, seed: int = 0) -> Path:
 
 def prepare_data(root: Path, shared: Path, paper_cfg) -> Path:
     """``prepare_verl_data`` on a few real MATH-500 problems (as ``data/train.jsonl`` and benchmark files)."""
-    from acerl import paths
     from acerl.data.real import prepare_verl_data
+    from acerl.pipeline import paths
 
     rows = [json.loads(line) for line in (shared / "math500.jsonl").read_text().splitlines()[:60]]
     rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]} for r in rows]

@@ -15,9 +15,9 @@ from acerl.generate.shards import (
     shard_path,
     shard_ranges,
 )
-from acerl.io import write_jsonl
-from acerl.provenance import software_stamp
-from acerl.seeds import derive_seed
+from acerl.pipeline.io import write_jsonl
+from acerl.pipeline.provenance import software_stamp
+from acerl.pipeline.seeds import derive_seed
 
 
 class Interrupted(Exception):

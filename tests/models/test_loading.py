@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from acerl import paths
 from acerl.cli import main
 from acerl.config import Run
 from acerl.errors import BadInputError, invocation_options
 from acerl.models.loading import LEAN_ENV, load_model_folder
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
+from acerl.pipeline import paths
 
 REPO = Path(__file__).resolve().parents[2]
 ARCH = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=48)

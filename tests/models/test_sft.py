@@ -9,7 +9,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from acerl.data.synthetic import write_splits
-from acerl.io import read_jsonl
 from acerl.models.sft import (
     IGNORE_INDEX,
     METRICS_FILE,
@@ -25,6 +24,7 @@ from acerl.models.sft import (
 )
 from acerl.models.tiny import TinyModelConfig, build_tiny_model
 from acerl.models.tokenizer import build_char_tokenizer
+from acerl.pipeline.io import read_jsonl
 from acerl.prompts import build_prompt
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,

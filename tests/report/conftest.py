@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from support.report_synthetic import ALPHAS, KS, MAIN, MODELS, NAMES, paper_tex_path
 
-from acerl.records import diagnostics_record
+from acerl.pipeline.records import diagnostics_record
 from acerl.report.frames import Diagnostics, diagnostics_frames
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, ReportSpec
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from acerl import paths, stages
 from acerl.config import load_config
+from acerl.pipeline import paths, stages
+from acerl.pipeline.stages import job_benchmark_file
 from acerl.report.catalog import captions, describe
 from acerl.report.compute import GPU_RULES, MULTI_NODE_RULES, compute_tables, load_benchmarks, study_jobs
 from acerl.report.study import add_compute_accounting
 from acerl.report.table_format import to_markdown
-from acerl.stages import job_benchmark_file
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "test.yaml"]

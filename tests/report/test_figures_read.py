@@ -16,7 +16,7 @@ from scipy import stats
 from support.report_synthetic import NAMES
 
 from acerl.errors import BadInputError
-from acerl.records import diagnostics_record
+from acerl.pipeline.records import diagnostics_record
 from acerl.report import figures
 from acerl.report.frames import diagnostics_frames
 from acerl.report.training import CURVE_COLUMNS, curves_frame

@@ -117,9 +117,9 @@ def test_missing_runs_are_a_one_line_error(tmp_path, capsys) -> None:
 def write_study(root, benchmarks=("synth_easy", "synth_hard"), n: int = 32, n_problems: int = 5) -> None:
     """A finished methods study's files under ``root`` for config/methods.yaml's runs: every run's Pass@k
     record on each benchmark (NSR better than the rest by design) and its metrics.jsonl (six steps)."""
-    from acerl import paths
     from acerl.config import Run, load_config
-    from acerl.records import passk_record, write_passk_record
+    from acerl.pipeline import paths
+    from acerl.pipeline.records import passk_record, write_passk_record
     from acerl.report.methods import comparison_runs
     from acerl.report.training import DIAGNOSTIC_KEYS
 
@@ -202,8 +202,8 @@ def test_a_folder_short_of_a_run_or_made_with_another_last_is_refused(study, tmp
 def test_the_study_report_holds_the_methods_table(study, tmp_path) -> None:
     """The report rule's output (``render_from_files`` with the config's spec) has the methods table of every
     benchmark, the one ``acerl report methods`` prints; a study without ``report.methods`` has none."""
-    from acerl import paths
     from acerl.config import Run, load_config
+    from acerl.pipeline import paths
     from acerl.report.frames import load_passk_problems
     from acerl.report.methods import comparison_runs, methods_report_table, methods_table
     from acerl.report.render import render_from_files

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pandas as pd
 import pytest
 
-from acerl.records import ResultFormatError
+from acerl.pipeline.records import ResultFormatError
 from acerl.report import table_format, tables
 from acerl.report.aggregate import AGG_COLUMNS
 from acerl.report.paper import (
@@ -211,8 +211,8 @@ def test_tables_that_repeat_a_cell_must_agree(tmp_path):
 def test_the_paper_s_numbers_live_outside_the_output_folder_and_a_missing_one_names_its_path(tmp_path):
     """``rm -rf results`` deleted the tracked numbers in ``results/paper/`` and the next report failed with
     Snakemake's MissingInputException and no hint."""
-    from acerl import paths
     from acerl.errors import MissingInputError
+    from acerl.pipeline import paths
 
     root = Path(__file__).resolve().parents[2]
     assert paper_results_dir() == paths.paper_results_dir(root) == root / "config" / "paper_results"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 from support.report_synthetic import NAMES, REPO_ROOT
 
-from acerl import paths
 from acerl.config import load_config
-from acerl.records import passk_record, write_passk_record
+from acerl.pipeline import paths
+from acerl.pipeline.records import passk_record, write_passk_record
 from acerl.report.study import report_study
 from acerl.report.table_format import to_markdown
 from acerl.report.tables import passk_table

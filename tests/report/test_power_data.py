@@ -15,7 +15,7 @@ from scipy import stats as sps
 from acerl.evaluate.sequential import SequentialDesign, final_calibration
 from acerl.evaluate.stats import mean_ci, sign_flip_test
 from acerl.passk import pass_at_k_array
-from acerl.records import passk_record, write_passk_record
+from acerl.pipeline.records import passk_record, write_passk_record
 from acerl.report.frames import load_passk_problems
 from acerl.report.power import read_counts_csv, write_counts_csv
 from acerl.report.sequential import look_frame, main, per_seed_frame, seen_warnings, stage_frame

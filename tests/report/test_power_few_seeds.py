@@ -7,7 +7,7 @@ import pytest
 from scipy import stats as sps
 from support.report_synthetic import NAMES, synthetic_problems
 
-from acerl.records import passk_record, write_passk_record
+from acerl.pipeline.records import passk_record, write_passk_record
 from acerl.report.power import main, power_frame, run_matrix
 from acerl.report.stat_tables import power_table
 from acerl.report.table_format import to_markdown

@@ -8,7 +8,7 @@ import pytest
 from support.report_synthetic import NAMES
 
 from acerl.evaluate.power import mde_paired
-from acerl.records import passk_record, write_passk_record
+from acerl.pipeline.records import passk_record, write_passk_record
 from acerl.report.aggregate import MissingData
 from acerl.report.power import main, power_frame, run_matrix
 from acerl.report.stat_tables import power_table

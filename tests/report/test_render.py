@@ -163,9 +163,14 @@ def _config_paths() -> list[Path]:
 
 
 def test_report_study_from_the_pipeline_files(tmp_path):
-    from acerl import paths
     from acerl.config import load_config
-    from acerl.records import diagnostics_record, passk_record, write_diagnostics_record, write_passk_record
+    from acerl.pipeline import paths
+    from acerl.pipeline.records import (
+        diagnostics_record,
+        passk_record,
+        write_diagnostics_record,
+        write_passk_record,
+    )
     from acerl.report.study import hyperparameters_from_config, report_spec, report_study
 
     cfg = load_config(_config_paths(), overrides=["report.formats=[png]"])
@@ -282,10 +287,10 @@ def test_ci_kind_is_a_report_option(tmp_path, synthetic_runs, synthetic_spec):
 
 
 def test_report_study_refuses_missing_results_unless_partial(tmp_path):
-    from acerl import paths
     from acerl.config import load_config
     from acerl.errors import MissingInputError
-    from acerl.records import passk_record, write_passk_record
+    from acerl.pipeline import paths
+    from acerl.pipeline.records import passk_record, write_passk_record
     from acerl.report.study import report_study
 
     cfg = load_config(_config_paths(), overrides=["report.formats=[png]"])

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acerl import paths
 from acerl.cli import main
 from acerl.config import Run
 from acerl.errors import MissingInputError
+from acerl.pipeline import paths
 from acerl.report.resample import evaluation_root, noise_frame
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from support.report_synthetic import REPO_ROOT
 
-from acerl import paths
 from acerl.config import load_config
 from acerl.errors import BadInputError
-from acerl.records import passk_record, write_passk_record
+from acerl.pipeline import paths
+from acerl.pipeline.records import passk_record, write_passk_record
 from acerl.report.inputs import rebuild_advice, result_jobs
 from acerl.report.study import report_study
 

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 from support.report_synthetic import REPO_ROOT
 
-from acerl import paths
 from acerl.config import load_config
+from acerl.pipeline import paths
 from acerl.report.study import results_summary
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from acerl.evaluate.power import mde_paired, per_problem_floor_sd, seeds_for_mde
 from acerl.evaluate.stats import holm
-from acerl.records import passk_record, write_passk_record
+from acerl.pipeline.records import passk_record, write_passk_record
 from acerl.report.power import paired_matrices
 from acerl.report.sequential import SequentialDesign, look_frame, main, planned_seeds
 

@@ -27,8 +27,8 @@ from support.slurm_helpers import (
     tail,
 )
 
-from acerl import paths
 from acerl.config import load_config
+from acerl.pipeline import paths
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.verl]
 

@@ -31,8 +31,8 @@ from support.slurm_helpers import (
     tail,
 )
 
-from acerl import paths
 from acerl.config import load_config
+from acerl.pipeline import paths
 from acerl.train.checkpoint import list_checkpoints
 from acerl.train.metrics import read_metrics
 

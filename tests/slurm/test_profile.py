@@ -25,8 +25,8 @@ from support.slurm_helpers import (
     tail,
 )
 
-from acerl import paths
 from acerl.config import Config, Run, load_config
+from acerl.pipeline import paths
 
 TEMPLATE = REPO / "profiles" / "slurm-template" / "config.yaml"
 PARTITION, ACCOUNT = "gpu-test", "lab_test"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pytest import TempPathFactory
 
-from acerl import paths
 from acerl.config import load_config
+from acerl.pipeline import paths
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

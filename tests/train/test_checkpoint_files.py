@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from acerl import paths
 from acerl.config import Run
 from acerl.errors import BadInputError
+from acerl.pipeline import paths
 from acerl.train.checkpoint import (
     LATEST_FILE,
     MODEL_FILE,

@@ -12,12 +12,12 @@ from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config
 
 import acerl.train.logprobs as logprobs_module
-from acerl import paths
 from acerl.algos.advantages import grpo_estimator
 from acerl.config import Run
 from acerl.config.settings import resolve, run_spec
 from acerl.generate.rollout import RolloutBatch, pack_rows
-from acerl.runtime import autocast
+from acerl.pipeline import paths
+from acerl.pipeline.runtime import autocast
 from acerl.train import train_run
 from acerl.train.algorithm import teacher_forced_logprobs, update_policy
 from acerl.train.checkpoint import find_latest
@@ -193,7 +193,7 @@ def test_bad_compute_settings_are_refused(key: str) -> None:
 
 def test_cuda_without_a_gpu_is_a_config_error() -> None:
     from acerl.config import ConfigError
-    from acerl.runtime import resolve_device
+    from acerl.pipeline.runtime import resolve_device
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is visible")
@@ -205,8 +205,8 @@ def test_cuda_without_a_gpu_is_a_config_error() -> None:
 def test_a_base_model_stored_in_bf16_trains_with_fp32_master_weights(tiny_root: Path) -> None:
     """Released checkpoints (Qwen2.5-Math, Llama 3.1) are stored in bf16: the trainer loads the policy and the
     reference in fp32 whatever the folder holds (``compute.precision: bf16`` is autocast over fp32 weights)."""
-    from acerl.io import save_hf_folder
     from acerl.models.loading import load_model_folder
+    from acerl.pipeline.io import save_hf_folder
 
     base = paths.base_model_dir(tiny_root, "tiny")
     model, tokenizer = load_model_folder(base)

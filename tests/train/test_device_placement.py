@@ -16,8 +16,8 @@ import pytest
 from support.device_mixing import MODEL_DEVICE, DeviceMixingMode
 from trainer_fixtures import DigitVerifier, make_config
 
-from acerl import paths
 from acerl.config import Run
+from acerl.pipeline import paths
 from acerl.train import train_run
 
 DEVICE = str(MODEL_DEVICE)

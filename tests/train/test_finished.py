@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from trainer_fixtures import REPO, TRAIN_OVERRIDES, DigitVerifier, make_config
 
-from acerl import paths
 from acerl.cli import main
 from acerl.config import Run
-from acerl.stages import Job, record_params
+from acerl.pipeline import paths
+from acerl.pipeline.stages import Job, record_params
 from acerl.train import train_run
 from acerl.train.finished import FINAL_SPEC_FILE, StaleFinalError, StaleInputError, spec_differences
 

@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 
-from acerl import paths
 from acerl.config import Run, load_config
+from acerl.pipeline import paths
 from acerl.train import train_run
 from acerl.train.checkpoint import LATEST_FILE, list_checkpoints
 

@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, Verdict, make_config, read_jsonl_records
 
-from acerl import paths
 from acerl.config import Run
 from acerl.config.settings import resolve
+from acerl.pipeline import paths
 from acerl.train import train_run
 from acerl.train.algorithm import (
     ACE_KEYS,
@@ -551,7 +551,7 @@ def test_a_run_without_a_verifier_grades_with_the_configured_grader(tiny_root: P
 def test_the_training_set_needs_a_problem_and_an_answer_per_row_and_nothing_else(tiny_root: Path):
     """The trainer reads ``problem`` and ``answer`` of each training row: a row without an ``id`` (which only the
     evaluation needs) trains; a row without an answer is a one-line error naming the file, the line and the key."""
-    from acerl.io import DataFormatError, write_jsonl
+    from acerl.pipeline.io import DataFormatError, write_jsonl
 
     train_file = paths.data_file(tiny_root, "train")
     rows = read_jsonl_records(train_file)
@@ -568,7 +568,7 @@ def test_the_training_set_needs_a_problem_and_an_answer_per_row_and_nothing_else
 def test_the_prompt_streams_are_seeded_from_the_run_seed(tiny_root: Path):
     """The step's prompts come from a stream seeded with the run seed (runs of two methods with one seed see the
     same prompts) and dynamic sampling's extra batches from a second stream with its own derived seed."""
-    from acerl.seeds import FILL_SEED_STREAM, derive_seed
+    from acerl.pipeline.seeds import FILL_SEED_STREAM, derive_seed
     from acerl.train.data import PromptStream
 
     run = Run("tiny", "dapo", 1)  # seed 1: derive_seed(stream, 0) == derive_seed(stream)

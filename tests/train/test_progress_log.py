@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from trainer_fixtures import DigitVerifier, make_config
 
-from acerl import paths
 from acerl.config import Run
+from acerl.pipeline import paths
 from acerl.train import train_run
 from acerl.train.metrics import read_metrics
 from acerl.train.run import step_line

@@ -20,9 +20,9 @@ import torch
 from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 
-from acerl import paths
 from acerl.config import Run
 from acerl.errors import BadInputError
+from acerl.pipeline import paths
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
 from acerl.train.checkpoint import LATEST_FILE, find_latest, list_checkpoints
 from acerl.train.lock import RunLockedError
@@ -379,11 +379,11 @@ def test_cli_sigterm_exit_code(tiny_root: Path):
     "later_launch", [False, True], ids=["last launch wrote it", "a later launch crashed"]
 )
 def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, caplog, later_launch: bool):
-    """A checkpoint made by other versions of a deciding package (acerl.provenance) resumes with one warning line;
+    """A checkpoint made by other versions of a deciding package (acerl.pipeline.provenance) resumes with one warning line;
     software.json then lists both launches, and the run spec (what decides the result) is unchanged. The
     checkpoint's own stamp decides, not the last launch recorded: a launch with today's packages that crashed
     before its first checkpoint did not make the state being continued."""
-    from acerl.provenance import software_stamp
+    from acerl.pipeline.provenance import software_stamp
     from acerl.train.checkpoint import STATE_FILE, read_trainer_state
 
     run = Run("tiny", "grpo", 0)
@@ -433,7 +433,7 @@ def test_two_identical_runs_write_identical_checkpoints(tiny_root_template: Path
     # its throw-away initial weights from torch's), untouched by the steps: the states of a fresh start seeded
     # with another seed or stream would be shared with other runs or other uses.
     from acerl.config.settings import resolve
-    from acerl.seeds import GLOBAL_SEED_STREAM, derive_seed
+    from acerl.pipeline.seeds import GLOBAL_SEED_STREAM, derive_seed
     from acerl.train.checkpoint import get_rng_states, read_trainer_state, seed_rng_states
     from acerl.train.run import init_state
 

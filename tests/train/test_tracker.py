@@ -9,8 +9,8 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainer_fixtures import DigitVerifier, make_config
 
-from acerl import paths
 from acerl.config import Run
+from acerl.pipeline import paths
 from acerl.train import train_run
 from acerl.train.metrics import MetricsLog, read_metrics
 from acerl.train.tracker import open_tracker, verl_loggers

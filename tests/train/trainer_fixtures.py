@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acerl import paths
 from acerl.config import Config, load_config
+from acerl.pipeline import paths
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from acerl import paths
 from acerl.config import Run, load_config
 from acerl.errors import BadInputError, MissingInputError
+from acerl.pipeline import paths
 from acerl.verl_backend.canary import (
     ACE_KEYS,
     MEMORY_KEY,

@@ -511,10 +511,10 @@ def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method
     if method != KILLED:
         return
     # the pipeline's sampling stage (HF sampler, the model's template) on the resumed run's export
-    from acerl import paths
     from acerl.config import Run
     from acerl.evaluate.pipeline import sample_run
-    from acerl.io import read_jsonl
+    from acerl.pipeline import paths
+    from acerl.pipeline.io import read_jsonl
 
     cfg = load_config(
         [REPO / "config" / "config.yaml", REPO / "config" / "test.yaml", study.root / "verl_cpu.yaml"]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from acerl import paths
 from acerl.config import Config, Run, load_config
 from acerl.config.settings import run_spec
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE
-from acerl.io import write_jsonl
+from acerl.pipeline import paths
+from acerl.pipeline.io import write_jsonl
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     DiagnosticSnapshots,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from support.study import REPO, SNAKEMAKE, TEST_CONFIG_ARG, TEST_CONFIG_FILES, copy_workflow, snakemake_env
 
-from acerl import paths
 from acerl.config import load_config
-from acerl.stages import main_grid_runs
+from acerl.pipeline import paths
+from acerl.pipeline.stages import main_grid_runs
 
 
 def snakemake(cwd: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
@@ -179,7 +179,7 @@ def test_config_files_enter_the_commands_relative_to_the_project(tmp_path: Path)
 
 
 def test_portable_path(tmp_path: Path) -> None:
-    from acerl.stages import portable_path
+    from acerl.pipeline.stages import portable_path
 
     assert portable_path(tmp_path / "config" / "x.yaml", tmp_path) == "config/x.yaml"
     assert portable_path("/tmp/elsewhere/x.yaml", tmp_path) == "/tmp/elsewhere/x.yaml"

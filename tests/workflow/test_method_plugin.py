@@ -15,8 +15,8 @@ import pytest
 import yaml
 from support.study import SNAKEMAKE, run_bounded, snakemake_env
 
-from acerl import paths
 from acerl.config import Run
+from acerl.pipeline import paths
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from support.study import REPO, TEST_CONFIG_ARG, TEST_CONFIG_FILES, run_snakemake
 
-from acerl import paths
 from acerl.config import load_config
+from acerl.pipeline import paths
 
 pytestmark = pytest.mark.slow
 

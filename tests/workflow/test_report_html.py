@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from support.study import TEST_CONFIG_ARG, TEST_CONFIG_FILES, run_snakemake
 
-from acerl import paths
 from acerl.config import load_config
+from acerl.pipeline import paths
+from acerl.pipeline.stages import job_benchmark_file
 from acerl.report.catalog import describe
 from acerl.report.compute import study_jobs
-from acerl.stages import job_benchmark_file
 
 pytestmark = pytest.mark.slow
 

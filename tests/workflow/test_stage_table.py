@@ -1,4 +1,4 @@
-"""One stage table (acerl.stages) feeds Snakemake and DVC: both tools see the same jobs, files and deciding params,
+"""One stage table (acerl.pipeline.stages) feeds Snakemake and DVC: both tools see the same jobs, files and deciding params,
 and a changed key reruns the same jobs in both (Snakemake's params trigger, ``dvc status``)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from acerl import stage_versions
 from acerl.config import deep_merge, load_config, merged_dict, spec_json, validate
 from acerl.config.settings import run_spec, spec_keys
 from acerl.dvc import DEFAULT_CONFIG_FILES, render_dvc_yaml, stage_name
-from acerl.stages import (
+from acerl.pipeline.stages import (
     STAGES,
     VERSIONS_FILE,
     Job,
@@ -115,7 +115,9 @@ def test_committed_smk_headers_are_current() -> None:
         want = "\n".join(rule_header(cfg, rule) for rule in rules).splitlines()
         got = text.splitlines()[: len(want)]
         expected = "\n".join(want)
-        assert got == want, f"{smk.name}: its first lines should be (acerl.stages.rule_header)\n{expected}"
+        assert got == want, (
+            f"{smk.name}: its first lines should be (acerl.pipeline.stages.rule_header)\n{expected}"
+        )
         rules_seen += rules
     assert sorted(rules_seen) == sorted(STAGES)
 

@@ -3,7 +3,7 @@
 from snakemake.logging import logger
 
 from acerl.config import load_config, spec_json, validate
-from acerl.stages import (
+from acerl.pipeline.stages import (
     job_benchmark_file,
     job_command,
     job_inputs,
@@ -65,7 +65,7 @@ def gres(rule_name):
 
 
 def log_path(stage):
-    """The rule's log file pattern (the stage table's, from acerl.paths)."""
+    """The rule's log file pattern (the stage table's, from acerl.pipeline.paths)."""
     return str(job_log_file(ROOT, pattern_job(stage)))
 
 
@@ -74,7 +74,7 @@ def bench_path(stage):
     return str(job_benchmark_file(ROOT, pattern_job(stage)))
 
 
-# ---- the stage table (acerl.stages): every rule's input, output and params; the same table writes dvc.yaml
+# ---- the stage table (acerl.pipeline.stages): every rule's input, output and params; the same table writes dvc.yaml
 def stage_input(stage):
     """The job's named inputs (use with ``unpack``)."""
     return lambda wildcards: job_inputs(CFG, job_of(stage, wildcards))

@@ -10,7 +10,7 @@
 #            benchmarks  data/synth_easy.jsonl, data/synth_hard.jsonl
 #   writes:  train       data/verl/{model}/train.parquet
 #            val         data/verl/{model}/val.parquet
-# Inputs, outputs, params: the stage table (acerl.stages).
+# Inputs, outputs, params: the stage table (acerl.pipeline.stages).
 
 
 rule prepare_data:

@@ -11,7 +11,7 @@
 # The paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
 # accounting from the benchmark TSVs. `snakemake --report report.html --configfile <the run's config>` shows
 # every table (its HTML rendering, readable in the page) and figure by category, and the summary page.
-# Inputs, outputs and params: the stage table (acerl.stages); report() adds the HTML report's presentation.
+# Inputs, outputs and params: the stage table (acerl.pipeline.stages); report() adds the HTML report's presentation.
 # update(): Snakemake neither deletes the previous report before the job nor after a failure (a bad result file):
 # it keeps a copy and puts it back, so a failed report leaves the last good one in place.
 REPORT_OUT = stage_output("report")

@@ -2,7 +2,7 @@
 
 A YAML file (``config/config.yaml``, ``config/test.yaml``, ``config/paper.yaml``) is validated by
 :func:`load_config`; unknown keys and wrong types fail with the full key path and the file. Derived values
-(the run grid here, a run's resolved settings in :mod:`acerl.config.settings`, paths in :mod:`acerl.paths`) are never
+(the run grid here, a run's resolved settings in :mod:`acerl.config.settings`, paths in :mod:`acerl.pipeline.paths`) are never
 retyped in rules.
 
 Vocabulary:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acerl import paths
 from acerl.config import Config, ConfigError
+from acerl.pipeline import paths
 
 
 def prepare_data(cfg: Config, root: Path | str) -> dict[str, Path]:

@@ -20,12 +20,12 @@ the hub parquet) is unwrapped, so every model sees its own template (:func:`acer
 Training data is de-duplicated by exact problem text: the hub parquet repeats its 17,917 prompts 100x, and
 those prompts hold only 17,290 distinct texts, 11 of which repeat with conflicting answers. The first
 occurrence of each text is kept; the counts are logged and written to
-:func:`acerl.paths.real_data_report_file`. A held-out subset (``heldout_size`` problems chosen by
+:func:`acerl.pipeline.paths.real_data_report_file`. A held-out subset (``heldout_size`` problems chosen by
 ``heldout_seed``) is removed from training for the diagnostics.
 
 Outputs (:func:`prepare_real_data`):
 
-- the project's JSON Lines ``data/<split>.jsonl`` (:func:`acerl.paths.data_file`) for ``train``, each
+- the project's JSON Lines ``data/<split>.jsonl`` (:func:`acerl.pipeline.paths.data_file`) for ``train``, each
   benchmark and ``heldout``; schema ``id``, ``problem``, ``answer``;
 - verl's parquet per model (:func:`prepare_verl_data`): ``data/verl/<model>/train.parquet`` (training set) and
   ``val.parquet`` (the benchmarks, ``data_source`` = benchmark name), rows
@@ -49,9 +49,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acerl import paths
 from acerl.errors import BadInputError, MissingInputError
-from acerl.io import read_jsonl, write_json, write_jsonl, write_parquet
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl, write_json, write_jsonl, write_parquet
 from acerl.prompts import DAPO_PREFIX, DAPO_SUFFIX, build_prompt
 
 if TYPE_CHECKING:
@@ -499,7 +499,7 @@ def prepare_real_data(cfg: Config, root: Path | str) -> dict[str, Path]:
 
     Returns:
         Paths by key: ``train``, each benchmark name, ``heldout`` (JSON Lines) and ``report``
-        (:func:`acerl.paths.real_data_report_file`).
+        (:func:`acerl.pipeline.paths.real_data_report_file`).
     """
     if cfg.data.kind != "real" or cfg.data.real is None:
         raise DataSourceError("prepare_real_data needs data.kind: real with a data.real section")

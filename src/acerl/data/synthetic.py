@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acerl.config.sections import SyntheticParams
-from acerl.io import write_jsonl
+from acerl.pipeline.io import write_jsonl
 
 logger = logging.getLogger(__name__)
 

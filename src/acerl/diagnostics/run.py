@@ -5,7 +5,7 @@ For every diagnostic checkpoint ``paths.diag_step_dir(root, run, step)``, ``step
 
 1. samples ``K = study.diagnostics.rollouts_per_prompt`` rollouts for each of the first
    ``study.diagnostics.num_prompts`` held-out prompts (``paths.data_file(root, "heldout")``) at the diagnostics
-   temperature, top-p 1, seed :func:`~acerl.seeds.derive_seed` ``(1, evaluation.seed, run.seed)``, the
+   temperature, top-p 1, seed :func:`~acerl.pipeline.seeds.derive_seed` ``(1, evaluation.seed, run.seed)``, the
    same at every checkpoint (common random numbers: checkpoints with equal weights get equal rollouts, so the
    curves over steps carry less sampling noise);
 2. grades them with the pipeline's grader (one :class:`acerl.grading.Grader` for the whole run);
@@ -20,7 +20,7 @@ For every diagnostic checkpoint ``paths.diag_step_dir(root, run, step)``, ``step
 
 Only one model is in memory at a time (policy, then reference), so the step also fits a GPU serving vLLM.
 Finished checkpoints are kept in a hidden partial file beside the output; a rerun after a kill continues with
-the next checkpoint. The result (:func:`acerl.records.diagnostics_record`) replaces
+the next checkpoint. The result (:func:`acerl.pipeline.records.diagnostics_record`) replaces
 ``paths.diagnostics_file(root, run)`` atomically; ``entropy_early`` repeats ``H(t)`` for steps <=
 ``study.diagnostics.early_steps`` (paper Fig. 4).
 """
@@ -37,7 +37,6 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from acerl import paths
 from acerl.algos.advantages import confidence_scores
 from acerl.config import Config, ConfigError, Run
 from acerl.diagnostics.metrics import overconfidence_stats, pad_token_values, token_weighted_mean
@@ -45,10 +44,11 @@ from acerl.errors import MissingInputError, fix_command
 from acerl.evaluate.pipeline import render_prompts, tokenizer_of
 from acerl.generate import Sampler, SamplingParams, make_sampler, sampler_from_config
 from acerl.generate.shards import folder_stamp
-from acerl.io import read_jsonl, write_json
-from acerl.records import diagnostics_record, write_diagnostics_record
-from acerl.runtime import resolve_device
-from acerl.seeds import DIAG_SEED_STREAM, derive_seed
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl, write_json
+from acerl.pipeline.records import diagnostics_record, write_diagnostics_record
+from acerl.pipeline.runtime import resolve_device
+from acerl.pipeline.seeds import DIAG_SEED_STREAM, derive_seed
 
 __all__ = [
     "CheckpointDiagnostics",

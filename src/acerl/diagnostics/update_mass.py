@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from acerl import paths
 from acerl.algos.advantages import confidence_scores
 from acerl.config import GrpoEstimator, Run, TrainHyper, load_config
 from acerl.config.settings import resolve
 from acerl.optim import build_optimizer
+from acerl.pipeline import paths
 from acerl.train.algorithm import estimate_advantages, teacher_forced_logprobs, update_policy
 from acerl.train.logprobs import batch_logprobs
 from acerl.train.metrics import Timer

@@ -5,7 +5,7 @@ pulled study made current for Snakemake), :mod:`acerl.dvc.cache` (the cache file
 :mod:`acerl.dvc.cli` (``acerl dvc``).
 
 ``acerl dvc write`` renders :func:`render_dvc_yaml` for ``config/config.yaml`` into ``dvc.yaml`` (a
-test checks the committed file is current). Every stage is one job of the stage table :mod:`acerl.stages`, which
+test checks the committed file is current). Every stage is one job of the stage table :mod:`acerl.pipeline.stages`, which
 the Snakemake rules read too: the same command, inputs (``deps``), outputs (``outs``, ``metrics``) and deciding
 config keys (``params``, read from the config files themselves, so ``dvc exp run -S
 'config/config.yaml:methods.ace_dapo.estimator.alpha=0.5'`` changes what the command reads), plus the stage's

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from acerl.config import Config, ConfigError
 from acerl.dvc.render import SNAKEMAKE_DEFAULT_CONFIG, config_flags
-from acerl.stages import (
+from acerl.pipeline.stages import (
     job_outputs,
     study_jobs,
 )

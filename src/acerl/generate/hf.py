@@ -20,7 +20,7 @@ from torch import Tensor
 from acerl.generate.base import Completion, SamplingParams, encode_prompt, eos_pad_ids, response_text
 from acerl.generate.rollout import pack_rows, response_logprobs, sample_batch
 from acerl.models.loading import load_model_folder
-from acerl.runtime import autocast
+from acerl.pipeline.runtime import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class HFSampler:
     Args:
         model: an ``AutoModelForCausalLM`` (put in eval mode); tokenizer: its tokenizer.
         batch_size: prompts per sampling batch (each expanded to ``n`` rows) and responses per scoring batch.
-        precision: ``fp32`` or ``bf16`` autocast of the forward passes (:func:`acerl.runtime.autocast`).
+        precision: ``fp32`` or ``bf16`` autocast of the forward passes (:func:`acerl.pipeline.runtime.autocast`).
     """
 
     def __init__(

@@ -7,7 +7,7 @@ shards back and computes only the missing ones. Everything a shard's result depe
 the item list, the shard size) is recorded in ``<shard_dir>/manifest.json``; shards left by a job with another
 manifest are deleted with a warning, never mixed in.
 
-Determinism: each shard gets its own seed :func:`acerl.seeds.derive_seed` ``(base, run_seed, shard_index)``, which depends
+Determinism: each shard gets its own seed :func:`acerl.pipeline.seeds.derive_seed` ``(base, run_seed, shard_index)``, which depends
 only on the shard's index, so an interrupted-and-resumed job gives exactly the rows of an uninterrupted one.
 """
 
@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from acerl.io import DataFormatError, read_jsonl, write_json, write_jsonl
-from acerl.provenance import warn_if_other_software
+from acerl.pipeline.io import DataFormatError, read_jsonl, write_json, write_jsonl
+from acerl.pipeline.provenance import warn_if_other_software
 
 __all__ = [
     "MANIFEST_NAME",
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MANIFEST_NAME = "manifest.json"
-# A manifest key that records what made the shards (acerl.provenance) without deciding whether they are reused.
+# A manifest key that records what made the shards (acerl.pipeline.provenance) without deciding whether they are reused.
 SOFTWARE_KEY = "software"
 
 

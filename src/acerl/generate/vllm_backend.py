@@ -10,7 +10,7 @@ What it does, mapped onto vLLM (the same conventions as :mod:`acerl.generate.bas
   rendered text already starts with it) and passed to vLLM as token ids, so both backends see identical
   prompt tokens.
 - ``generate``: one ``vllm.SamplingParams`` per prompt with ``n``, ``temperature``, ``top_p``,
-  ``max_tokens = max_new_tokens`` and a per-prompt seed :func:`~acerl.seeds.derive_seed`
+  ``max_tokens = max_new_tokens`` and a per-prompt seed :func:`~acerl.pipeline.seeds.derive_seed`
   ``(params.seed, prompt_index)`` (vLLM gives the ``j``-th of the ``n`` samples the seed ``seed + j``). Results
   therefore do not depend on how vLLM batches requests. Generation stops at the model's EOS token(s) (vLLM's
   default: the tokenizer's EOS plus ``generation_config.json``'s ``eos_token_id``) or at ``max_tokens``
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acerl.generate.base import Completion, SamplingParams, encode_prompt
-from acerl.seeds import derive_seed
+from acerl.pipeline.seeds import derive_seed
 
 __all__ = [
     "CPU_KV_CACHE_GIB",

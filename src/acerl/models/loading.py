@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from acerl import paths
 from acerl.errors import BadInputError, fix_command, reading
+from acerl.pipeline import paths
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import logging
 import os
 from pathlib import Path
 
-from acerl import paths
 from acerl.config import Config, ConfigError
 from acerl.errors import SourceUnavailableError
+from acerl.pipeline import paths
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
     out = paths.base_model_dir(root, model)
     if mc.source == "tiny":
         from acerl.models.sft import prepare_tiny_base
-        from acerl.runtime import resolve_device
+        from acerl.pipeline.runtime import resolve_device
 
         sft = (
             mc.sft

@@ -27,12 +27,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-import acerl.io
+import acerl.pipeline.io
 from acerl.config.sections import SFTConfig, TinyModelConfig
-from acerl.io import read_jsonl
 from acerl.models.tiny import build_tiny_model, count_parameters
 from acerl.models.tokenizer import build_char_tokenizer
 from acerl.optim import AdamW
+from acerl.pipeline.io import read_jsonl
 from acerl.prompts import build_prompt
 
 logger = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ def save_hf_folder(
 ) -> Path:
     """Write model (safetensors), tokenizer and ``sft_metrics.json`` to ``out_dir`` atomically (a killed job
     leaves the old folder or none, never a partial one)."""
-    return acerl.io.save_hf_folder(
+    return acerl.pipeline.io.save_hf_folder(
         Path(out_dir), model, tokenizer, {METRICS_FILE: json.dumps(metrics, indent=2) + "\n"}
     )
 

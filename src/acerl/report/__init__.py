@@ -2,7 +2,7 @@
 
 Modules (import from them; this file imports nothing so that reading a schema does not load matplotlib):
 
-- :mod:`acerl.report.frames` — Pass@k and diagnostics files (:mod:`acerl.records`) as DataFrames;
+- :mod:`acerl.report.frames` — Pass@k and diagnostics files (:mod:`acerl.pipeline.records`) as DataFrames;
 - :mod:`acerl.report.aggregate` — seeds -> mean +- 95% CI, significance tests, ours vs paper;
 - :mod:`acerl.report.tables` — Tables 1-5 and ours vs paper; :mod:`acerl.report.stat_tables` the tests' tables
   (significance, power); :mod:`acerl.report.table_format` renders both to LaTeX and Markdown;

@@ -1,8 +1,8 @@
 """Compute accounting of a study from Snakemake's ``benchmark:`` TSVs: what a reproduction costs.
 
-Every rule writes one TSV per job (:func:`acerl.paths.benchmark_file`): wall seconds ``s``, ``cpu_time``
+Every rule writes one TSV per job (:func:`acerl.pipeline.paths.benchmark_file`): wall seconds ``s``, ``cpu_time``
 (seconds, user + system of the job's processes), ``max_rss`` (MB, peak resident memory), ... :func:`study_jobs`
-lists the jobs of a configured study from the stage table (:mod:`acerl.stages`, which the workflow's rules
+lists the jobs of a configured study from the stage table (:mod:`acerl.pipeline.stages`, which the workflow's rules
 read), :func:`load_benchmarks` reads their TSVs, and :func:`compute_tables` sums them per rule, per method and
 per run, with GPU-hours = wall x the GPUs the job requested (``compute.resources`` /
 ``compute.model_resources``: ``gpus`` per node x ``nodes``).
@@ -22,12 +22,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from acerl import stages
 from acerl.config import BASE_METHOD, Config
 from acerl.errors import BadInputError
+from acerl.pipeline import stages
+from acerl.pipeline.stages import Job, job_benchmark_file, log_parts
 from acerl.report.aggregate import MissingData
 from acerl.report.table_format import Cell, Row, Table
-from acerl.stages import Job, job_benchmark_file, log_parts
 
 __all__ = [
     "GPU_RULES",

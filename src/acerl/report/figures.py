@@ -33,7 +33,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator, PercentFormatter
 
 from acerl.evaluate.power import paired_effect
-from acerl.io import atomic_path
+from acerl.pipeline.io import atomic_path
 from acerl.report.aggregate import AGG_COLUMNS, MissingData, require_columns, seed_summary
 from acerl.report.frames import RUN_COLUMNS
 from acerl.report.spec import DisplayNames

@@ -1,6 +1,6 @@
 """The result files as the report's DataFrames: Pass@k records in a long table, diagnostics in two tables.
 
-The file formats, their validation and their builders are :mod:`acerl.records`; every loader here validates
+The file formats, their validation and their builders are :mod:`acerl.pipeline.records`; every loader here validates
 each record it reads (errors name the file, the row and the key) and rejects two files for the same run.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from acerl.records import (
+from acerl.pipeline.records import (
     DIAGNOSTICS_ROW_KEYS,
     ResultFormatError,
     read_json,

@@ -15,10 +15,10 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from acerl import paths
 from acerl.config import Config
 from acerl.errors import reading
-from acerl.stages import Job, job_command, stage_command
+from acerl.pipeline import paths
+from acerl.pipeline.stages import Job, job_command, stage_command
 
 __all__ = [
     "SNAKEFILE_CONFIG",

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from acerl import paths
 from acerl.config import Config, ConfigError, MethodsComparison, Run, load_config
 from acerl.errors import BadInputError, MissingInputError, UserError
 from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm, mean_ci
-from acerl.io import write_text
+from acerl.pipeline import paths
+from acerl.pipeline.io import write_text
 from acerl.report.frames import load_passk_problems
 from acerl.report.per_seed import strip_figure
 from acerl.report.power import read_counts_csv, run_matrix, write_counts_csv

@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from acerl import paths
 from acerl.errors import MissingInputError
-from acerl.records import ResultFormatError
+from acerl.pipeline import paths
+from acerl.pipeline.records import ResultFormatError
 from acerl.report.aggregate import AGG_COLUMNS, AGG_KEYS
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
 

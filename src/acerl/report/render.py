@@ -36,9 +36,9 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from acerl.io import write_text
-from acerl.provenance import software_section, stamps_in
-from acerl.records import read_json
+from acerl.pipeline.io import write_text
+from acerl.pipeline.provenance import software_section, stamps_in
+from acerl.pipeline.records import read_json
 from acerl.report import figures, per_seed, stat_tables, table_format, tables
 from acerl.report.aggregate import (
     MissingData,
@@ -222,7 +222,7 @@ def render_all(
         problems: per-problem counts (:func:`acerl.report.frames.load_passk_problems`) for the power tables
             (:func:`acerl.report.power.power_frame`); ``None``: no power tables.
         software: the stamps recorded in the inputs (the Pass@k files' ``software``); the report's
-            "Software" section lists them with its own (:func:`acerl.provenance.software_section`).
+            "Software" section lists them with its own (:func:`acerl.pipeline.provenance.software_section`).
         curves: every run's per-step training metrics (:func:`acerl.report.training.curves_frame`) for the
             training-dynamics figure; ``None``: no such figure.
 

@@ -31,11 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acerl import paths
 from acerl.config import Config, Run
 from acerl.errors import MissingInputError
 from acerl.evaluate.pipeline import grade_run, passk_run, sample_run
-from acerl.records import read_json, validate_passk_record
+from acerl.pipeline import paths
+from acerl.pipeline.records import read_json, validate_passk_record
 
 __all__ = ["evaluation_root", "noise_frame", "noise_markdown", "resample"]
 

@@ -1,7 +1,7 @@
 """The report of a configured study: which files to read and how to lay the tables out, from the config.
 
 ``acerl report --config FILE --root <dir>`` calls :func:`report_study`, which reads every Pass@k and diagnostics
-file the study produced (``acerl.paths``) and writes ``<root>/results/{tables,figures}/`` and
+file the study produced (``acerl.pipeline.paths``) and writes ``<root>/results/{tables,figures}/`` and
 ``<root>/results/report.md`` with :func:`acerl.report.render.render_from_files`.
 """
 
@@ -15,10 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from acerl import paths
 from acerl.config import BASE_METHOD, AceEstimator, Config
 from acerl.errors import MissingInputError
-from acerl.io import write_text
+from acerl.pipeline import paths
+from acerl.pipeline.io import write_text
+from acerl.pipeline.stages import main_grid_runs
 from acerl.report.aggregate import MissingData
 from acerl.report.compute import NO_ACCOUNTING, compute_tables, kept_accounting
 from acerl.report.figures import paired_difference_frame
@@ -35,7 +36,6 @@ from acerl.report.paper import PAPER_NAMES
 from acerl.report.render import render_from_files
 from acerl.report.spec import AblationSpec, AlphaSweepSpec, DisplayNames, ReportSpec
 from acerl.report.table_format import to_markdown
-from acerl.stages import main_grid_runs
 
 __all__ = [
     "report_spec",
@@ -253,7 +253,7 @@ def results_summary(cfg: Config, runs: pd.DataFrame | None, root: str | Path) ->
 
 def training_metrics_files(cfg: Config, root: str | Path) -> list[Path]:
     """The ``metrics.jsonl`` of every run of the main grid (the training-dynamics figure's input); the stage
-    table's report inputs (:mod:`acerl.stages`) list the same files."""
+    table's report inputs (:mod:`acerl.pipeline.stages`) list the same files."""
     return [paths.train_metrics_file(root, r) for r in main_grid_runs(cfg)]
 
 

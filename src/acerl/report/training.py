@@ -26,7 +26,7 @@ import pandas as pd
 from acerl.errors import BadInputError
 from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm
-from acerl.io import read_jsonl, write_text
+from acerl.pipeline.io import read_jsonl, write_text
 
 __all__ = [
     "DIAGNOSTIC_KEYS",

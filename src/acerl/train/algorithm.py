@@ -50,7 +50,7 @@ from acerl.algos.losses import (
 from acerl.config import AceEstimator, EstimatorConfig
 from acerl.config.settings import RunSettings
 from acerl.generate.rollout import RolloutBatch, response_logprobs
-from acerl.runtime import autocast
+from acerl.pipeline.runtime import autocast
 from acerl.train.data import TrainingSet
 from acerl.train.logprobs import batch_logprobs, micro_batches, micro_inputs
 from acerl.train.metrics import Timer

@@ -37,11 +37,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from acerl import paths
 from acerl.config import Run
 from acerl.errors import BadInputError, reading
-from acerl.io import TMP_PREFIX, atomic_dir, write_text
 from acerl.optim import AdamW
+from acerl.pipeline import paths
+from acerl.pipeline.io import TMP_PREFIX, atomic_dir, write_text
 
 logger = logging.getLogger(__name__)
 

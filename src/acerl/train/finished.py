@@ -8,7 +8,7 @@ is checked against ``run_spec.json`` of its run folder (the settings its trainin
 
 The training data (``data/``) and the base model (``models/base/<model>/``) a new training reuses are checked the
 same way (:func:`check_reused_inputs`) against the params their preparation recorded beside them
-(:func:`acerl.stages.params_record_file`); a folder without that record (made by older code) is not checked.
+(:func:`acerl.pipeline.stages.params_record_file`); a folder without that record (made by older code) is not checked.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from acerl.config import Config, Run
 from acerl.errors import BadInputError, fix_command, reading
-from acerl.stages import Job, param_values, params_record_file, spec
+from acerl.pipeline.stages import Job, param_values, params_record_file, spec
 
 logger = logging.getLogger(__name__)
 

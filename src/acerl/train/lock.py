@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from acerl import paths
 from acerl.config import Run
 from acerl.errors import UserError
+from acerl.pipeline import paths
 
 __all__ = ["RunLockedError", "run_lock"]
 
@@ -34,7 +34,7 @@ def run_lock(root: Path | str, run: Run) -> Iterator[Path]:
     :class:`RunLockedError` at once when another process holds it."""
     file = paths.run_lock_file(root, run)
     file.parent.mkdir(parents=True, exist_ok=True)
-    # written in place, not through acerl.io's atomic rename: a new inode would not be the file that is locked
+    # written in place, not through acerl.pipeline.io's atomic rename: a new inode would not be the file that is locked
     fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:

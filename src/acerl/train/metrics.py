@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from acerl.io import write_text
+from acerl.pipeline.io import write_text
 from acerl.train.tracker import Tracker
 
 __all__ = ["MetricsLog", "Timer", "read_metrics"]

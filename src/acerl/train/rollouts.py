@@ -11,8 +11,8 @@ from acerl.algos.dapo import filter_groups
 from acerl.config.settings import RunSettings
 from acerl.generate.base import eos_pad_ids, response_text
 from acerl.generate.rollout import RolloutBatch, sample_batch
-from acerl.runtime import autocast
-from acerl.seeds import TRAIN_SEED_STREAM, derive_seed
+from acerl.pipeline.runtime import autocast
+from acerl.pipeline.seeds import TRAIN_SEED_STREAM, derive_seed
 from acerl.train.data import TrainingSet
 from acerl.train.metrics import Timer
 from acerl.train.rewards import Rewards, Verifier, compute_rewards

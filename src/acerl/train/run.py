@@ -21,16 +21,16 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from acerl import paths
 from acerl.config import Config, Run, spec_json
 from acerl.config.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
 from acerl.errors import MissingInputError, fix_command
-from acerl.io import read_jsonl, save_hf_folder, write_json
 from acerl.models.loading import load_model_folder
 from acerl.optim import build_optimizer
-from acerl.provenance import record_launch, software_stamp
-from acerl.runtime import configure_torch, resolve_device
-from acerl.seeds import FILL_SEED_STREAM, GLOBAL_SEED_STREAM, derive_seed
+from acerl.pipeline import paths
+from acerl.pipeline.io import read_jsonl, save_hf_folder, write_json
+from acerl.pipeline.provenance import record_launch, software_stamp
+from acerl.pipeline.runtime import configure_torch, resolve_device
+from acerl.pipeline.seeds import FILL_SEED_STREAM, GLOBAL_SEED_STREAM, derive_seed
 from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
 from acerl.train.checkpoint import (
@@ -120,7 +120,7 @@ def train_run(
         cfg, run: the validated config and the (model, method, seed) to train.
         root: work directory (``data/``, ``models/``, ``runs/``).
         device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for the run (restored after;
-            denormals are flushed to zero from then on, :func:`acerl.runtime.configure_torch`).
+            denormals are flushed to zero from then on, :func:`acerl.pipeline.runtime.configure_torch`).
         progress: show a tqdm bar.
         verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
         reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.

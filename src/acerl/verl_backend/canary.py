@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acerl import paths
 from acerl.config import Config, Run
 from acerl.errors import BadInputError, MissingInputError
-from acerl.stages import Job, job_outputs
+from acerl.pipeline import paths
+from acerl.pipeline.stages import Job, job_outputs
 
 __all__ = [
     "ACE_KEYS",

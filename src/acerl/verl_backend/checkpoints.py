@@ -11,7 +11,7 @@ Diagnostic checkpoints (paper Sec. 6: every 25 steps, plus the early window) mus
   saves at each diagnostic step;
 - :class:`DiagnosticSnapshots` (``trainer.checkpoint_callback_class``) runs on the driver after each save and,
   at a diagnostic step, hard-links the actor's model shards and ``huggingface/`` folder (not the optimizer
-  state) into ``<run>/diag_raw/step_<N>/actor`` (:func:`acerl.paths.verl_snapshot_dir`), which rotation does
+  state) into ``<run>/diag_raw/step_<N>/actor`` (:func:`acerl.pipeline.paths.verl_snapshot_dir`), which rotation does
   not touch; hard links cost no space or time (a copy is made across file systems);
 - after training, :func:`export_checkpoint` merges each snapshot with verl's model merger
   (``python -m verl.model_merger merge --backend fsdp --local_dir .../actor --target_dir OUT``) into
@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from acerl.io import atomic_dir
+from acerl.pipeline.io import atomic_dir
 
 logger = logging.getLogger(__name__)
 

@@ -29,13 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from acerl import paths
 from acerl.config import AceEstimator, Config, ConfigError, PolicyLossParams, Run
 from acerl.config.settings import resolve, run_spec
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
-from acerl.io import write_json, write_text
-from acerl.provenance import record_launch
+from acerl.pipeline import paths
+from acerl.pipeline.io import write_json, write_text
+from acerl.pipeline.provenance import record_launch
 from acerl.train.finished import check_final, check_reused_inputs
 from acerl.train.lock import run_lock
 from acerl.train.tracker import verl_loggers

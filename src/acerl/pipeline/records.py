@@ -1,6 +1,6 @@
 """The result records the pipeline writes and the report reads: pydantic models, builders, writers, readers.
 
-A ground-floor module (it imports only :mod:`acerl.errors`, :mod:`acerl.io` and :mod:`acerl.passk`), so the
+A ground-floor module (it imports only :mod:`acerl.errors`, :mod:`acerl.pipeline.io` and :mod:`acerl.passk`), so the
 steps that write records (evaluate, diagnostics) and the report that reads them share one definition without
 importing each other.
 
@@ -46,8 +46,8 @@ from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, mod
 from pydantic_core import PydanticCustomError
 
 from acerl.errors import BadInputError
-from acerl.io import write_json
 from acerl.passk import mean_pass_at_k
+from acerl.pipeline.io import write_json
 
 __all__ = [
     "DiagnosticsRecord",
@@ -176,7 +176,7 @@ class PassKRecord(_Record):
     pass_at_k: dict[str, Fraction]
     num_problems: Annotated[int, _integer(1)]
     problems: list[PassKProblem]
-    # what made the samples, verdicts and this record (acerl.provenance.software_stamp; absent in older files)
+    # what made the samples, verdicts and this record (acerl.pipeline.provenance.software_stamp; absent in older files)
     software: list[dict[str, Any]] = []
 
     @model_validator(mode="after")

@@ -4,7 +4,7 @@ For every job kind (a Snakemake rule, a family of DVC stages) :data:`TABLE` hold
 each job its inputs, its outputs (with DVC's metrics and plots), the config keys that decide its result and its
 command: one :class:`StageSpec` per job kind, built by keyword. ``workflow/rules/*.smk`` (``input:``, ``output:``, ``params:``) and :mod:`acerl.dvc` (``deps``,
 ``outs``, ``metrics``, ``params``, ``plots``) both read it, so the two tools run the same jobs on the same files
-and rerun them for the same reasons. Paths come from :mod:`acerl.paths`, the grid from :class:`acerl.config.Config`.
+and rerun them for the same reasons. Paths come from :mod:`acerl.pipeline.paths`, the grid from :class:`acerl.config.Config`.
 
 Deciding keys (:func:`param_keys`) are merged-config key paths; a key stands for its whole subtree. They list
 what changes a job's result and nothing else (docs/sharing.md, "What reruns a job"):
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from acerl import paths
 from acerl.config import Config, DiagnosticsConfig, Run
 from acerl.config.settings import run_spec, spec_keys
+from acerl.pipeline import paths
 from acerl.stage_versions import STAGE_VERSIONS
 
 ROOT = (
@@ -698,7 +698,7 @@ def params_record_file(root: str | Path, job: Job) -> Path | None:
 def record_params(cfg: Config, root: str | Path, job: Job) -> Path | None:
     """Write :func:`param_values` of preparation ``job`` to :func:`params_record_file` (``None``: a job that
     records none)."""
-    from acerl.io import write_json
+    from acerl.pipeline.io import write_json
 
     file = params_record_file(root, job)
     return None if file is None else write_json(file, param_values(cfg, job), indent=2, sort_keys=True)

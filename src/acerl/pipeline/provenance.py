@@ -133,7 +133,7 @@ def record_launch(
     when the state it continues was made by other versions of the deciding packages (``previous``: that state's
     stamp, e.g. the checkpoint's; default the last launch recorded in ``path``) and appends the running stamp
     when it differs from the last one, so a run trained across package versions says so. Returns the list."""
-    from acerl.io import write_json
+    from acerl.pipeline.io import write_json
 
     launches: list[dict[str, Any]] = []
     if resuming and path.is_file():

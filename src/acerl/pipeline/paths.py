@@ -80,7 +80,7 @@ def run_spec_file(root: Path | str, run: Run) -> Path:
 
 
 def software_file(root: Path | str, run: Run) -> Path:
-    """The package versions and commit of each launch of a run (:func:`acerl.provenance.record_launch`)."""
+    """The package versions and commit of each launch of a run (:func:`acerl.pipeline.provenance.record_launch`)."""
     return run_dir(root, run) / "software.json"
 
 
