@@ -194,3 +194,25 @@ def test_parquet_and_folder_round_trip(tmp_path):
     assert table.to_pylist() == ROWS[:1]
     out = save_hf_folder(tmp_path / "hf", _Folder("model.bin"), _Folder("tok.json"), {"note": "n"})
     assert sorted(p.name for p in out.iterdir()) == ["model.bin", "note", "tok.json"]
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_written_files_and_folders_follow_the_umask(tmp_path, mask):
+    """An atomic write leaves what a plain ``open`` / ``mkdir`` would under the umask, not tempfile's private
+    0600 / 0700 (a shared results folder was unreadable to every colleague)."""
+    old = os.umask(mask)
+    try:
+        assert acerl.pipeline.io.current_umask() == mask
+        text = write_text(tmp_path / "a.txt", "x")
+        rows = write_jsonl(tmp_path / "b.jsonl.gz", [{"id": 1}])
+        with atomic_dir(tmp_path / "folder") as d:
+            (d / "f.txt").write_text("y")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("z")
+        (tmp_path / "plain_dir").mkdir()
+    finally:
+        os.umask(old)
+    assert oct(text.stat().st_mode & 0o777) == oct(rows.stat().st_mode & 0o777) == oct(0o666 & ~mask)
+    assert oct(plain.stat().st_mode & 0o777) == oct(0o666 & ~mask)
+    assert oct((tmp_path / "folder").stat().st_mode & 0o777) == oct(0o777 & ~mask)
+    assert oct((tmp_path / "plain_dir").stat().st_mode & 0o777) == oct(0o777 & ~mask)

@@ -3,7 +3,9 @@
 
 Every write goes to a temporary name beside the target (``.tmp-<name>.<random>``), is fsync'd, replaces the
 target in one ``os.replace`` and then fsyncs the folder, so a killed job (or a power cut) leaves the old file or
-the new one, never a complete-looking partial one. Leftover temporaries of killed writes start with
+the new one, never a complete-looking partial one. The result has the permissions of a plain ``open`` under the
+process's umask (``tempfile`` makes its files 0600 and folders 0700: a lab's shared results folder would be
+unreadable to everyone but their writer). Leftover temporaries of killed writes start with
 :data:`TMP_PREFIX` (:func:`acerl.train.checkpoint.remove_stale_temps` deletes them).
 
 - :func:`atomic_path` / :func:`atomic_dir`: a temporary file / folder for writers that open their own files
@@ -37,6 +39,7 @@ __all__ = [
     "DataFormatError",
     "atomic_dir",
     "atomic_path",
+    "current_umask",
     "fsync_path",
     "read_jsonl",
     "save_hf_folder",
@@ -67,6 +70,20 @@ def fsync_path(path: Path | str) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``); elsewhere set
+    and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same suffix, so format-sniffing writers still work); on a clean
@@ -76,6 +93,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.", suffix=path.suffix)
     os.close(fd)
     tmp = Path(tmp_name)
+    tmp.chmod(0o666 & ~current_umask())
     try:
         yield tmp
         fsync_path(tmp)
@@ -95,6 +113,7 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}.", dir=final.parent))
+    tmp.chmod(0o777 & ~current_umask())
     try:
         yield tmp
         for f in tmp.rglob("*"):
