@@ -229,3 +229,28 @@ def test_the_study_report_holds_the_methods_table(study, tmp_path) -> None:
     written = render_from_files(tmp_path / "plain", spec=plain, passk_paths=files, compare_to_paper=False,
                                 formats=("png",))  # fmt: skip
     assert not [p for p in written if p.name.startswith("methods_")]
+
+
+REPO = Path(__file__).resolve().parents[2]
+METHODS_DATA = REPO / "docs" / "results" / "methods"
+
+
+def test_the_committed_comparison_regenerates_its_published_report(capsys) -> None:
+    """docs/results.md's methods table comes from the committed per-seed data by the command it prints: the
+    report of each benchmark folder, made with --data, is the committed report.md byte for byte; the primary
+    endpoint's folder holds every run of the declared design."""
+    folders = sorted(p for p in METHODS_DATA.iterdir() if p.is_dir())
+    assert [p.name for p in folders][:1] == ["synth_easy"], folders
+    for folder in folders:
+        args = [
+            "--config",
+            str(REPO / "config" / "methods.yaml"),
+            "--data",
+            str(folder),
+            "--benchmark",
+            folder.name,
+        ]
+        assert main(args) == 0
+        assert capsys.readouterr().out == (folder / "report.md").read_text()
+    counts = pd.read_csv(METHODS_DATA / "synth_easy" / "counts.csv")
+    assert len(counts) == 7 * 28 and sorted(set(counts["seed"])) == list(range(23, 51))
