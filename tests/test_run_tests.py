@@ -3,12 +3,16 @@ CI-scale study (tests/support/study.py, ``shared_once``) built once under a file
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from support.ci_inputs import skip_or_fail_in_ci
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "run_tests.sh"
@@ -21,12 +25,15 @@ def lane_args() -> dict[str, list[str]]:
     return {name: args.split() for name, args in re.findall(r'\[(\w+)\]="([^"]*)"', block.group(1))}
 
 
+VERL_LANES = ("verl", "verl_dapo")
+
+
 def test_lanes_cover_every_test_folder_once() -> None:
     lanes = lane_args()
-    assert set(lanes) == {"dvc", "slurm", "workflow", "rest", "verl"}
+    assert set(lanes) == {"dvc", "slurm", "workflow", "rest", *VERL_LANES}
     nice = re.search(r"declare -A lane_nice=\(([^)]*)\)", SCRIPT.read_text())
     assert nice and set(re.findall(r"\[(\w+)\]=\d+", nice.group(1))) == {*lanes, "vllm"}  # one each
-    folder_lanes = {name: args for name, args in lanes.items() if name not in ("rest", "verl")}
+    folder_lanes = {name: args for name, args in lanes.items() if name not in ("rest", *VERL_LANES)}
     folders = {a for args in folder_lanes.values() for a in args}
     # every folder but the rest lane's is in one lane only, and the rest lane is `tests` minus exactly those
     assert len(folders) == sum(len(args) for args in folder_lanes.values())
@@ -38,22 +45,67 @@ def test_lanes_cover_every_test_folder_once() -> None:
     assert lane_names and lane_names.group(1).split() == list(lanes)  # every declared lane is started
 
 
-def test_verl_lane_runs_exactly_the_verl_loop_tests() -> None:
-    """The verl lane selects `verl_loop` in the files that hold it (in the rest lane's folders, which deselect
-    it), so verl's loop runs once, in its own lane, and no `verl_loop` test is left out."""
+def lane_marks() -> dict[str, str]:
+    marks = re.search(r"declare -A lane_marks=\(([^)]*)\)", SCRIPT.read_text())
+    assert marks, "run_tests.sh declares no lane_marks"
+    return dict(re.findall(r'\[(\w+)\]="([^"]*)"', marks.group(1)))
+
+
+def test_verl_lanes_run_exactly_the_verl_loop_tests() -> None:
+    """The verl lanes select `verl_loop` in the files that hold it (in the rest lane's folders, which deselect
+    it), so verl's loop runs once, and no `verl_loop` test is left out."""
     text = SCRIPT.read_text()
-    marks = re.search(r"declare -A lane_marks=\(([^)]*)\)", text)
-    assert marks and dict(re.findall(r'\[(\w+)\]="([^"]*)"', marks.group(1))) == {"verl": "verl_loop"}
+    assert set(lane_marks()) == set(VERL_LANES)
     assert re.search(r'^marks="not gpu and not vllm and not verl_loop"$', text, re.M)
     holders = sorted(
         str(f.relative_to(REPO))
         for f in (REPO / "tests").rglob("test_*.py")
         if re.search(r"pytest\.mark\.verl_loop", f.read_text(encoding="utf-8"))
     )
-    assert sorted(lane_args()["verl"]) == holders
+    assert sorted({a for lane in VERL_LANES for a in lane_args()[lane]}) == holders
     makefile = (REPO / "Makefile").read_text()
     make = re.search(r"^VERL_LOOP_TESTS = (.*)$", makefile, re.M)  # what make test-verl-loop runs
     assert make and sorted(make.group(1).split()) == holders
+
+
+COLLECT = """
+import json, sys
+import pytest
+sys.path.insert(0, "tests/verl_backend")
+
+class Record:
+    def pytest_collection_finish(self, session):
+        import test_verl_cpu_loop as loop
+        print("ITEMS", json.dumps({"ids": [i.nodeid for i in session.items],
+                                   "runs": loop.selected_methods(session.items)}))
+
+sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", sys.argv[1], *sys.argv[2:]],
+                     plugins=[Record()]))
+"""
+
+
+def _collect(marks: str, files: list[str]) -> dict:
+    proc = subprocess.run([sys.executable, "-c", COLLECT, marks, *files], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    line = [x for x in proc.stdout.splitlines() if x.startswith("ITEMS ")]
+    assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(line[0].removeprefix("ITEMS "))
+
+
+def test_the_verl_lanes_split_the_loop_by_family() -> None:
+    """The two verl lanes' selections partition the `verl_loop` tests of one session, and each lane's tests read
+    the runs of one family only, so each lane trains its half (GRPO, ACE-GRPO; DAPO, ACE-DAPO) and no run twice."""
+    if importlib.util.find_spec("verl") is None:
+        skip_or_fail_in_ci("verl is not installed (pip install -e .[verl])")
+    args, marks = lane_args(), lane_marks()
+    whole = _collect("verl_loop", sorted({a for lane in VERL_LANES for a in args[lane]}))
+    lanes = {lane: _collect(marks[lane], args[lane]) for lane in VERL_LANES}
+    ids = [i for lane in VERL_LANES for i in lanes[lane]["ids"]]
+    assert sorted(ids) == sorted(whole["ids"]) and len(ids) == len(set(ids))
+    assert whole["runs"] == ["grpo", "dapo", "ace_grpo", "ace_dapo"]
+    assert lanes["verl"]["runs"] == ["grpo", "ace_grpo"]
+    assert lanes["verl_dapo"]["runs"] == ["dapo", "ace_dapo"]
+    assert any("nsr" in i for i in lanes["verl"]["ids"])
 
 
 def test_verl_lane_fails_in_ci_without_verl() -> None:

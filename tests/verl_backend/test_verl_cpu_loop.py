@@ -4,7 +4,10 @@ buffer, the reward loop, FSDP2 over two ranks, checkpoints, the file logger, the
 stand-ins of :mod:`fakes.verl_cpu_loop` (a transformers rollout server behind verl's server interface, fake Ray GPUs).
 
 One ``acerl train`` per method (3 steps each), so each run starts its own Ray (about 2-3 minutes each on two
-cores). docs/verl.md ("What has executed on CPU") lists what runs and what still needs a GPU cluster.
+cores). The module trains only the runs its selected tests read (``study``): ``make test`` splits it over two lanes,
+the GRPO family's runs (the killed and resumed GRPO, its uninterrupted ACE-GRPO twin) in ``verl`` and the DAPO
+family's (``verl_dapo`` mark: dynamic sampling) in ``verl_dapo``. docs/verl.md ("What has executed on CPU") lists
+what runs and what still needs a GPU cluster.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.verl_loop]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")
+METHODS = ("grpo", "dapo", "ace_grpo", "ace_dapo")  # training order: the killed run first
+DAPO_FAMILY = ("dapo", "ace_dapo")  # make test's verl_dapo lane (the `verl_dapo` mark)
 STEPS = 3
 ACE_KEYS = ("ace/negative_frac", "ace/confidence_mean_neg", "ace/multiplier_mean_neg", "ace/multiplier_max")
 
@@ -39,6 +43,41 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
     pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
 
 from fakes import verl_cpu_loop  # noqa: E402
+
+
+def methods(*names: str) -> list:
+    """The ``method`` parameters of a test over the runs ``names``; the DAPO family's carry ``verl_dapo``."""
+    return [pytest.param(m, marks=pytest.mark.verl_dapo) if m in DAPO_FAMILY else m for m in names]
+
+
+def reads_runs(*names: str):
+    """Mark a test that reads the runs ``names`` without a ``method`` parameter (``study`` trains them); a test
+    of the DAPO family's runs carries ``verl_dapo``. One family per test, so each lane trains its own runs."""
+    family = {m in DAPO_FAMILY for m in names}
+    if len(family) != 1:
+        raise ValueError(f"a test reads the runs of one family, not {names}")
+
+    def mark(test):
+        test = pytest.mark.verl_runs(*names)(test)
+        return pytest.mark.verl_dapo(test) if family == {True} else test
+
+    return mark
+
+
+def selected_methods(items: list[pytest.Item]) -> list[str]:
+    """The runs the selected tests of this module read (their ``method`` parameter or ``verl_runs`` mark), in
+    training order."""
+    here = Path(__file__).resolve()
+    needed: set[str] = set()
+    for item in items:
+        if Path(item.path).resolve() != here:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "method" in callspec.params:
+            needed.add(callspec.params["method"])
+        for mark in item.iter_markers("verl_runs"):
+            needed.update(mark.args)
+    return [m for m in METHODS if m in needed]
 
 
 def _acerl(
@@ -141,9 +180,11 @@ class Study:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory, prepared_study: Path) -> Study:
-    """The four runs, trained on the CI-scale study's data and SFT'd base model: ``prepared_study``, which
-    ``make test``'s lanes build once and share (the verl overlay changes neither: same data and base settings)."""
+def study(request, tmp_path_factory, prepared_study: Path) -> Study:
+    """The runs the session's selected tests read (all four methods in one session; the GRPO or the DAPO family
+    in each of ``make test``'s verl lanes), trained on the CI-scale study's data and SFT'd base model:
+    ``prepared_study``, which ``make test``'s lanes build once and share (the verl overlay changes neither: same
+    data and base settings)."""
     import shutil
 
     root = tmp_path_factory.mktemp("verl_cpu_loop")
@@ -154,7 +195,7 @@ def study(tmp_path_factory, prepared_study: Path) -> Study:
     shutil.copytree(prepared_study / "data", root / "data")
     shutil.copytree(prepared_study / "models" / "base", root / "models" / "base")
     s.wall["prepare"] = time.monotonic() - t0
-    for method in METHODS:
+    for method in selected_methods(request.session.items):
         t0 = time.monotonic()
         menv = {
             **env,
@@ -182,8 +223,10 @@ def study(tmp_path_factory, prepared_study: Path) -> Study:
         s.timing[method] = _time_split(s, method, t0)
     print("verl CPU loop wall time (s):", {k: round(v) for k, v in s.wall.items()})
     record = os.environ.get(TIMING_ENV)
-    if record:
-        Path(record).write_text(json.dumps({"wall": s.wall, "runs": s.timing}, indent=1) + "\n")
+    if record:  # each verl lane adds its runs to the file
+        old = json.loads(Path(record).read_text()) if Path(record).is_file() else {"wall": {}, "runs": {}}
+        merged = {"wall": {**old["wall"], **s.wall}, "runs": {**old["runs"], **s.timing}}
+        Path(record).write_text(json.dumps(merged, indent=1) + "\n")
     return s
 
 
@@ -214,7 +257,7 @@ def _time_split(study: Study, method: str, t0: float) -> dict[str, float]:
     return dict(out)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods(*METHODS))
 def test_method_trains_three_steps_through_main_ppo(study: Study, method: str) -> None:
     metrics = study.metrics(method)
     assert sorted(metrics) == list(range(1, STEPS + 1))
@@ -252,7 +295,7 @@ def _by_version(records: list[dict]) -> tuple[dict[int, dict], dict[int, set[str
     return loads, gens
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods(*METHODS))
 def test_step2_rollouts_come_from_the_step1_update(study: Study, method: str) -> None:
     """verl's ``naive`` checkpoint engine syncs the actor into the rollout server after every update: the
     rollouts of step ``k + 1`` carry the fingerprint of the weights loaded after step ``k``, and those weights
@@ -328,7 +371,7 @@ def _ace_output(call: dict):
     )
 
 
-@pytest.mark.parametrize("method", ["ace_grpo", "ace_dapo"])
+@pytest.mark.parametrize("method", methods("ace_grpo", "ace_dapo"))
 def test_ace_statistics_reach_verls_metrics_log(study: Study, method: str) -> None:
     """``ace/*`` in every step of verl's metrics log equal ACE's summaries of that step's own rollouts (the
     statistics of the negatives are null in a step with no negative-advantage rollout). At step 1 the policy
@@ -357,6 +400,7 @@ def test_ace_statistics_reach_verls_metrics_log(study: Study, method: str) -> No
         assert first["ace/multiplier_max"] == pytest.approx(1 + math.log(2), abs=1e-5)
 
 
+@reads_runs("ace_dapo")
 def test_the_canary_reads_every_check_from_a_real_run(study: Study) -> None:
     """``acerl canary check`` on the ACE-DAPO run of verl's real loop (the canary's method): every metric it
     reads is in the run's log under the name it looks for (memory reads 0 on CPU), the run trained its steps,
@@ -374,7 +418,7 @@ def test_the_canary_reads_every_check_from_a_real_run(study: Study) -> None:
     assert by_name["c_i after step 1"].ok, by_name["c_i after step 1"]
 
 
-@pytest.mark.parametrize("method", ["ace_grpo", "ace_dapo"])
+@pytest.mark.parametrize("method", methods("ace_grpo", "ace_dapo"))
 def test_reference_is_the_base_model_not_the_policy(study: Study, method: str) -> None:
     """The reference log-probs verl hands ACE are the frozen base model's: equal to the policy's at step 1,
     apart from them once an update has moved the policy (a reference that followed the policy would make every
@@ -401,7 +445,7 @@ def test_reference_is_the_base_model_not_the_policy(study: Study, method: str) -
         assert logged, (method, confidences)
 
 
-@pytest.mark.parametrize("method", ["grpo", "dapo"])
+@pytest.mark.parametrize("method", methods("grpo", "dapo"))
 def test_baselines_log_no_ace_statistics(study: Study, method: str) -> None:
     for rec in study.metrics(method).values():
         assert not [k for k in rec if k.startswith("ace/")]
@@ -422,6 +466,7 @@ def _prompts_by_version(records: list[dict]) -> dict[int, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+@reads_runs(KILLED)
 def test_kill_after_step2_checkpoint_resumes_at_step3(study: Study) -> None:
     """SIGKILL after verl recorded the step-2 checkpoint; the rerun of ``acerl train`` resumes
     (``resume_mode=auto``): verl loads ``global_step_2`` (weights into the rollout server unchanged), logs only
@@ -468,6 +513,7 @@ def _optimizer_state(method: str, study: Study, step: int) -> tuple[set[float], 
     return counts, extra["lr_scheduler"]
 
 
+@reads_runs(KILLED, "ace_grpo")
 def test_resume_restores_optimizer_and_scheduler(study: Study) -> None:
     """The resumed attempt continued step 2's AdamW moments and LR schedule: at step 3 every parameter's Adam
     step count is 3 and the scheduler's state is the uninterrupted ACE-GRPO run's (same optimizer settings),
@@ -478,6 +524,7 @@ def test_resume_restores_optimizer_and_scheduler(study: Study) -> None:
     assert scheduler == twin_scheduler
 
 
+@reads_runs(KILLED, "ace_grpo")
 def test_resumed_run_keeps_the_data_order(study: Study) -> None:
     """verl restores its dataloader from ``data.pt``: the killed-and-resumed GRPO run generated for the same
     prompts at every step as the uninterrupted ACE-GRPO run (same seed, same batch size, no dynamic sampling)."""
@@ -489,7 +536,7 @@ def test_resumed_run_keeps_the_data_order(study: Study) -> None:
     assert killed[0] != killed[1] != killed[2]
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods(*METHODS))
 def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method: str) -> None:
     """``final/`` (verl's model merger on ``global_step_3``) loads in transformers with the tokenizer, equals
     the weights the rollout server got after step 3, and the pipeline's sampler generates from it."""
@@ -542,7 +589,7 @@ def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method
     assert any(f"| {display} " in t.read_text() or f"| {display}|" in t.read_text() for t in tables), tables
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods(*METHODS))
 def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method: str) -> None:
     """Every advantage computation of the run (verl's GRPO for the baselines; the plugin's ``ace`` estimator,
     with the verdicts it read from TransferQueue, for ACE) equals :mod:`acerl.algos` on the same rollouts."""
@@ -586,7 +633,7 @@ def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method:
         torch.testing.assert_close(call["advantages"], expected.unsqueeze(-1) * mask, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["dapo", "ace_dapo"])
+@pytest.mark.parametrize("method", methods("dapo", "ace_dapo"))
 def test_dynamic_sampling_through_verls_replay_buffer(study: Study, method: str) -> None:
     """DAPO's dynamic sampling ran in verl's own ``ReplayBuffer`` (V1, ``filter_groups.metric=acc``, the
     plugin's cap on): the replay buffer evicted groups whose rollouts all agreed, refilled, and every trained
@@ -617,7 +664,7 @@ CAP_LINE = re.compile(
 CUT_LINE = re.compile(r"refill of (\d+) prompts cut to (\d+) \((\d+) of (\d+) dispatched\)")
 
 
-@pytest.mark.parametrize("method", ["dapo", "ace_dapo"])
+@pytest.mark.parametrize("method", methods("dapo", "ace_dapo"))
 def test_dynamic_sampling_cap_bounds_every_step(study: Study, method: str) -> None:
     """The plugin's dynamic-sampling cap runs inside verl's loop (verl 0.9.1's V1 trainer ignores
     ``max_num_gen_batches``): every step starts with the DAPO recipe's budget, no step generated for more prompts
