@@ -116,7 +116,8 @@ def test_missing_runs_are_a_one_line_error(tmp_path, capsys) -> None:
 
 def write_study(root, benchmarks=("synth_easy", "synth_hard"), n: int = 32, n_problems: int = 5) -> None:
     """A finished methods study's files under ``root`` for config/methods.yaml's runs: every run's Pass@k
-    record on each benchmark (NSR better than the rest by design) and its metrics.jsonl (six steps)."""
+    record on each benchmark (NSR better than the rest by design) and its metrics.jsonl (six steps), and the
+    base model's Pass@k record (``include_base``: one evaluation, solving one problem in every sample)."""
     from acerl.config import Run, load_config
     from acerl.pipeline import paths
     from acerl.pipeline.records import passk_record, write_passk_record
@@ -141,6 +142,10 @@ def write_study(root, benchmarks=("synth_easy", "synth_hard"), n: int = 32, n_pr
             mf = Path(paths.train_metrics_file(root, run))
             mf.parent.mkdir(parents=True, exist_ok=True)
             mf.write_text("".join(json.dumps(r) + "\n" for r in steps))
+    for b in benchmarks:
+        c = [n] + [0] * (n_problems - 1)
+        rec = passk_record(b, model, "base", None, ids, n, c, [1, 2, 4, 8, 16, 32])
+        write_passk_record(rec, paths.passk_file(root, b, Run(model, "base", 0)))
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +167,10 @@ def test_the_report_from_exported_data_is_the_report_from_the_study(study, tmp_p
         f"| {s}" for s in range(23, 51)
     ]
     counts = pd.read_csv(data / "counts.csv")
-    assert sorted(set(counts["benchmark"])) == ["synth_easy"] and len(counts) == 7 * 28
+    assert sorted(set(counts["benchmark"])) == ["synth_easy"] and len(counts) == 7 * 28 + 1
+    # the base model's row: one evaluation, no interval; it solves 1 of the 5 problems in all 32 samples
+    base = next(line for line in from_study.splitlines() if line.startswith("| Base model"))
+    assert base == "| Base model (untrained, one evaluation) | " + " | ".join(["20.0"] * 6) + " |"
     assert main([*args, "--data", str(data)]) == 0
     assert capsys.readouterr().out == from_study
     nsr = next(line for line in from_study.splitlines() if line.startswith("| NSR |"))
@@ -194,6 +202,13 @@ def test_a_folder_short_of_a_run_or_made_with_another_last_is_refused(study, tmp
     assert main([*args, "--data", str(data)]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tiny/kl_cov/seed40" in err[0] and f"--export {data}" in err[0]
+    # an export without the base model (include_base): the report says its row is missing
+    assert main([*args, "--root", str(study), "--export", str(data)]) == 0
+    capsys.readouterr()
+    pd.read_csv(data / "counts.csv").query("method != 'base'").to_csv(data / "counts.csv", index=False)
+    assert main([*args, "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "| Base model" not in out and "The base model's counts are not in these data" in out
     with pytest.raises(SystemExit) as usage:
         main([*args, "--data", str(data), "--export", str(tmp_path / "x")])
     assert usage.value.code == 2

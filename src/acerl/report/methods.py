@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from acerl.config import Config, ConfigError, MethodsComparison, Run, load_config
+from acerl.config import BASE_METHOD, Config, ConfigError, MethodsComparison, Run, load_config
 from acerl.errors import BadInputError, MissingInputError, UserError
 from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm, mean_ci
+from acerl.passk import pass_at_k_array
 from acerl.pipeline import paths
 from acerl.pipeline.io import write_text
 from acerl.report.frames import load_passk_problems
@@ -41,6 +42,7 @@ __all__ = [
     "compared_methods",
     "comparison_runs",
     "methods_curves",
+    "base_passk",
     "methods_table",
     "methods_report_table",
     "study_files",
@@ -124,6 +126,25 @@ def methods_curves(
     return pd.DataFrame(rows)
 
 
+BASE_LABEL = "Base model (untrained, one evaluation)"
+BASE_ABSENT = (
+    "The base model's counts are not in these data (an export made without them); the report on the study's "
+    "folder shows its row."
+)
+
+
+def base_passk(problems: pd.DataFrame, bench: str, model: str, ks: Sequence[int]) -> dict[int, float] | None:
+    """The untrained base model's Pass@k in points at each k (its one evaluation: no interval over seeds); None
+    when the counts hold no base model (``study.main.include_base: false``)."""
+    sub = problems[
+        (problems["benchmark"] == bench) & (problems["model"] == model) & (problems["method"] == BASE_METHOD)
+    ]
+    if sub.empty:
+        return None
+    n, c = sub["n"].astype(int).to_numpy(), sub["c"].astype(int).to_numpy()
+    return {k: 100.0 * float(pass_at_k_array(n, c, k).mean()) for k in ks}
+
+
 def _fmt(x: float, digits: int = 1, sign: bool = False) -> str:
     if x is None or not math.isfinite(float(x)):
         return "-"
@@ -178,7 +199,9 @@ def methods_report_table(
     )
 
 
-def _figure(curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Path) -> None:
+def _figure(
+    curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Path, base: dict[int, float] | None
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,6 +212,8 @@ def _figure(curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Pat
         ax.errorbar(
             sub["k"], sub["passk"], yerr=sub["ci"].fillna(0), label=displays[m], marker="o", capsize=2
         )
+    if base is not None:
+        ax.plot(list(base), list(base.values()), color="black", linestyle="--", marker="x", label=BASE_LABEL)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k")
     ax.set_ylabel(f"Pass@k on {bench} (%)")
@@ -213,7 +238,10 @@ def study_files(root: Path, cfg: Config, benchmarks: Sequence[str], run_hint: st
         MissingInputError: a run's file is missing (the message names the first and the command that makes it).
     """
     _, model, methods, seeds = comparison_runs(cfg)
-    files = [paths.passk_file(root, b, Run(model, m, s)) for b in benchmarks for m in methods for s in seeds]
+    runs = [Run(model, m, s) for m in methods for s in seeds]
+    if cfg.study.main.include_base:
+        runs.append(Run(model, BASE_METHOD, 0))
+    files = [paths.passk_file(root, b, r) for b in benchmarks for r in runs]
     missing = [f for f in files if not Path(f).is_file()]
     if missing:
         raise MissingInputError(
@@ -287,9 +315,10 @@ def render_report(
     figure: Path | None = None,
     strip: Path | None = None,
 ) -> str:
-    """The whole report (Markdown): the table at the primary k, Pass@k per method at every k, every seed's
-    difference from the baseline, and the training diagnostics of each method minus the baseline; with
-    ``figure``, the Pass@k curves drawn there; with ``strip``, every seed's difference."""
+    """The whole report (Markdown): the table at the primary k, Pass@k per method (and the base model's, when
+    the counts hold it) at every k, every seed's difference from the baseline, and the training diagnostics of
+    each method minus the baseline; with ``figure``, the Pass@k curves drawn there; with ``strip``, every seed's
+    difference."""
     mc, model, methods, seeds = comparison_runs(cfg)
     k = cfg.report.primary.k or max(cfg.evaluation.ks)
     against_baseline = {m: mc.baseline for m in methods if m != mc.baseline}
@@ -307,6 +336,11 @@ def render_report(
     for m in methods:
         cells = [f"{_fmt(wide.loc[m, k_])} ± {_fmt(half.loc[m, k_])}" for k_ in wide.columns]
         out.append(f"| {displays[m]} | " + " | ".join(cells) + " |")
+    base = base_passk(problems, bench, model, list(wide.columns))
+    if base is not None:
+        out.append(f"| {BASE_LABEL} | " + " | ".join(_fmt(v) for v in base.values()) + " |")
+    elif cfg.study.main.include_base:
+        out.append(f"\n{BASE_ABSENT}")
     per_seed = per_seed_frame(problems, against_baseline, bench, k, stage1=len(seeds))  # one stage
     out.append(f"\n## Every seed: each method minus {displays[mc.baseline]}, Pass@{k} on {bench} (points)\n")
     out.append(render_every_seed(per_seed, displays))
@@ -319,7 +353,7 @@ def render_report(
         diag = diag.drop(columns=["model", "baseline"]).assign(method=diag["method"].map(displays))
         out.append(diag.to_markdown(index=False, floatfmt=".4f"))
     if figure is not None:
-        _figure(curves, displays, bench, figure)
+        _figure(curves, displays, bench, figure, base)
     if strip is not None:
         fig = strip_figure(per_seed.assign(pilot=False), k=k, benchmark=bench, names=names, staged=False)
         strip.parent.mkdir(parents=True, exist_ok=True)
