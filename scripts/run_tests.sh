@@ -13,9 +13,11 @@
 # the other lanes' folders), so the six together run exactly the tests of one session with -m "not gpu and not
 # vllm" (ACERL_TEST_LANES=serial). Under CI=true the verl lanes fail, not skip, when verl or TransferQueue is
 # missing. The lanes share one CI-scale study through ACERL_TEST_SHARED_DIR (tests/support/study.py, shared_once). The
-# lanes on the critical path (the shared study, then the DVC stories, and verl's loop) run at normal priority, the
-# others niced (`nice -n`: slurm 10, its SLURM jobs too through the local cluster's PropagatePrioProcess; rest and
-# vllm 5), so that they take the cores the critical path leaves idle.
+# rest and vllm lanes run niced (`nice -n 5`), so that they take the cores the others leave idle. The slurm lane
+# runs at normal priority, like its SLURM jobs (the local cluster's PropagatePrioProcess): a Ray head it starts
+# (ray_on_slurm.sh, the canary's main_ppo) must register its raylet within Ray's fixed 30 s, and beside the two
+# verl lanes' Ray actors at normal priority a niced lane starved past it ("The current node timed out during
+# startup"; docs/benchmarks.md).
 # Each lane's report is printed when it ends, then one line per lane.
 #
 # Usage: scripts/run_tests.sh [PYTEST_ARGS...]      default: the lanes above
@@ -136,7 +138,7 @@ declare -A lane_args=(
 # tests read: `verl` the GRPO family's (the killed and resumed GRPO, its ACE-GRPO twin, NSR), `verl_dapo` the DAPO
 # family's (the `verl_dapo` mark), so the two halves share the cores with the other lanes instead of one long tail.
 declare -A lane_marks=([verl]="verl_loop and not verl_dapo" [verl_dapo]="verl_dapo")
-declare -A lane_nice=([dvc]=0 [workflow]=0 [slurm]=10 [rest]=5 [verl]=0 [verl_dapo]=0 [vllm]=5)
+declare -A lane_nice=([dvc]=0 [workflow]=0 [slurm]=0 [rest]=5 [verl]=0 [verl_dapo]=0 [vllm]=5)
 run_lane() {  # NAME: its pytest session (vllm: the vLLM session), report in $scratch/NAME.log
   local name=$1 t0=$SECONDS rc=0
   if [[ $name == vllm ]]; then
