@@ -22,7 +22,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 help:
 	@echo "make run    - set up .venv and run the default experiment (snakemake -c$(CORES) all)"
-	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM, verl's loop, vLLM) in parallel lanes: ~31 min on 2 cores"
+	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM, verl's loop, vLLM) in parallel lanes: ~20 min on 2 cores"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
 	@echo "make test-verl-loop - only make test's two verl lanes, in one session: verl's whole trainer loop on CPU, five methods, kill and resume (docs/verl.md): ~15 min"
 	@echo "make setup  - only create/update .venv"
