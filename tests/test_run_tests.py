@@ -18,11 +18,16 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "run_tests.sh"
 
 
+def declared(array: str) -> dict[str, str]:
+    """``{lane: value}`` of the quoted associative array ``array`` as ``run_tests.sh`` declares it."""
+    block = re.search(rf"declare -A {array}=\((.*?)\)\n", SCRIPT.read_text(), re.S)
+    assert block, f"run_tests.sh declares no {array}"
+    return dict(re.findall(r'\[(\w+)\]="([^"]*)"', block.group(1)))
+
+
 def lane_args() -> dict[str, list[str]]:
     """``{lane: its pytest path arguments}`` as ``run_tests.sh`` declares them."""
-    block = re.search(r"declare -A lane_args=\((.*?)\n\)", SCRIPT.read_text(), re.S)
-    assert block, "run_tests.sh declares no lane_args"
-    return {name: args.split() for name, args in re.findall(r'\[(\w+)\]="([^"]*)"', block.group(1))}
+    return {name: args.split() for name, args in declared("lane_args").items()}
 
 
 VERL_LANES = ("verl", "verl_dapo")
@@ -45,17 +50,11 @@ def test_lanes_cover_every_test_folder_once() -> None:
     assert lane_names and lane_names.group(1).split() == list(lanes)  # every declared lane is started
 
 
-def lane_marks() -> dict[str, str]:
-    marks = re.search(r"declare -A lane_marks=\(([^)]*)\)", SCRIPT.read_text())
-    assert marks, "run_tests.sh declares no lane_marks"
-    return dict(re.findall(r'\[(\w+)\]="([^"]*)"', marks.group(1)))
-
-
 def test_verl_lanes_run_exactly_the_verl_loop_tests() -> None:
     """The verl lanes select `verl_loop` in the files that hold it (in the rest lane's folders, which deselect
     it), so verl's loop runs once, and no `verl_loop` test is left out."""
     text = SCRIPT.read_text()
-    assert set(lane_marks()) == set(VERL_LANES)
+    assert set(declared("lane_marks")) == set(VERL_LANES)
     assert re.search(r'^marks="not gpu and not vllm and not verl_loop"$', text, re.M)
     holders = sorted(
         str(f.relative_to(REPO))
@@ -97,7 +96,7 @@ def test_the_verl_lanes_split_the_loop_by_family() -> None:
     the runs of one family only, so each lane trains its half (GRPO, ACE-GRPO; DAPO, ACE-DAPO) and no run twice."""
     if importlib.util.find_spec("verl") is None:
         skip_or_fail_in_ci("verl is not installed (pip install -e .[verl])")
-    args, marks = lane_args(), lane_marks()
+    args, marks = lane_args(), declared("lane_marks")
     whole = _collect("verl_loop", sorted({a for lane in VERL_LANES for a in args[lane]}))
     lanes = {lane: _collect(marks[lane], args[lane]) for lane in VERL_LANES}
     ids = [i for lane in VERL_LANES for i in lanes[lane]["ids"]]
