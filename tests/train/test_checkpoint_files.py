@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import calendar
 import logging
+import os
 import re
 import time
 import zipfile
@@ -246,3 +247,31 @@ def test_checkpoint_files_load_weights_only(tmp_path, name):
         BadInputError, match=rf"^{re.escape(str(path / name))} is unreadable .*Weights only load"
     ):
         load_checkpoint(path, model, optimizer)
+
+
+def test_checkpoints_and_model_folders_follow_the_umask(tmp_path):
+    """Under umask 022 every checkpoint file and exported ``model.safetensors`` is 0644 like the other written
+    files: safetensors' ``save_file`` writes through its own private temporary file, and left them 0600, so a
+    colleague on a shared filesystem could not read the weights."""
+    from acerl.models.lean import LeanLlamaForCausalLM
+    from acerl.models.tiny import TinyModelConfig, build_tiny_model
+    from acerl.models.tokenizer import build_char_tokenizer
+    from acerl.pipeline.io import save_hf_folder
+
+    model, ref, optimizer = _modules(0)
+    arch = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=32)
+    tokenizer = build_char_tokenizer(model_max_length=arch.max_position_embeddings)
+    old = os.umask(0o022)
+    try:
+        ckpt = save_checkpoint(tmp_path / "ckpt", 2, model, optimizer, {}, keep=2, ref_model=ref)
+        hf = save_hf_folder(tmp_path / "hf", build_tiny_model(arch, tokenizer, seed=0), tokenizer)
+        lean = save_hf_folder(tmp_path / "lean", LeanLlamaForCausalLM.from_folder(hf), tokenizer)
+    finally:
+        os.umask(old)
+    files = [*ckpt.iterdir(), *hf.iterdir(), *lean.iterdir()]
+    assert {MODEL_FILE, REF_FILE} <= {f.name for f in ckpt.iterdir()}
+    assert {f.name for f in files} >= {"model.safetensors", "config.json"}
+    assert {f"{f.parent.name}/{f.name}": oct(f.stat().st_mode & 0o777) for f in files} == {
+        f"{f.parent.name}/{f.name}": oct(0o644) for f in files
+    }
+    assert all(oct(d.stat().st_mode & 0o777) == oct(0o755) for d in (ckpt, hf, lean))

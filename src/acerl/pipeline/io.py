@@ -93,9 +93,11 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.", suffix=path.suffix)
     os.close(fd)
     tmp = Path(tmp_name)
-    tmp.chmod(0o666 & ~current_umask())
+    allowed = 0o666 & ~current_umask()
+    tmp.chmod(allowed)
     try:
         yield tmp
+        _widen_to_umask(tmp, allowed)
         fsync_path(tmp)
         os.replace(tmp, path)
         fsync_path(path.parent)
@@ -113,10 +115,13 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}.", dir=final.parent))
-    tmp.chmod(0o777 & ~current_umask())
+    mask = current_umask()
+    tmp.chmod(0o777 & ~mask)
     try:
         yield tmp
         for f in tmp.rglob("*"):
+            if not f.is_symlink():
+                _widen_to_umask(f, (0o777 if f.is_dir() else 0o666) & ~mask)
             if f.is_file():
                 fsync_path(f)
         old = None
@@ -130,6 +135,14 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _widen_to_umask(path: Path, allowed: int) -> None:
+    """Widen ``path``'s permissions to what a plain ``open`` / ``mkdir`` gives under the umask (``allowed``):
+    writers that save through their own private temporary file (safetensors' ``save_file``) leave 0600."""
+    mode = path.stat().st_mode & 0o7777
+    if mode | allowed != mode:
+        path.chmod(mode | allowed)
 
 
 def write_text(path: Path | str, text: str) -> Path:
