@@ -71,6 +71,9 @@ def cpu_overrides() -> list[str]:
         f"+{a}.fsdp_config.mixed_precision={fp32}",
         f"+{ref}.fsdp_config.mixed_precision={fp32}",
         f"{r}.name=cpu_hf",
+        # verl's stable request ids (det-<row>): the CPU server seeds each row's stream from them
+        # (fakes.cpu_sampling), so the rollouts do not depend on how requests were batched
+        f"{r}.full_determinism=True",
         f"{r}.agent.num_workers=1",
         "reward.num_workers=1",
         "data.dataloader_num_workers=0",

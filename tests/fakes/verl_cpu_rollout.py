@@ -8,8 +8,9 @@ this machine. Both registries accept new names at runtime, so this module, loade
 
 - :class:`CPUGenerationServer`: a Ray actor answering verl's token-in-token-out ``generate`` (the call
   ``verl/workers/rollout/llm_server.py`` makes on a vLLM server) with transformers sampling from the policy
-  (temperature / top-p / ``max_tokens`` as vLLM reads them), returning verl's ``TokenOutput`` with the sampled
-  tokens' log-probs; the life-cycle calls the trainer makes (``wake_up``, ``sleep``, ``abort_all_requests`` ...)
+  (temperature / top-p / ``max_tokens`` as vLLM reads them; :mod:`fakes.cpu_sampling`: each request from its own
+  seeded stream, so a row's tokens do not depend on the batch it lands in), returning verl's ``TokenOutput``
+  with the sampled tokens' log-probs; the life-cycle calls the trainer makes (``wake_up``, ``sleep``, ``abort_all_requests`` ...)
   are no-ops on a CPU;
 - :class:`CPUReplica`: the ``RolloutReplica`` that starts one server per replica (hybrid mode: one replica per
   trainer rank, as vLLM with tensor parallel size 1);
@@ -39,7 +40,7 @@ import torch
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
-from fakes import verl_cpu_loop, verl_cpu_platform
+from fakes import cpu_sampling, verl_cpu_loop, verl_cpu_platform
 
 ROLLOUT_NAME = "cpu_hf"
 LOG_ENV = verl_cpu_loop.ROLLOUT_LOG_ENV
@@ -78,9 +79,12 @@ class CPUGenerationServer:
         self.eos_ids = self._eos_ids(model_config)
         self.global_steps: int | None = None
         self.fingerprint = weights_fingerprint(self.model.state_dict())
-        self.generator = torch.Generator().manual_seed(int(getattr(config, "seed", 0)) * 1000 + replica_rank)
+        self.seed = int(getattr(config, "seed", 0))
+        self.repeats: dict[tuple[int | None, str, str], int] = defaultdict(
+            int
+        )  # identical requests of a step
         self.lock = threading.Lock()
-        self.queue: list[tuple[list[int], dict[str, Any], asyncio.Future]] = []
+        self.queue: list[tuple[list[int], dict[str, Any], int, asyncio.Future]] = []
         self.serving: asyncio.Future | None = None
         self.log_path = os.environ.get(LOG_ENV)
         self._log({"event": "load", "source": "init", "fingerprint": self.fingerprint})
@@ -136,83 +140,39 @@ class CPUGenerationServer:
             max_tokens = min(cfg.response_length, cfg.prompt_length + cfg.response_length - len(prompt_ids))
         return max(1, int(max_tokens))
 
-    def _sample_batch(
-        self, prompts: list[list[int]], max_tokens: list[int], temperature: float, top_p: float
-    ) -> list[tuple[list[int], list[float]]]:
-        """Sample every prompt at once (left-padded, KV cache): tokens and their log-probs under the policy."""
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        mask = torch.zeros(len(prompts), width, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-        limit = torch.tensor(max_tokens)
-        out_ids: list[list[int]] = [[] for _ in prompts]
-        out_lp: list[list[float]] = [[] for _ in prompts]
-        done = torch.zeros(len(prompts), dtype=torch.bool)
-        eos = torch.tensor(sorted(self.eos_ids) or [-1])
-        past = None
-        step_ids = ids
-        with torch.no_grad():
-            for t in range(int(limit.max())):
-                positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.size(1) :]
-                res = self.model(
-                    input_ids=step_ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=past,
-                    use_cache=True,
-                )
-                past = res.past_key_values
-                logits = res.logits[:, -1].float()
-                logp = torch.log_softmax(logits, dim=-1)
-                if temperature <= 0:
-                    tok = logits.argmax(-1)
-                else:
-                    probs = torch.softmax(logits / temperature, dim=-1)
-                    if top_p < 1.0:
-                        sorted_p, order = torch.sort(probs, descending=True, dim=-1)
-                        keep = torch.cumsum(sorted_p, -1) - sorted_p < top_p
-                        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
-                    tok = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
-                for i in range(len(prompts)):
-                    if not done[i]:
-                        out_ids[i].append(int(tok[i]))
-                        out_lp[i].append(float(logp[i, tok[i]]))
-                done |= torch.isin(tok, eos) | (t + 1 >= limit)
-                if bool(done.all()):
-                    break
-                step_ids = tok.unsqueeze(-1)
-                mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=torch.long)], dim=-1)
-        return list(zip(out_ids, out_lp, strict=True))
-
     async def _serve(self) -> None:
         """Batches the requests that arrive together (the agent loop sends a step's rollouts concurrently)."""
         while self.queue:
             await asyncio.sleep(0.02)
             batch, self.queue = self.queue, []
-            by_params: dict[tuple[float, float], list[tuple[list[int], int, asyncio.Future]]] = defaultdict(
-                list
+            by_params: dict[tuple[float, float], list[tuple[list[int], int, int, asyncio.Future]]] = (
+                defaultdict(list)
             )
-            for prompt_ids, params, future in batch:
+            for prompt_ids, params, seed, future in batch:
                 key = (float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)))
-                by_params[key].append((prompt_ids, self._max_tokens(prompt_ids, params), future))
+                by_params[key].append((prompt_ids, self._max_tokens(prompt_ids, params), seed, future))
             for (temperature, top_p), items in by_params.items():
 
                 def run(items=items, temperature=temperature, top_p=top_p):
                     with self.lock:
-                        outs = self._sample_batch(
-                            [i[0] for i in items], [i[1] for i in items], temperature, top_p
+                        outs = cpu_sampling.sample_rows(
+                            self.model,
+                            [i[0] for i in items],
+                            [i[1] for i in items],
+                            [i[2] for i in items],
+                            temperature=temperature,
+                            top_p=top_p,
+                            eos_ids=self.eos_ids,
                         )
                         return outs, self.fingerprint, self.global_steps
 
                 try:
                     outs, fingerprint, steps = await asyncio.to_thread(run)
                 except Exception as err:  # noqa: BLE001  (handed to every waiting request)
-                    for _, _, future in items:
+                    for *_, future in items:
                         future.set_exception(err)
                     continue
-                for (_, _, future), out in zip(items, outs, strict=True):
+                for (*_, future), out in zip(items, outs, strict=True):
                     future.set_result((*out, fingerprint, steps))
         self.serving = None
 
@@ -220,12 +180,21 @@ class CPUGenerationServer:
         self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **kwargs: Any
     ) -> TokenOutput:
         params = dict(sampling_params)
+        prompt = hashlib.sha256(json.dumps(list(prompt_ids)).encode()).hexdigest()[:16]
+        key = (
+            self.global_steps,
+            request_id if request_id.startswith(cpu_sampling.DETERMINISTIC_PREFIX) else "",
+            prompt,
+        )
+        seed = cpu_sampling.request_seed(
+            self.seed, self.global_steps, request_id, prompt_ids, self.repeats[key]
+        )
+        self.repeats[key] += 1
         future = asyncio.get_running_loop().create_future()
-        self.queue.append((list(prompt_ids), params, future))
+        self.queue.append((list(prompt_ids), params, seed, future))
         if self.serving is None:
             self.serving = asyncio.ensure_future(self._serve())
         tokens, logps, fingerprint, steps = await future
-        prompt = hashlib.sha256(json.dumps(list(prompt_ids)).encode()).hexdigest()[:16]
         self._log({"event": "generate", "fingerprint": fingerprint, "prompt": prompt, "tokens": len(tokens)})
         return TokenOutput(
             token_ids=tokens,

@@ -21,6 +21,7 @@ from pytest import TempPathFactory
 
 from acerl.config import load_config
 from acerl.pipeline import paths
+from support.watchdog import run_watched
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -32,7 +33,6 @@ KILL_GRACE_S = (
     10  # `timeout -k`: SIGKILL this long after SIGTERM (Snakemake may ignore SIGTERM while polling)
 )
 SHARED_DIR_ENV = "ACERL_TEST_SHARED_DIR"  # set by scripts/run_tests.sh for its parallel sessions
-STUDY_TIMEOUT_S = 2400  # the whole CI-scale study, locally (about 5 min on a quiet 2-core machine)
 
 
 def project_files(repo: Path = REPO) -> list[str]:
@@ -99,20 +99,23 @@ def tail(text: str, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run_snakemake(
-    cwd: Path, *args: str, timeout_s: int = STUDY_TIMEOUT_S, log: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def run_snakemake(cwd: Path, *args: str, log: str = "snakemake-test.log") -> subprocess.CompletedProcess[str]:
     """``snakemake <args>`` in the scratch project ``cwd`` (its own ``src`` imported); asserts success and
-    keeps the output in ``cwd/<log>``."""
-    proc = run_bounded(
+    keeps the output in ``cwd/<log>``. No wall-clock limit: the progress watchdog (:mod:`support.watchdog`) stops
+    it only when neither its output nor anything under ``logs/``, ``runs/`` or ``.snakemake/`` changed for the
+    stall limit, so a study slowed by a busy neighbour still finishes."""
+    out = cwd / log
+    out.unlink(missing_ok=True)
+    rc = run_watched(
         [str(SNAKEMAKE), *args],
         cwd=cwd,
         env=snakemake_env(extra={"PYTHONPATH": str(cwd / "src")}),
-        timeout_s=timeout_s,
-        log=cwd / log if log else None,
+        log=out,
+        watched=[cwd / "logs", cwd / "runs", cwd / ".snakemake"],
     )
-    assert proc.returncode == 0, f"snakemake {' '.join(args)} in {cwd} failed:\n{tail(proc.stdout)}"
-    return proc
+    text = out.read_text(encoding="utf-8", errors="replace")
+    assert rc == 0, f"snakemake {' '.join(args)} in {cwd} failed:\n{tail(text)}"
+    return subprocess.CompletedProcess([str(SNAKEMAKE), *args], rc, stdout=text)
 
 
 def prepare_study(dest: Path) -> Path:

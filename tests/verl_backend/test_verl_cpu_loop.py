@@ -43,6 +43,7 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
     pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
 
 from fakes import verl_cpu_loop  # noqa: E402
+from support.watchdog import run_watched, watch  # noqa: E402
 
 
 def methods(*names: str) -> list:
@@ -80,14 +81,35 @@ def selected_methods(items: list[pytest.Item]) -> list[str]:
     return [m for m in METHODS if m in needed]
 
 
-def _acerl(
-    args: list[str], env: dict[str, str], log: Path, timeout: int = 1500
-) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "acerl.cli", *args]
-    with log.open("a", encoding="utf-8") as out:
-        out.write(f"$ {' '.join(cmd)}\n")
-        out.flush()
-        return subprocess.run(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+def _acerl(args: list[str], env: dict[str, str], log: Path, run: Path, rollout_log: Path) -> int:
+    """``acerl train`` under the progress watchdog (:mod:`support.watchdog`): stopped only when neither its log,
+    its run folder nor the rollout server's log changed for the stall limit; the error names the step."""
+    return run_watched(
+        [sys.executable, "-m", "acerl.cli", *args],
+        cwd=REPO,
+        env=env,
+        log=log,
+        watched=[run, rollout_log],
+        where=lambda: _where(run, rollout_log),
+    )
+
+
+def _where(run: Path, rollout_log: Path) -> str:
+    """Where a verl run stood: the last step verl logged and the weights' version of the last generation."""
+    metrics = run / "verl_logs" / "metrics.jsonl"
+    steps = [0]
+    if metrics.is_file():
+        for line in metrics.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                steps.append(int(json.loads(line).get("step", 0)))
+    version = None
+    if rollout_log.is_file():
+        for line in rollout_log.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                rec = json.loads(line)
+                if rec.get("event") == "generate":
+                    version = rec.get("global_steps")
+    return f"verl had logged step {max(steps)}; last rollouts from the weights of step {version}"
 
 
 def _tail(log: Path, n: int = 6000) -> str:
@@ -98,7 +120,9 @@ KILLED = "grpo"  # the run killed with SIGKILL after its step-2 checkpoint and r
 KILL_AFTER = 2
 
 
-def _train_and_kill_after_checkpoint(args: list[str], env: dict[str, str], log: Path, ckpts: Path) -> int:
+def _train_and_kill_after_checkpoint(
+    args: list[str], env: dict[str, str], log: Path, ckpts: Path, rollout_log: Path
+) -> int:
     """Start ``acerl train``; once verl has recorded its step-``KILL_AFTER`` checkpoint
     (``latest_checkpointed_iteration.txt``) and logged the step, SIGKILL the whole job: the launcher, main_ppo, every Ray worker and
     Ray's own daemons (found by this job's ``RAY_TMPDIR`` in their command lines). Returns the step verl had
@@ -110,16 +134,20 @@ def _train_and_kill_after_checkpoint(args: list[str], env: dict[str, str], log: 
         proc = subprocess.Popen(
             cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-        deadline = time.monotonic() + 1500
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (
+        run = ckpts.parent
+        rc = watch(
+            proc,
+            log,
+            watched=[run, rollout_log],
+            where=lambda: _where(run, rollout_log),
+            until=lambda: (
                 tracker.is_file()
                 and tracker.read_text().strip() == str(KILL_AFTER)
                 and _logged(metrics, KILL_AFTER)
-            ):
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, f"training ended before the step-{KILL_AFTER} checkpoint:\n{_tail(log)}"
+            ),
+            poll_s=0.1,
+        )
+        assert rc is None, f"training ended before the step-{KILL_AFTER} checkpoint:\n{_tail(log)}"
         step = int(tracker.read_text().strip())
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher's session: main_ppo, Ray's daemons and workers
         for pid in _pids_with_in_cmdline(env["RAY_TMPDIR"] + "/"):  # anything of this job's Ray outside it
@@ -215,10 +243,13 @@ def study(request, tmp_path_factory, prepared_study: Path) -> Study:
             "0",
         ]
         log = root / f"train_{method}.log"
+        rollout_log = Path(menv[verl_cpu_loop.ROLLOUT_LOG_ENV])
         if method == KILLED:
-            s.killed_at = _train_and_kill_after_checkpoint(args, menv, log, s.run_dir(method) / "checkpoints")
-        proc = _acerl(args, menv, log)
-        assert proc.returncode == 0, _tail(log)
+            s.killed_at = _train_and_kill_after_checkpoint(
+                args, menv, log, s.run_dir(method) / "checkpoints", rollout_log
+            )
+        rc = _acerl(args, menv, log, s.run_dir(method), rollout_log)
+        assert rc == 0, _tail(log)
         s.wall[method] = time.monotonic() - t0
         s.timing[method] = _time_split(s, method, t0)
     print("verl CPU loop wall time (s):", {k: round(v) for k, v in s.wall.items()})
@@ -580,10 +611,18 @@ def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method
     assert record["method"] == method and sorted(map(int, record["pass_at_k"])) == list(cfg.evaluation.ks)
     # ... and the report's tables from it (`acerl report --partial`: the grid's other runs were not sampled)
     log = study.root / "report.log"
-    proc = _acerl(
-        ["report", "--partial", *study.config_args, "--root", str(study.root)], dict(os.environ), log
-    )
-    assert proc.returncode == 0, _tail(log)
+    cmd = [
+        sys.executable,
+        "-m",
+        "acerl.cli",
+        "report",
+        "--partial",
+        *study.config_args,
+        "--root",
+        str(study.root),
+    ]
+    rc = run_watched(cmd, cwd=REPO, env=dict(os.environ), log=log, watched=[paths.results_dir(study.root)])
+    assert rc == 0, _tail(log)
     tables = sorted(paths.tables_dir(study.root).glob("*.md"))
     display = cfg.methods[method].display
     assert any(f"| {display} " in t.read_text() or f"| {display}|" in t.read_text() for t in tables), tables

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
     pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
 
 from fakes import verl_cpu_loop  # noqa: E402
+from support.watchdog import run_watched  # noqa: E402
 
 NSR = {
     "methods": {"nsr": {"display": "NSR", "family": "grpo", "estimator": {"name": "nsr"}}},
@@ -44,10 +44,9 @@ def test_nsr_trains_three_steps_through_main_ppo(tmp_path: Path, prepared_study:
     cmd = [sys.executable, "-m", "acerl.cli", "train", *(a for c in configs for a in ("--config", str(c)))]
     cmd += ["--root", str(root), "--model", "tiny", "--method", "nsr", "--seed", "0"]
     log = root / "train_nsr.log"
-    with log.open("w") as out:
-        proc = subprocess.run(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=1500)
-    assert proc.returncode == 0, log.read_text(errors="replace")[-6000:]
     run = root / "runs" / "tiny" / "nsr" / "seed0"
+    rc = run_watched(cmd, cwd=REPO, env=env, log=log, watched=[root / "runs", root / "cpu_rollout.jsonl"])
+    assert rc == 0, log.read_text(errors="replace")[-6000:]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     for rec in records:
