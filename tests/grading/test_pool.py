@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -101,9 +104,14 @@ def test_stuck_worker_is_killed_and_replaced(one_worker, caplog):
         verdicts = one_worker.grade_many(items)
     timed_out = verdicts[0]
     assert (timed_out.correct, timed_out.status) == (False, "timeout")
-    assert timed_out.error == "no verdict within 3 s: worker killed"
+    # graded once more with twice the limits in a worker of the retry pool, which timed out too
+    assert timed_out.error == (
+        "no verdict within 3 s: worker killed; graded again with 2x the limits: no verdict within 6 s: worker killed"
+    )
+    assert one_worker.stats.retried == 1 and one_worker.stats.timeouts == 1
     kills = [r.getMessage() for r in caplog.records if "killing" in r.getMessage()]
-    assert kills == [f"grading '9^{{9^{{9^9}}}}' took over 3.0 s: killing worker {first_pid}"]
+    assert kills[0] == f"grading '9^{{9^{{9^9}}}}' took over 3.0 s: killing worker {first_pid}"
+    assert kills[1].startswith("grading '9^{9^{9^9}}' took over 6.0 s: killing worker ") and len(kills) == 2
     assert [(v.correct, v.status) for v in verdicts[1:]] == [(ok, "ok") for _, _, ok in NORMAL]
     (second_pid,) = one_worker.worker_pids()
     assert second_pid != first_pid and _gone(first_pid)  # killed and reaped: no zombie
@@ -672,3 +680,50 @@ def test_the_dispatcher_sleeps_while_a_worker_starts():
         task = p.given(0)
         p.answer(0, task)
         assert job.wait() == {("x1", "X"): (True, "ok", None)}
+
+
+def test_a_worker_starved_past_the_limit_still_grades_a_correct_answer_correct():
+    """Load, made deterministic: the worker that gets the item is stopped (SIGSTOP: what a CPU-starved
+    process looks like from outside) past the hard limit, so the first attempt times out; the retry with
+    twice the limits in a fresh worker grades it, and the verdict is the quiet machine's."""
+    item = (
+        "\\boxed{\\frac{\\sqrt{2}}{2}}",
+        "\\frac{1}{\\sqrt 2}",
+    )  # not on the fast path: math-verify decides
+    with Grader(timeout_s=2, workers=1, mv_timeout_s=1) as grader:
+        assert grader.grade("\\boxed{x+2}", "2+x").correct  # the worker is up
+        (pid,) = grader.worker_pids()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            verdict = grader.grade(*item)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        assert (verdict.correct, verdict.status) == (True, "ok"), verdict
+        assert (grader.stats.retried, grader.stats.timeouts) == (1, 0)
+    with Grader(timeout_s=2, workers=1, mv_timeout_s=1, retry_factor=0) as grader:  # the behaviour before
+        assert grader.grade("\\boxed{x+2}", "2+x").correct
+        (pid,) = grader.worker_pids()
+        os.kill(pid, signal.SIGSTOP)
+        verdict = grader.grade(*item)
+        assert (verdict.correct, verdict.status) == (False, "timeout")
+
+
+def test_verdicts_beside_a_cpu_hog_are_the_quiet_machine_s():
+    """The grading settings of the study (grading.timeout_s 5, one worker) beside four CPU-bound processes at
+    the same priority on this machine's cores: every verdict as without them."""
+    items = [(r, g) for r, g, _ in NORMAL] * 3
+    with Grader(timeout_s=5, workers=1) as grader:
+        quiet = [(v.correct, v.status) for v in grader.grade_many(items)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(4)
+    ]
+    try:
+        with Grader(timeout_s=5, workers=1) as grader:
+            loaded = [(v.correct, v.status) for v in grader.grade_many(items)]
+            assert grader.stats.timeouts == 0, grader.stats
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert loaded == quiet == [(ok, "ok") for _, _, ok in NORMAL] * 3

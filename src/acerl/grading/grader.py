@@ -7,6 +7,11 @@ Per item, in order (all but the last step run in the calling thread and cost mic
 3. The exact fast path for plain integers and simple fractions (:mod:`acerl.grading.fastpath`).
 4. math-verify (:mod:`acerl.grading.backend`) in a pool of worker processes with a hard per-item
    wall-clock limit (:mod:`acerl.grading.pool`), or in-process when ``workers=0``.
+5. An item that timed out is graded once more, with ``retry_factor`` times both limits, in a worker of a
+   second pool (:meth:`Grader._retry_timeouts`): on a loaded machine a correct answer's first parse can
+   miss a limit it meets on a quiet one, and a timeout must not decide a grade that more time would. What
+   still times out stays ``timeout`` and is counted (:attr:`GraderStats.timeouts`, and per run in the scored
+   file's ``status`` column and the Pass@k record).
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class GraderStats:
     cache_hits: int = 0
     fast_path: int = 0
     math_verify: int = 0
-    timeouts: int = 0
+    timeouts: int = 0  # items still ``timeout`` after their retry
+    retried: int = 0  # distinct items that timed out once and were graded again with longer limits
     errors: int = 0
 
 
@@ -71,6 +77,8 @@ class Grader:
         workers: worker processes; 0 grades in the calling thread, which must be the main thread.
         mv_timeout_s: math-verify's own timeouts (parse, and each verify comparison), whole seconds;
             default ``max(1, int(timeout_s) // 2)``. They end most slow items without a kill.
+        retry_factor: an item that timed out is graded once more with both limits this many times longer, in
+            another worker (a second pool of the same size; in-process with ``workers=0``); 0 turns it off.
         cache_size: verdicts kept (LRU) keyed by ``(extracted, gold)``.
         mp_context: ``"forkserver"`` (default: workers fork from a server that has math-verify loaded,
             so a replacement is ready at once) or ``"spawn"`` (each worker imports sympy itself).
@@ -83,6 +91,7 @@ class Grader:
         workers: int = 2,
         *,
         mv_timeout_s: int | None = None,
+        retry_factor: int = 2,
         cache_size: int = 1 << 17,
         mp_context: Literal["forkserver", "spawn"] = "forkserver",
         progress: bool = False,
@@ -97,9 +106,17 @@ class Grader:
             raise ValueError(
                 f"mv_timeout_s must be an int >= 1 (signal.alarm takes whole seconds), got {mv_timeout_s!r}"
             )
+        if not isinstance(retry_factor, int) or retry_factor < 0 or retry_factor == 1:
+            raise ValueError(
+                f"retry_factor must be 0 (no retry) or a whole number >= 2, got {retry_factor!r}"
+            )
         self.timeout_s = float(timeout_s)
         self.workers = workers
         self.mv_timeout_s = mv_timeout_s
+        self.retry_factor = retry_factor
+        self._mp_context: Literal["forkserver", "spawn"] = mp_context
+        self._retry_pool: WorkerPool | None = None
+        self._retry_finalizer: weakref.finalize | None = None
         self.progress = progress
         self.stats = GraderStats()
         self._cache_size = cache_size
@@ -118,8 +135,9 @@ class Grader:
 
     def close(self) -> None:
         """Stop the worker processes (idempotent). The grader cannot grade with workers after this."""
-        if self._finalizer is not None:
-            self._finalizer()
+        for finalizer in (self._finalizer, self._retry_finalizer):
+            if finalizer is not None:
+                finalizer()
 
     def clear_cache(self) -> None:
         """Forget the cached verdicts (the workers keep their parsed golds)."""
@@ -166,7 +184,8 @@ class Grader:
             outcomes.append(outcome)
 
         if todo:
-            for pair, outcome in self._grade_pairs(list(todo), len(items) - len(todo), progress).items():
+            results = self._retry_timeouts(self._grade_pairs(list(todo), len(items) - len(todo), progress))
+            for pair, outcome in results.items():
                 self._cache_put(pair, outcome)
                 for index in todo[pair]:
                     outcomes[index] = outcome
@@ -201,6 +220,37 @@ class Grader:
         finally:
             if bar is not None:
                 bar.close()
+
+    def _retry_timeouts(self, results: dict[Pair, Outcome]) -> dict[Pair, Outcome]:
+        """Grade the pairs that timed out once more with ``retry_factor`` times both limits, in a worker of a
+        second pool (started on the first retry), or in-process with ``workers=0``. A pair still timed out
+        keeps ``timeout``, its error giving both attempts."""
+        timed_out = [pair for pair, outcome in results.items() if outcome[1] == "timeout"]
+        if not timed_out or self.retry_factor == 0:
+            return results
+        factor = self.retry_factor
+        logger.info(
+            "grader: %d item(s) timed out; grading them again with %dx the limits", len(timed_out), factor
+        )
+        if self._pool is None:
+            again = {pair: grade_answer(*pair, self.mv_timeout_s * factor) for pair in timed_out}
+        else:
+            with self._lock:
+                if self._retry_pool is None:
+                    self._retry_pool = WorkerPool(
+                        self.workers, self.timeout_s * factor, self.mv_timeout_s * factor, self._mp_context
+                    )
+                    self._retry_finalizer = weakref.finalize(self, self._retry_pool.close)
+                pool = self._retry_pool
+            again = pool.submit(timed_out).wait(None)
+        with self._lock:
+            self.stats.retried += len(timed_out)
+        out = dict(results)
+        for pair, (correct, status, error) in again.items():
+            if status == "timeout":
+                error = f"{results[pair][2]}; graded again with {factor}x the limits: {error}"
+            out[pair] = (correct, status, error)
+        return out
 
     def _cache_get(self, pair: Pair) -> Outcome | None:
         with self._lock:
