@@ -390,6 +390,10 @@ class _Estimator(_Model):
     eps: float = Field(1e-6, gt=0, description="added to the group std (verl's epsilon)")
     norm_by_std: bool = Field(True, description="divide by the group std (false: Dr. GRPO's mean-centring)")
 
+    needs_group: ClassVar[bool] = True
+    """The advantage compares a rollout with the others of its group (a group baseline): ``group_size`` 1 leaves
+    it no signal, so a config that trains it with one rollout per prompt is refused."""
+
     needs_reference: ClassVar[bool] = False
     """The estimator takes reference log-probs (ACE's ``c_i``); a test checks this against the registered
     function's signature (``acerl.algos.advantages.ADVANTAGE_ESTIMATORS``)."""
@@ -607,7 +611,9 @@ class EvaluationConfig(_Model):
         ..., description="benchmark names (synthetic splits or data.real.benchmarks)"
     )
     n: int = Field(32, ge=1, description="samples per problem (>= the largest k)")
-    ks: list[int] = Field([1, 2, 4, 8, 16, 32])
+    ks: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2, 4, 8, 16, 32], min_length=1, description="Pass@k budgets k, each >= 1 (and <= n)"
+    )
     temperature: float = Field(0.7, ge=0, description="paper: 0.7")
     top_p: float = Field(0.95, gt=0, le=1, description="paper: 0.95")
     max_new_tokens: int | None = Field(None, description="defaults to the model's max_response_length")
@@ -680,9 +686,10 @@ class ComputeConfig(_Model):
     )
     torch_threads: int | Literal["job"] = Field(
         1,
-        description="torch intra-op threads per job on CPU: a number, or 'job' for the threads Snakemake gives "
-        "the job (its OMP_NUM_THREADS: the rule's compute.resources threads; 1 outside Snakemake). CPU results "
-        "are bitwise reproducible only at the same thread count",
+        description="torch intra-op threads of a job on a GPU: a number, or 'job' for the threads Snakemake "
+        "gives the job (its OMP_NUM_THREADS: the rule's compute.resources threads; 1 outside Snakemake). A job "
+        "on CPU computes with one thread, so that the thread count never decides a result (docs/training.md, "
+        "'Threads')",
     )
     keep_verl_checkpoints: bool = Field(
         False,
