@@ -319,6 +319,8 @@ def test_power_study_config_reuses_the_default_runs_and_declares_its_endpoint(tm
             r"study\.diagnostics\.seeds\.0: .*greater than or equal to 0",
         ),
         (("evaluation", "seed"), -5, r"evaluation\.seed: .*greater than or equal to 0"),
+        (("evaluation", "ks"), [0, 1, 2], r"evaluation\.ks\.0: .*greater than or equal to 1"),
+        (("evaluation", "ks"), [], r"evaluation\.ks: .*at least 1 item"),
     ],
 )
 def test_bad_seeds_and_empty_grids_are_errors_naming_the_key(tmp_path: Path, where, value, message) -> None:

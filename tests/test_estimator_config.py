@@ -135,3 +135,37 @@ def test_snakemake_params_of_a_training_job_are_its_run_spec() -> None:
         params = param_values(cfg, Job("train_policy", "tiny", run))
         assert params["run_spec"] == run_spec(cfg, run), method
         assert set(params) == {"version", "run_spec", "grading.timeout_s", "compute.backend"}, method
+
+
+def test_a_group_of_one_is_refused_for_an_estimator_with_a_group_baseline(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``group_size: 1`` was accepted: GRPO's group mean is then the rollout's own reward, every advantage is 0
+    and ``train/mixed_groups_frac`` read 1.0."""
+    with pytest.raises(ConfigError) as err:
+        load_config(DEFAULT, ["models.tiny.train.group_size=1"])
+    message = str(err.value)
+    assert "models.tiny.train.group_size: 1 rollout per prompt" in message and "'grpo'" in message
+    assert "\n" not in message
+    assert main(["config", "--set", "models.tiny.train.group_size=1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "models.tiny.train.group_size" in lines[0], lines
+
+
+def test_a_group_of_one_is_accepted_for_the_estimators_without_a_group_baseline() -> None:
+    """PSR, NSR and W-REINFORCE score each rollout alone (no group baseline): one rollout per prompt is a
+    meaningful setting for them."""
+    alone = ["psr", "nsr", "w_reinforce"]
+    cfg = load_config(
+        [DEFAULT, REPO / "config" / "methods.yaml"],
+        [
+            f"study.main.methods=[{','.join(alone)}]",
+            "study.alpha_sweep=null",
+            "study.ablation=null",
+            "study.diagnostics=null",
+            "report.methods=null",
+            "models.tiny.train.group_size=1",
+        ],
+    )
+    assert {r.method for r in cfg.runs()} == set(alone)
+    assert [ESTIMATORS[m].needs_group for m in ("grpo", "ace", *alone)] == [True, True, False, False, False]

@@ -14,7 +14,7 @@ so a shaped reward (DAPO's overlong penalty) does not change it. See docs/algori
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -63,6 +63,7 @@ class PsrParams(EstimatorParams):
     (arXiv 2506.01347 Eq. 4). ``eps`` and ``norm_by_std`` are unused (no group baseline)."""
 
     name: Literal["psr"] = "psr"
+    needs_group: ClassVar[bool] = False
 
 
 class NsrParams(EstimatorParams):
@@ -70,6 +71,7 @@ class NsrParams(EstimatorParams):
     loss (arXiv 2506.01347 Eq. 5). ``eps`` and ``norm_by_std`` are unused (no group baseline)."""
 
     name: Literal["nsr"] = "nsr"
+    needs_group: ClassVar[bool] = False
 
 
 class WReinforceParams(EstimatorParams):
@@ -77,6 +79,7 @@ class WReinforceParams(EstimatorParams):
     2506.01347 Eq. 6). ``eps`` and ``norm_by_std`` are unused (no group baseline)."""
 
     name: Literal["w_reinforce"] = "w_reinforce"
+    needs_group: ClassVar[bool] = False
     positive_weight: float = Field(
         0.1, ge=0, description="lambda, the weight of the positive term (paper and authors' recipe: 0.1)"
     )

@@ -126,7 +126,20 @@ class Config(StudyGrid, _Model):
         self._check_vllm()
         for run in self.runs():  # a run's cross-key checks, at load time rather than minutes into its job
             check_overlong(self, run)
+            self._check_group(run.model, run.method)
         return self
+
+    def _check_group(self, model: str, method: str) -> None:
+        """An estimator with a group baseline (GRPO's group mean) needs two rollouts per prompt or more: with one
+        every advantage is 0, so the run would train on nothing."""
+        est = self.method(method).estimator
+        size = self.models[model].train.group_size
+        if est.needs_group and size < 2:
+            raise ValueError(
+                f"models.{model}.train.group_size: {size} rollout per prompt gives method {method!r} (estimator "
+                f"{est.name!r}, which compares each rollout with its group's) no advantage signal; use 2 or more, "
+                "or an estimator without a group baseline (psr, nsr, w_reinforce)"
+            )
 
     def _check_vllm(self) -> None:
         """What vLLM would reject at start-up or per request, as one line naming the key (``evaluation.vllm``)."""

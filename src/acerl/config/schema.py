@@ -391,8 +391,7 @@ class _Estimator(_Model):
     norm_by_std: bool = Field(True, description="divide by the group std (false: Dr. GRPO's mean-centring)")
 
     needs_group: ClassVar[bool] = True
-    """The advantage compares a rollout with the others of its group (a group baseline): ``group_size`` 1 leaves
-    it no signal, so a config that trains it with one rollout per prompt is refused."""
+    """The advantage has a group baseline: ``group_size: 1`` leaves it no signal (refused at load)."""
 
     needs_reference: ClassVar[bool] = False
     """The estimator takes reference log-probs (ACE's ``c_i``); a test checks this against the registered
@@ -448,8 +447,7 @@ ESTIMATORS: dict[str, type[_Estimator]] = {"grpo": GrpoEstimator, "ace": AceEsti
 :func:`register_estimator_params` (docs/extending.md)."""
 
 EstimatorParams = _Estimator
-"""The base class of an estimator's parameters (``name``, ``eps``, ``norm_by_std``): subclass it for a method of
-your own (docs/extending.md)."""
+"""The base class of an estimator's parameters: subclass it for a method of your own (docs/extending.md)."""
 
 
 def register_estimator_params(cls: type[_Estimator]) -> type[_Estimator]:
@@ -607,13 +605,9 @@ class VLLMConfig(_Model):
 
 
 class EvaluationConfig(_Model):
-    benchmarks: list[str] = Field(
-        ..., description="benchmark names (synthetic splits or data.real.benchmarks)"
-    )
+    benchmarks: list[str] = Field(..., description="synthetic splits or data.real.benchmarks, by name")
     n: int = Field(32, ge=1, description="samples per problem (>= the largest k)")
-    ks: list[Annotated[int, Field(ge=1)]] = Field(
-        [1, 2, 4, 8, 16, 32], min_length=1, description="Pass@k budgets k, each >= 1 (and <= n)"
-    )
+    ks: list[Annotated[int, Field(ge=1)]] = Field([1, 2, 4, 8, 16, 32], min_length=1)
     temperature: float = Field(0.7, ge=0, description="paper: 0.7")
     top_p: float = Field(0.95, gt=0, le=1, description="paper: 0.95")
     max_new_tokens: int | None = Field(None, description="defaults to the model's max_response_length")
