@@ -118,9 +118,9 @@ def _seed(flag: str, seed: int) -> int:
 
 
 def _threads(cfg: Config) -> int:
-    from acerl.pipeline.runtime import configure_torch
+    from acerl.pipeline.runtime import configure_torch, job_threads, resolve_device
 
-    n = cfg.compute.threads()
+    n = job_threads(cfg.compute.threads(), resolve_device(cfg.compute.device))
     configure_torch(n)
     return n
 
@@ -488,7 +488,12 @@ def _add_local_train_args(p: argparse.ArgumentParser) -> None:
     """The local trainer's per-invocation overrides (default: the config's value)."""
     g = p.add_argument_group("local trainer (compute.backend: local)")
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="default compute.device")
-    g.add_argument("--threads", type=int, default=None, help="torch threads (default compute.torch_threads)")
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads on a GPU (default compute.torch_threads; on CPU one: docs/training.md, Threads)",
+    )
     g.add_argument(
         "--reference",
         choices=["initial", "ema"],

@@ -50,6 +50,7 @@ from acerl.verl_backend.checkpoints import (
     snapshot_step_dir,
     step_dir,
 )
+from acerl.verl_backend.node import check_driver, ray_node_env
 
 logger = logging.getLogger(__name__)
 
@@ -411,6 +412,8 @@ def _ray_overrides(cfg: Config, run: Run, root: Path) -> list[str]:
     # to register worker with raylet"). Several nodes: ray_on_slurm.sh starts each node with --num-cpus, and
     # ray.init() connecting to an existing cluster rejects num_cpus.
     out = [_kv("ray_kwargs.ray_init.num_cpus", res.threads if res.nodes == 1 else None)]
+    if res.nodes == 1:  # its own Ray: never RAY_ADDRESS's or a leftover ray_current_cluster's (node.py)
+        out.append(_kv("+ray_kwargs.ray_init.address", "local"))
     for key, value in verl_env(cfg, run, root).items():
         out.append(_kv(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}", value))
     return out
@@ -705,6 +708,7 @@ def _train_run_verl(
         )
         launch = ["bash", str(ray_on_slurm_script()), "--", *cmd]
     else:
+        env.update(ray_node_env())
         launch = cmd
     logger.info(
         "%s: %s", run.id, " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(launch)
@@ -717,6 +721,7 @@ def _train_run_verl(
             "(SLURM_JOB_NODELIST is not set)"
         )
     check_attention(cfg)
+    check_driver()
     supersede_if_settings_changed(cfg, run, root)
     if latest_step(paths.checkpoints_dir(root, run)) == cfg.models[run.model].train.total_steps:
         logger.info("%s: training finished earlier; exporting", run.id)
@@ -734,7 +739,10 @@ def _train_run_verl(
     )
     write_text(paths.verl_command_file(root, run), json.dumps({"argv": launch, "env": env}, indent=2) + "\n")
     _rotate_metrics(logs)
-    proc = runner(launch, env=process_env(env), check=False)
+    child = process_env(env)
+    if res.nodes == 1:
+        child.pop("RAY_ADDRESS", None)  # a one-node job starts its own Ray (ray_init.address=local)
+    proc = runner(launch, env=child, check=False)
     collect_metrics(logs, paths.train_metrics_file(root, run))
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, launch)
