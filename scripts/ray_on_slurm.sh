@@ -17,6 +17,9 @@
 #   RAY_NUM_GPUS         GPUs per node (default $SLURM_GPUS_ON_NODE, else the count of $CUDA_VISIBLE_DEVICES)
 #   ACERL_EXPECT_NODES   nodes to wait for (default: all nodes of the allocation)
 #   ACERL_RAY_WAIT       seconds to wait for the nodes (default 600)
+#   ACERL_RAY_HEAD_IP    the head's address the other nodes and NCCL's bootstrap reach (default: the first IPv4
+#                        address of `hostname --ip-address` on the head, which may be a management network; set it
+#                        to the head's address on the fast fabric, with NCCL_SOCKET_IFNAME; docs/cluster.md)
 #   RAY_SRUN_GPU_FLAG    how the `ray start` steps request their node's GPUs (default `--gres=gpu:$RAY_NUM_GPUS`
 #                        when RAY_NUM_GPUS > 0; e.g. `--gpus-per-node=8`; empty: request none). Since Slurm 20.11
 #                        a step gets only the GRES it asks for: without it, CUDA_VISIBLE_DEVICES is empty inside
@@ -75,7 +78,9 @@ if (( EXPECT > ${#nodes_array[@]} )); then
 fi
 head_node="${nodes_array[0]}"
 
-if [[ "$DRY_RUN" == "1" ]]; then
+if [[ -n "${ACERL_RAY_HEAD_IP:-}" ]]; then
+  head_ip="$ACERL_RAY_HEAD_IP"
+elif [[ "$DRY_RUN" == "1" ]]; then
   head_ip="$head_node"
 else
   # first IPv4 address of the head node (hostname --ip-address may list several, IPv6 included)

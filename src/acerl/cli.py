@@ -118,9 +118,9 @@ def _seed(flag: str, seed: int) -> int:
 
 
 def _threads(cfg: Config) -> int:
-    from acerl.pipeline.runtime import configure_torch, job_threads, resolve_device
+    from acerl.pipeline.runtime import configure_torch, job_threads
 
-    n = job_threads(cfg.compute.threads(), resolve_device(cfg.compute.device))
+    n = job_threads(cfg.compute.threads(), cfg.compute.device)
     configure_torch(n)
     return n
 

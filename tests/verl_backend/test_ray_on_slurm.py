@@ -85,3 +85,14 @@ def test_errors(tmp_path: Path) -> None:
     assert too_few.returncode != 0 and "need 3 nodes but the allocation has 2" in too_few.stderr
     no_cmd = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60)
     assert no_cmd.returncode == 2 and "usage" in no_cmd.stderr
+
+
+def test_head_address_override(tmp_path: Path) -> None:
+    """ACERL_RAY_HEAD_IP: the head listens and the workers join on the given address (the fast network's),
+    not the first address of ``hostname --ip-address``."""
+    proc = _run(tmp_path, ["gpu1", "gpu2"], "true", ACERL_RAY_HEAD_IP="10.40.0.7")
+    assert proc.returncode == 0, proc.stderr
+    head, worker, _ = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    assert "--head --node-ip-address=10.40.0.7 --port=6379" in head
+    assert "ray start --address=10.40.0.7:6379" in worker
+    assert "head gpu1 (10.40.0.7:6379)" in proc.stderr

@@ -392,6 +392,25 @@ def test_latest_step(tmp_path: Path) -> None:
     assert latest_step(tmp_path) == 90
 
 
+def test_a_torn_tracker_counts_as_the_newest_checkpoint(tmp_path: Path, caplog) -> None:
+    """A kill while verl rewrote ``latest_checkpointed_iteration.txt`` leaves it empty: the newest folder counts
+    (with a warning) and the file is written back for verl, which reads it with ``int()``."""
+    from acerl.verl_backend.checkpoints import repair_tracker
+
+    tracker = tmp_path / "latest_checkpointed_iteration.txt"
+    for step in (2, 4):
+        _fake_actor(tmp_path / f"global_step_{step}" / "actor")
+    tracker.write_text("")
+    with caplog.at_level("WARNING"):
+        assert latest_step(tmp_path) == 4
+    assert "not a step number" in caplog.text and "global_step_4" in caplog.text
+    assert repair_tracker(tmp_path) == 4 and tracker.read_text() == "4"
+    for step in (2, 4):
+        shutil.rmtree(tmp_path / f"global_step_{step}")
+    tracker.write_text("\x00\x00")  # a torn write on a filesystem that zero-fills
+    assert repair_tracker(tmp_path) is None and not tracker.exists()  # no checkpoint: start from step 0
+
+
 def test_changed_settings_move_verl_checkpoints_aside(paper_cfg, tmp_path: Path) -> None:
     """verl would resume any checkpoint it finds: after a settings change the launcher moves them aside."""
     run = Run("qwen25_math_7b", "ace_dapo", 0)
@@ -545,6 +564,20 @@ def test_verl_returns_a_final_policy_only_for_its_settings_and_locks_the_run(tmp
         ):
             train_run_verl(cfg, Run("qwen25_math_7b", "grpo", 0), tmp_path, runner=_fake_verl(calls))
     assert len(calls) == started
+
+
+def test_a_retry_after_a_torn_tracker_resumes(tmp_path: Path) -> None:
+    """The final step's checkpoint was saved and the tracker torn by the kill: the retry exports that step."""
+    cfg, run = _tiny_verl_run(tmp_path)
+    ckpts = paths.checkpoints_dir(tmp_path, run)
+    for step in (2, 4):
+        _fake_actor(paths.verl_snapshot_dir(tmp_path, run) / f"step_{step:06d}" / "actor")
+    _fake_actor(ckpts / "global_step_4" / "actor")
+    (ckpts / "latest_checkpointed_iteration.txt").write_text("")
+    calls: list[list[str]] = []
+    final = train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls))
+    assert (final / "config.json").is_file()
+    assert all("verl.model_merger" in c for c in calls)  # exported, not trained again
 
 
 def _tokenizer_only_base(root: Path, model: str) -> Path:

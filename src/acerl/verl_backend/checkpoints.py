@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from acerl.pipeline.io import atomic_dir
+from acerl.pipeline.io import atomic_dir, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ __all__ = [
     "link_folder",
     "merge_command",
     "prune_checkpoints",
+    "repair_tracker",
     "save_frequency",
     "snapshot_actor",
     "snapshot_step_dir",
@@ -85,14 +86,38 @@ def step_dir(checkpoints: Path | str, step: int) -> Path:
 
 
 def latest_step(checkpoints: Path | str) -> int | None:
-    """The step in verl's ``latest_checkpointed_iteration.txt`` (None if there is no checkpoint yet)."""
+    """The step in verl's ``latest_checkpointed_iteration.txt`` (None if there is no checkpoint yet).
+
+    A tracker that holds no step number (a kill while verl rewrote it: it opens the file for writing after the
+    step's folder is saved) counts as the newest ``global_step_<N>`` folder, with a warning; None without one.
+    :func:`repair_tracker` writes that step back for verl, which would stop on the torn file."""
     tracker = Path(checkpoints) / LATEST_FILE
     if not tracker.is_file():
         return None
-    text = tracker.read_text().strip()
-    if not text.isdigit():
-        raise ValueError(f"{tracker}: expected a step number, got {text!r}")
-    return int(text)
+    text = tracker.read_text(errors="replace").strip()
+    if text.isdigit():
+        return int(text)
+    steps = checkpoint_steps(checkpoints)
+    logger.warning(
+        "%s holds %r, not a step number (a kill while verl wrote it): resuming from %s",
+        tracker,
+        text,
+        step_dir(checkpoints, steps[-1]) if steps else "step 0 (no global_step_* folder)",
+    )
+    return steps[-1] if steps else None
+
+
+def repair_tracker(checkpoints: Path | str) -> int | None:
+    """Make a torn ``latest_checkpointed_iteration.txt`` readable for verl (``int(f.read())`` on resume): write
+    :func:`latest_step`'s answer into it, or remove it when no checkpoint folder is left. Returns that step."""
+    tracker = Path(checkpoints) / LATEST_FILE
+    step = latest_step(checkpoints)
+    if tracker.is_file() and tracker.read_text(errors="replace").strip() != str(step):
+        if step is None:
+            tracker.unlink()
+        else:
+            write_text(tracker, str(step))
+    return step
 
 
 def checkpoint_steps(checkpoints: Path | str) -> list[int]:

@@ -46,6 +46,7 @@ from acerl.verl_backend.checkpoints import (
     latest_step,
     link_folder,
     prune_checkpoints,
+    repair_tracker,
     save_frequency,
     snapshot_step_dir,
     step_dir,
@@ -722,6 +723,7 @@ def _train_run_verl(
         )
     check_attention(cfg)
     check_driver()
+    repair_tracker(paths.checkpoints_dir(root, run))
     supersede_if_settings_changed(cfg, run, root)
     if latest_step(paths.checkpoints_dir(root, run)) == cfg.models[run.model].train.total_steps:
         logger.info("%s: training finished earlier; exporting", run.id)
