@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 
 def test_configure_torch_sets_threads_and_flushes_denormals():
@@ -47,3 +48,15 @@ def test_flushing_denormals_leaves_numpy_s_float_limits_without_warnings() -> No
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "0.0"  # denormals are flushed
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [("cpu", 1), ("cuda", 4), ("cuda:1", 4), ("auto", 4 if torch.cuda.is_available() else 1)],
+)
+def test_a_cpu_job_computes_with_one_thread_whatever_it_asks(device, expected) -> None:
+    """On CPU the thread count must not decide a result (docs/training.md, "Threads"); on a GPU it is a speed knob."""
+    from acerl.pipeline.runtime import RESULT_THREADS, job_threads
+
+    assert RESULT_THREADS == 1
+    assert job_threads(4, device) == expected

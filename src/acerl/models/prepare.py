@@ -26,13 +26,14 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
     out = paths.base_model_dir(root, model)
     if mc.source == "tiny":
         from acerl.models.sft import prepare_tiny_base
-        from acerl.pipeline.runtime import resolve_device
+        from acerl.pipeline.runtime import job_threads, resolve_device
 
         sft = (
             mc.sft
             if "template" in mc.sft.model_fields_set
             else mc.sft.model_copy(update={"template": mc.template})
         )
+        device = resolve_device(cfg.compute.device)
         evals = {
             b: paths.data_file(root, b)
             for b in cfg.evaluation.benchmarks
@@ -43,11 +44,11 @@ def prepare_base(cfg: Config, model: str, root: Path | str, *, progress: bool = 
             paths.data_file(root, "sft"),
             mc.tiny,
             sft,
-            seed=cfg.data.synthetic.seed,
-            threads=cfg.compute.threads(),
+            seed=cfg.data.synthetic.seed if mc.sft.seed is None else mc.sft.seed,
+            threads=job_threads(cfg.compute.threads(), device),
             eval_data=evals,
             progress=progress,
-            device=resolve_device(cfg.compute.device),
+            device=device,
         )
     return _fetch_hub_model(mc.hub_id, mc.path, out, key=model)
 

@@ -7,9 +7,25 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-__all__ = ["PRECISIONS", "autocast", "configure_torch", "resolve_device"]
+__all__ = ["PRECISIONS", "RESULT_THREADS", "autocast", "configure_torch", "job_threads", "resolve_device"]
 
 PRECISIONS = ("fp32", "bf16")
+
+RESULT_THREADS = 1
+"""torch's intra-op threads wherever a job computes a result on the CPU (the SFT of a tiny base, training,
+sampling, diagnostics): one, whatever cores the job holds (docs/training.md, "Threads")."""
+
+
+def job_threads(requested: int, device: str) -> int:
+    """The intra-op threads a job on ``device`` (``cpu``, ``cuda...`` or ``auto``) computes its result with.
+
+    On CPU, :data:`RESULT_THREADS`: torch's CPU kernels may split a sum by thread count, and the thread count
+    came from the tool (Snakemake sets ``OMP_NUM_THREADS`` to the rule's threads, DVC sets nothing), so
+    ``dvc repro`` and ``snakemake`` built different base models. On CUDA the GPU's kernels compute the result
+    and ``requested`` (``compute.torch_threads``) only sets how fast the host side feeds them.
+    """
+    on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return requested if on_gpu else RESULT_THREADS
 
 
 def configure_torch(threads: int) -> None:

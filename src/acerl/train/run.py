@@ -29,7 +29,7 @@ from acerl.optim import build_optimizer
 from acerl.pipeline import paths
 from acerl.pipeline.io import read_jsonl, save_hf_folder, write_json
 from acerl.pipeline.provenance import record_launch, software_stamp
-from acerl.pipeline.runtime import configure_torch, resolve_device
+from acerl.pipeline.runtime import configure_torch, job_threads, resolve_device
 from acerl.pipeline.seeds import FILL_SEED_STREAM, GLOBAL_SEED_STREAM, derive_seed
 from acerl.stage_versions import STAGE_VERSIONS
 from acerl.train.algorithm import train_step
@@ -119,8 +119,9 @@ def train_run(
     Args:
         cfg, run: the validated config and the (model, method, seed) to train.
         root: work directory (``data/``, ``models/``, ``runs/``).
-        device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for the run (restored after;
-            denormals are flushed to zero from then on, :func:`acerl.pipeline.runtime.configure_torch`).
+        device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for a run on a GPU (on CPU
+            one: :func:`acerl.pipeline.runtime.job_threads`; restored after; denormals are flushed to zero from
+            then on, :func:`acerl.pipeline.runtime.configure_torch`).
         progress: show a tqdm bar.
         verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
         reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.
@@ -175,7 +176,7 @@ def _train_locked(
     )
 
     previous_threads = torch.get_num_threads()
-    configure_torch(threads)
+    configure_torch(job_threads(threads, dev.type))
     try:
         if ckpt is None:
             seed_rng_states(derive_seed(GLOBAL_SEED_STREAM, run.seed))
