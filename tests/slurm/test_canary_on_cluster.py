@@ -1,5 +1,5 @@
 """``make paper-canary`` end to end on the local SLURM cluster: the canary's targets submitted through the
-installed ``slurm`` profile (one ACE-DAPO run, 2 steps, a checkpoint at each, asking SLURM for its GPUs with
+installed ``slurm`` profile (one ACE-DAPO run, 3 steps, a checkpoint at each, asking SLURM for its GPUs with
 ``--gres`` as on a GPU cluster), trained by verl 0.9.1's own loop through the launcher inside the SLURM job
 (with the CPU stand-ins of ``tests/fakes/verl_cpu_loop.py``: what a CPU cannot run), then ``acerl canary check``
 on the metrics that job wrote. The checks are the ones a user reads before the grid (docs/cluster.md, "Canary");
@@ -40,9 +40,9 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
 from fakes import verl_cpu_loop  # noqa: E402
 
 ACERL = Path(sys.executable).parent / "acerl"
-RUN_S = 1200  # the Snakemake run: verl data, then the 2-step training job (about 3-5 minutes on two cores)
+RUN_S = 1200  # the Snakemake run: verl data, then the 3-step training job (about 4-6 minutes on two cores)
 
-# config/canary.yaml for the CI-scale model: one ACE-DAPO run, 2 steps, a checkpoint at each, a seed of no grid
+# config/canary.yaml for the CI-scale model: one ACE-DAPO run, 3 steps, a checkpoint at each, a seed of no grid
 CANARY = {
     "study": {
         "main": {"models": ["tiny"], "methods": ["ace_dapo"], "seeds": [9000], "include_base": False},
@@ -50,7 +50,7 @@ CANARY = {
         "ablation": None,
         "diagnostics": None,
     },
-    "models": {"tiny": {"train": {"total_steps": 2, "save_every": 1}}},
+    "models": {"tiny": {"train": {"total_steps": 3, "save_every": 1}}},
 }
 
 
@@ -97,12 +97,13 @@ def test_canary_trains_through_slurm_and_every_check_reads_its_metric(
         "c_i after step 1",
         "step time",
         "rollout/train probability gap, step 1",
+        "rollout/train gap after weight syncs",
     }
     for name in names:
         assert any(f" {name} " in line for line in lines), (name, check.stdout)
     assert not [line for line in lines if "missing" in line], check.stdout
     assert check.returncode == 0 and lines[-1] == f"all {len(names)} checks passed", check.stdout
-    assert sorted(int(s) for s in _steps(paths.train_metrics_file(wf, run))) == [1, 2]
+    assert sorted(int(s) for s in _steps(paths.train_metrics_file(wf, run))) == [1, 2, 3]
 
 
 def _steps(metrics: Path) -> list[int]:

@@ -25,7 +25,7 @@ ACERL = Path(sys.executable).parent / "acerl"
 PAPER, CANARY = "config/paper.yaml", "config/canary.yaml"
 
 
-def test_canary_submits_one_two_step_training_job_per_model(tmp_path: Path) -> None:
+def test_canary_submits_one_three_step_training_job_per_model(tmp_path: Path) -> None:
     xdg = tmp_path / "xdg"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACERL_SLURM_")}
     installed = subprocess.run(
@@ -65,7 +65,7 @@ def test_canary_submits_one_two_step_training_job_per_model(tmp_path: Path) -> N
     assert {j.rule for j in jobs} <= {"train_policy", "prepare_data", "prepare_base", "prepare_verl_data"}
     for job in train:
         want = cfg.resources("train_policy", job.wildcards["model"])
-        assert int(job.resources["runtime"]) == want.runtime == 180
+        assert int(job.resources["runtime"]) == want.runtime == 240
         assert int(job.resources["nodes"]) == want.nodes and int(job.resources["gpus"]) == 8
         assert (
             job.resources["slurm_extra"] == "--signal=TERM@300" and job.resources["slurm_partition"] == "gpu"

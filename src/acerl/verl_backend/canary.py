@@ -1,7 +1,7 @@
-"""The canary before the paper grid: a 2-step job per model through the same profile and launcher, then checks.
+"""The canary before the paper grid: a 3-step job per model through the same profile and launcher, then checks.
 
 ``make paper-canary`` trains the runs of ``config/canary.yaml`` (stacked over ``config/paper.yaml``: one ACE-DAPO
-run per model under seed 9000, which no grid run uses, ``total_steps: 2`` and ``save_every: 1``) as SLURM jobs
+run per model under seed 9000, which no grid run uses, ``total_steps: 3`` and ``save_every: 1``) as SLURM jobs
 through the site profile, then runs ``acerl canary check``. The check reads each run's ``metrics.jsonl`` (verl's
 per-step metrics, collected by the launcher) and prints what must hold before the grid is submitted:
 
@@ -15,7 +15,10 @@ per-step metrics, collected by the launcher) and prints what must hold before th
 - **step time** (``timing_s/step``) of the last step, projected over the grid's ``total_steps``, and the SLURM
   jobs that takes at the grid's ``runtime`` (at most ``max_jobs``, the profile's ``retries + 1``);
 - **the rollout/train gap** (``training/rollout_probs_diff_mean``: the mean absolute difference of the token
-  probabilities vLLM sampled with and the FSDP actor recomputes) at most ``probs_diff_max``.
+  probabilities vLLM sampled with and the FSDP actor recomputes) at step 1 (the kernels and dtypes on the same
+  weights) and at steps 2 and 3, whose rollouts come after a weight sync from the updated actor
+  (:func:`acerl.verl_backend.sync_gap.gap_problem`: at most ``gap.limit``, and after a sync at most ``gap.jump``
+  times step 1's).
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from acerl.config import Config, Run
 from acerl.errors import BadInputError, MissingInputError
 from acerl.pipeline import paths
 from acerl.pipeline.stages import Job, job_outputs
+from acerl.verl_backend.sync_gap import GAP_KEY, GapLimits, gap_of, gap_problem
 
 __all__ = [
     "ACE_KEYS",
+    "CANARY_STEPS",
     "CanaryLimits",
     "Check",
     "canary_targets",
@@ -50,8 +55,8 @@ MEMORY_KEY = (
 )
 CLIP_KEY = "response_length/clip_ratio"
 STEP_TIME_KEY = "timing_s/step"
-GAP_KEY = "training/rollout_probs_diff_mean"
 FIX = "make paper-canary"
+CANARY_STEPS = 3  # step 1, then two steps whose rollouts follow a weight sync after an update
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class CanaryLimits:
     gpu_memory_gb: float = 80.0  # the card's memory (H100 / A100 80 GB)
     memory_fraction: float = 0.95  # peak reserved memory / card memory
     clip_ratio_max: float = 0.2  # share of step-1 responses cut at max_response_length
-    probs_diff_max: float = 0.02  # mean |p_vllm - p_fsdp| over response tokens
+    gap: GapLimits = GapLimits()  # mean |p_vllm - p_fsdp| over response tokens (sync_gap.py)
     max_jobs: int = 4  # SLURM jobs a run may take: the profile's retries (3) + 1
 
 
@@ -114,8 +119,15 @@ def check_run(
 ) -> list[Check]:
     """The canary's checks of one run's per-step metrics (see the module docstring)."""
     steps = sorted(rows)
+    want = list(range(1, CANARY_STEPS + 1))
     out = [
-        Check(run, "steps", f"{steps}", len(steps) >= 2 and steps[:2] == [1, 2], "the canary trains 2 steps")
+        Check(
+            run,
+            "steps",
+            f"{steps}",
+            steps[:CANARY_STEPS] == want,
+            f"the canary trains {CANARY_STEPS} steps (total_steps in config/canary.yaml)",
+        )
     ]
     if not steps:
         return out
@@ -178,14 +190,41 @@ def check_run(
                 "raise runtime (compute.model_resources) or the profile's retries",
             )
         )
-    gap = _number(first, GAP_KEY)
-    out.append(
+    out += _gap_checks(run, rows, limits.gap)
+    return out
+
+
+def _gap_checks(run: str, rows: Mapping[int, Mapping[str, Any]], limits: GapLimits) -> list[Check]:
+    """The rollout/train gap at step 1, and at the steps after it (each preceded by a post-update weight sync)."""
+    steps = sorted(rows)
+    gaps = {s: gap_of(rows[s]) for s in steps}
+    first = gaps[steps[0]] if steps else None
+    one = gap_problem(1, first, None, limits) if first is not None else None
+    out = [
         Check(
             run,
             "rollout/train probability gap, step 1",
-            f"{gap:.4f} (limit {limits.probs_diff_max})" if gap is not None else f"{GAP_KEY} missing",
-            gap is not None and gap <= limits.probs_diff_max,
+            f"{first:.4f} (limit {limits.limit})" if first is not None else f"{GAP_KEY} missing",
+            first is not None and one is None,
             "vLLM and FSDP disagree: check dtypes and the attention implementation (docs/verl.md)",
+        )
+    ]
+    later = [s for s in steps if s >= 2]
+    problems = [
+        p for s in later if (g := gaps[s]) is not None and (p := gap_problem(s, g, first, limits)) is not None
+    ]
+    values = ", ".join(f"{s}: " + ("missing" if gaps[s] is None else f"{gaps[s]:.4f}") for s in later)
+    ok = len(later) >= CANARY_STEPS - 1 and all(gaps[s] is not None for s in later) and not problems
+    out.append(
+        Check(
+            run,
+            "rollout/train gap after weight syncs",
+            f"{values or 'no step after 1'} (limit {limits.limit}, {limits.jump:g}x step 1's above "
+            f"{limits.floor})",
+            ok,
+            problems[0] + "; check the weight sync (docs/cluster.md, 'Canary')"
+            if problems
+            else f"needs steps 2-{CANARY_STEPS} with {GAP_KEY}",
         )
     )
     return out

@@ -9,7 +9,10 @@ verl imports this module in every process that imports verl; importing it calls 
    ``c_i = (1/T_i) sum_t (log pi_old - log pi_ref)`` needs and verl does not pass; other estimators are verl's;
 3. wraps the V1 trainer's ``_compute_advantage`` to hand the grader's verdicts (``acc``) and the step's metrics
    dict to the shim (:func:`ace_step_context`), where ACE's summaries are added;
-4. caps dynamic sampling (:func:`refill_cap`) by the DAPO recipe's ``max_num_gen_batches``.
+4. caps dynamic sampling (:func:`refill_cap`) by the DAPO recipe's ``max_num_gen_batches``;
+5. warns in the training log when a step's rollout/train probability gap breaks the canary's rule
+   (:func:`warn_on_sync_gap`, :mod:`acerl.verl_backend.sync_gap`): vLLM sampling from other weights than the
+   actor trains (a broken weight sync) would otherwise train off-policy without a sign.
 
 ACE's keys are ``algorithm.ace.*`` (:class:`AceConfig`, typed through :class:`AceAlgoConfig`). How each part
 works and why: docs/verl.md, "The ACE plugin and why it is needed".
@@ -39,6 +42,7 @@ from verl.trainer.ppo import core_algos
 from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, ace_metrics, as_group_ids
 from acerl.config import ESTIMATORS, AceEstimator
 from acerl.verl_backend import GEN_BATCH_KEY, VERL_BUILTIN_ESTIMATORS
+from acerl.verl_backend.sync_gap import GapLimits, gap_of, gap_problem
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,7 @@ __all__ = [
     "make_compute_advantage_shim",
     "shim_installed",
     "trl_has_value_head",
+    "warn_on_sync_gap",
 ]
 
 ESTIMATOR_NAME = "ace"
@@ -569,12 +574,46 @@ def _cap_refills(cls: Any) -> None:
         setattr(cls, name, fn)
 
 
+def warn_on_sync_gap(
+    trainer: Any, metrics: Mapping[str, Any], step: int, limits: GapLimits = GapLimits()
+) -> str | None:
+    """Log a warning when ``metrics`` (the V1 trainer's step metrics) break the rollout/train gap rule; the
+    first gap ``trainer`` logged in this process is the baseline of the later ones (a resumed attempt's first
+    step follows the initial sync only, as step 1 does). Returns the warning, or ``None``."""
+    gap = gap_of(metrics)
+    if gap is None:
+        return None
+    first = getattr(trainer, "_acerl_first_gap", None)
+    if first is None:
+        trainer._acerl_first_gap = gap
+    problem = gap_problem(step, gap, first, limits)
+    if problem is not None:
+        logger.warning("acerl: %s; check the weight sync (docs/cluster.md, 'Canary')", problem)
+    return problem
+
+
+def _watch_sync_gap(cls: Any) -> None:
+    """Wrap ``PPOTrainer._compute_metrics`` (called once per step with the step's metrics, before they are
+    logged) with :func:`warn_on_sync_gap`."""
+    original = cls.__dict__["_compute_metrics"]
+
+    def _compute_metrics(self: Any, batch: Any, metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        out = original(self, batch, metrics, *args, **kwargs)
+        warn_on_sync_gap(self, metrics, int(kwargs.get("global_steps", getattr(self, "global_steps", 0))))
+        return out
+
+    _compute_metrics.__doc__ = (original.__doc__ or "") + "\n\n(acerl: warns on a rollout/train gap)"
+    _compute_metrics.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps sets it
+    setattr(_compute_metrics, _SHIM_FLAG, True)
+    cls._compute_metrics = _compute_metrics
+
+
 def _patch_v1_trainer(module: Any) -> None:
     """Patch the V1 trainer's ``PPOTrainer``: wrap ``_compute_advantage`` (for ACE, read each row's grader
     verdict ``extra_fields.reward_extra_info.acc`` from TransferQueue and open :func:`ace_step_context` with it
     and the step's metrics dict around verl's own method) and cap dynamic sampling (:func:`refill_cap`)."""
     cls = getattr(module, "PPOTrainer", None)
-    names = ("_compute_advantage", "prepare_step", "_add_prompts_to_generate")
+    names = ("_compute_advantage", "prepare_step", "_add_prompts_to_generate", "_compute_metrics")
     if cls is None or any(name not in cls.__dict__ for name in names):
         raise RuntimeError(
             f"{module.__name__}.PPOTrainer lacks one of {names}: this plugin targets verl 0.9.1"
@@ -583,6 +622,7 @@ def _patch_v1_trainer(module: Any) -> None:
     if getattr(original, _SHIM_FLAG, False):
         return
     _cap_refills(cls)
+    _watch_sync_gap(cls)
 
     def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
         algorithm = self.config.algorithm
