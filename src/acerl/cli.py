@@ -297,8 +297,23 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             params[model] = float(value)
         except ValueError:
             raise ConfigError(f"--params {item!r}: expected MODEL=COUNT, e.g. {model}=7.6e9") from None
-    cells, evals = estimate_grid(cfg, assumptions, params)
-    print(format_estimate(cells, evals, assumptions))
+    shapes: dict[str, tuple[int, int]] = {}
+    for item in args.shape:
+        model, _, value = item.partition("=")
+        _known("--shape", "model", model, list(cfg.models))
+        try:
+            layers, width = (int(v) for v in value.split(","))
+        except ValueError:
+            raise ConfigError(
+                f"--shape {item!r}: expected MODEL=LAYERS,WIDTH, e.g. {model}=28,3584"
+            ) from None
+        shapes[model] = (layers, width)
+    cells, evals = estimate_grid(cfg, assumptions, params, shapes)
+    print(
+        format_estimate(
+            cells, evals, assumptions, cfg.compute.verl_attention, cfg.compute.verl_remove_padding
+        )
+    )
     return 0
 
 
@@ -421,6 +436,13 @@ def build_parser() -> argparse.ArgumentParser:
                 default=[],
                 metavar="MODEL=COUNT",
                 help="a model's parameter count",
+            )
+            p.add_argument(
+                "--shape",
+                action="append",
+                default=[],
+                metavar="MODEL=LAYERS,WIDTH",
+                help="a model's decoder layers and attention width (heads x head dimension), for attention FLOPs",
             )
         stage = subcommand_stage(name)
         if stage is not None:

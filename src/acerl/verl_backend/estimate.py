@@ -6,10 +6,16 @@ A step of a colocated verl run spends its GPU time in two phases, both over ever
   ``prompts_per_step x group_size x response_fill x max_response_length``, times the dynamic-sampling factor
   ``min(1 / usable_group_fraction, max_batches x gen_batch_factor)`` for the DAPO family (filtered groups are
   generated and thrown away);
-- **training** (FSDP): ``passes x params x tokens / (mfu x peak_flops)``, with the tokens
+- **training** (FSDP): ``(passes / 2) x (2 x params + attention) x tokens / (mfu x peak_flops)``, with the tokens
   ``prompts_per_step x group_size x (prompt_tokens + response_fill x max_response_length)`` and the passes
-  ``6 x ppo_epochs`` (update) ``+ 2`` (old log-probs) ``+ 2`` (reference log-probs, when the run needs them);
-  attention FLOPs are left out (about 10% more at an 8K context).
+  ``6 x ppo_epochs`` (update) ``+ 2`` (old log-probs) ``+ 2`` (reference log-probs, when the run needs them).
+  ``attention`` is the forward attention FLOPs per token (:func:`attention_flops_per_token`), which depend on the
+  implementation the launcher sets (``compute.verl_attention``): ``sdpa`` (and ``eager``) over a packed
+  micro-batch of ``P`` tokens computes the whole ``P x P`` score matrix under a block-diagonal mask,
+  ``4 x layers x width x P`` per token; ``flash_attention_2`` (varlen) computes each sequence's causal half,
+  ``2 x layers x width x l`` per token for sequences of ``l`` tokens. ``P`` is what verl's dynamic batching
+  packs (:func:`packed_length`): a GPU's tokens of one pass split into ``ceil(tokens / budget)`` equal
+  micro-batches, under the launcher's token budget per pass (:func:`acerl.verl_backend.launcher.token_budgets`).
 
 The sum times ``overhead`` (weight sync, rewards, checkpoint saves) times ``train.total_steps`` is a run's
 GPU-time. Evaluation sampling adds ``problems x evaluation.n x response_fill x max_response_length`` decode tokens
@@ -30,12 +36,16 @@ from dataclasses import dataclass
 from acerl.config import Config, ConfigError, Run
 from acerl.config.settings import resolve
 from acerl.verl_backend.checkpoints import save_frequency
+from acerl.verl_backend.launcher import token_budgets
 
 __all__ = [
     "KNOWN_PARAMS",
+    "KNOWN_SHAPES",
     "Assumptions",
     "Cell",
+    "ModelSize",
     "apply_assumptions",
+    "attention_flops_per_token",
     "estimate_grid",
     "format_estimate",
     "run_disk_gb",
@@ -48,6 +58,15 @@ KNOWN_PARAMS: dict[str, float] = {
     "Qwen/Qwen3-8B-Base": 8.19e9,
     "meta-llama/Llama-3.1-8B-Instruct": 8.03e9,
 }
+KNOWN_SHAPES: dict[str, tuple[int, int]] = {
+    # (num_hidden_layers, num_attention_heads x head_dim) of the paper's base models (their config.json)
+    "Qwen/Qwen2.5-Math-7B": (28, 28 * 128),
+    "Qwen/Qwen3-8B-Base": (36, 32 * 128),
+    "meta-llama/Llama-3.1-8B-Instruct": (32, 32 * 128),
+}
+PACKED_SQUARE = frozenset({"sdpa", "eager"})
+"""Attention implementations that compute a packed micro-batch's whole score matrix (the block-diagonal mask
+is applied, not skipped); ``flash_attention_2`` computes each sequence's causal half (varlen)."""
 KNOWN_PROBLEMS: dict[str, int] = {"HuggingFaceH4/MATH-500": 500, "MathArena/aime_2025": 30}
 CHECKPOINT_BYTES = 12  # fp32 weights + AdamW exp_avg + exp_avg_sq
 SNAPSHOT_BYTES = 4  # fp32 weights (the model shards of a verl checkpoint)
@@ -102,17 +121,57 @@ def apply_assumptions(base: Assumptions, items: Sequence[str]) -> Assumptions:
     return dataclasses.replace(base, **changes)
 
 
-def model_params(cfg: Config, model: str, params: Mapping[str, float]) -> float:
-    """Parameters of ``model``: ``params[model]``, else the known count of its hub id."""
-    if model in params:
-        return float(params[model])
+@dataclass(frozen=True)
+class ModelSize:
+    """What the estimate needs of a model: its parameters, decoder layers and attention width (query heads x
+    head dimension)."""
+
+    params: float
+    layers: int
+    width: int
+
+
+def model_size(
+    cfg: Config,
+    model: str,
+    params: Mapping[str, float],
+    shapes: Mapping[str, tuple[int, int]] | None = None,
+) -> ModelSize:
+    """``model``'s size: ``params[model]`` / ``shapes[model]``, else the known values of its hub id."""
     hub = cfg.models[model].hub_id or ""
-    if hub in KNOWN_PARAMS:
-        return KNOWN_PARAMS[hub]
-    raise ConfigError(
-        f"models.{model}: parameter count of {hub or cfg.models[model].path!r} unknown: "
-        f"pass acerl estimate --params {model}=7.6e9"
-    )
+    name = hub or str(cfg.models[model].path)
+    count = params.get(model, KNOWN_PARAMS.get(hub))
+    if count is None:
+        raise ConfigError(
+            f"models.{model}: parameter count of {name!r} unknown: pass acerl estimate --params {model}=7.6e9"
+        )
+    shape = (shapes or {}).get(model, KNOWN_SHAPES.get(hub))
+    if shape is None:
+        raise ConfigError(
+            f"models.{model}: attention shape of {name!r} unknown: pass acerl estimate --shape {model}=28,3584 "
+            "(layers, attention heads x head dimension)"
+        )
+    return ModelSize(float(count), *shape)
+
+
+def packed_length(tokens_per_gpu: float, budget: int) -> float:
+    """Tokens of one packed micro-batch: verl's dynamic batching (``rearrange_micro_batches``) splits a GPU's
+    ``tokens_per_gpu`` of one pass into ``ceil(tokens / budget)`` micro-batches balanced in size."""
+    return tokens_per_gpu / max(1, math.ceil(tokens_per_gpu / budget))
+
+
+def attention_flops_per_token(size: ModelSize, implementation: str, packed: float, sequence: float) -> float:
+    """Forward attention FLOPs (``QK^T`` and ``AV``, 2 x 2 x width per query-key pair and layer) per token.
+
+    ``sdpa`` / ``eager`` over a packed micro-batch of ``packed`` tokens: every pair of the micro-batch, so
+    ``4 x layers x width x packed``; ``flash_attention_2`` (varlen, causal): each sequence's ``sequence^2 / 2``
+    pairs, so ``2 x layers x width x sequence``.
+    """
+    if implementation in PACKED_SQUARE:
+        return 4 * size.layers * size.width * packed
+    if implementation == "flash_attention_2":
+        return 2 * size.layers * size.width * sequence
+    raise ConfigError(f"compute.verl_attention={implementation!r}: no attention cost known to the estimate")
 
 
 def _generation_factor(cfg: Config, run: Run, a: Assumptions) -> float:
@@ -123,21 +182,40 @@ def _generation_factor(cfg: Config, run: Run, a: Assumptions) -> float:
     return min(1.0 / min(a.usable_group_fraction, 1.0), cap)
 
 
-def step_gpu_seconds(cfg: Config, run: Run, params: float, a: Assumptions) -> tuple[float, float]:
-    """``(generation, training)`` GPU-seconds of one step of ``run``."""
+def step_gpu_seconds(
+    cfg: Config, run: Run, size: ModelSize, a: Assumptions, attention: str | None = None
+) -> tuple[float, float]:
+    """``(generation, training)`` GPU-seconds of one step of ``run`` with the attention ``attention`` (default
+    ``compute.verl_attention``)."""
     settings = resolve(cfg, run)
     tr = settings.hyper
+    implementation = attention or cfg.compute.verl_attention
     sequences = tr.prompts_per_step * tr.group_size
     response = a.response_fill * tr.max_response_length
     generation = sequences * response * _generation_factor(cfg, run, a) / a.vllm_tokens_per_gpu_s
-    passes = 6 * tr.ppo_epochs + 2 + (2 if settings.needs_reference else 0)
-    flops = passes * params * sequences * (a.prompt_tokens + response)
-    return generation, flops / (a.mfu * a.peak_tflops * 1e12)
+    length = a.prompt_tokens + response
+    res = cfg.resources("train_policy", run.model)
+    gpus = max(1, res.gpus * res.nodes)
+    update_budget, logprob_budget = token_budgets(cfg, run)
+    # the update packs one mini-batch's tokens per GPU, the log-prob passes the whole step's
+    update_attn, logprob_attn = (
+        attention_flops_per_token(
+            size, implementation, packed_length(prompts * tr.group_size * length / gpus, b), length
+        )
+        for prompts, b in ((tr.mini_batch_size, update_budget), (tr.prompts_per_step, logprob_budget))
+    )
+    logprob_passes = 2 + (2 if settings.needs_reference else 0)
+    per_token = 6 * tr.ppo_epochs * (size.params + update_attn / 2) + logprob_passes * (
+        size.params + logprob_attn / 2
+    )
+    return generation, per_token * sequences * length / (a.mfu * a.peak_tflops * 1e12)
 
 
-def run_gpu_hours(cfg: Config, run: Run, params: float, a: Assumptions) -> float:
+def run_gpu_hours(
+    cfg: Config, run: Run, size: ModelSize, a: Assumptions, attention: str | None = None
+) -> float:
     """GPU-hours of training ``run``: ``total_steps x (generation + training) x overhead``."""
-    generation, training = step_gpu_seconds(cfg, run, params, a)
+    generation, training = step_gpu_seconds(cfg, run, size, a, attention)
     return cfg.models[run.model].train.total_steps * (generation + training) * a.overhead / 3600
 
 
@@ -180,27 +258,39 @@ class Cell:
     wall_hours: float = 0.0  # the longest run's wall-clock on its job's GPUs
     jobs: int = 0  # SLURM jobs of compute.resources runtime that run takes
     kill_gpu_hours: float = 0.0  # GPU-hours a time-limit kill loses at most: save_freq - 1 steps
+    other_gpu_hours: float = 0.0  # the central GPU-hours with the other attention (OTHER_ATTENTION)
+
+
+OTHER_ATTENTION = {"sdpa": "flash_attention_2", "eager": "flash_attention_2", "flash_attention_2": "sdpa"}
+"""The implementation the estimate also prices, beside the configured one."""
+SHORT_NAMES = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "fa2"}
 
 
 def estimate_grid(
-    cfg: Config, a: Assumptions, params: Mapping[str, float] | None = None
+    cfg: Config,
+    a: Assumptions,
+    params: Mapping[str, float] | None = None,
+    shapes: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[list[Cell], list[Cell]]:
-    """The training cells of ``cfg.runs()`` grouped by (model, method), and one evaluation cell per model."""
+    """The training cells of ``cfg.runs()`` grouped by (model, method), and one evaluation cell per model; the
+    attention is ``compute.verl_attention``'s, and each cell also holds the central GPU-hours under
+    :data:`OTHER_ATTENTION`'s."""
     params = params or {}
+    other = OTHER_ATTENTION[cfg.compute.verl_attention]
     groups: dict[tuple[str, str], list[Run]] = {}
     for run in cfg.runs():
         groups.setdefault((run.model, run.method), []).append(run)
     cells = []
     for (model, method), runs in groups.items():
-        n = model_params(cfg, model, params)
+        size = model_size(cfg, model, params, shapes)
         central, low, high = (
-            sum(run_gpu_hours(cfg, r, n, x) for r in runs) for x in (a, a.optimistic(), a.pessimistic())
+            sum(run_gpu_hours(cfg, r, size, x) for r in runs) for x in (a, a.optimistic(), a.pessimistic())
         )
-        disk = [run_disk_gb(cfg, r, n) for r in runs]
+        disk = [run_disk_gb(cfg, r, size.params) for r in runs]
         steps = cfg.models[model].train.total_steps
         peak, left, peak_sum = max(d[0] for d in disk), sum(d[1] for d in disk), sum(d[0] for d in disk)
         res = cfg.resources("train_policy", model)
-        longest = max(run_gpu_hours(cfg, r, n, a) for r in runs)
+        longest = max(run_gpu_hours(cfg, r, size, a) for r in runs)
         wall = longest / max(1, res.gpus * res.nodes)
         freq = max(
             save_frequency(cfg.models[model].train.save_every, resolve(cfg, r).diagnostic_steps) for r in runs
@@ -221,6 +311,7 @@ def estimate_grid(
                 wall,
                 math.ceil(wall * 60 / res.runtime),
                 kill,
+                sum(run_gpu_hours(cfg, r, size, a, other) for r in runs),
             )
         )
     evals: dict[str, list[float]] = {}
@@ -246,24 +337,37 @@ def _problems(cfg: Config, benchmark: str) -> int:
     return KNOWN_PROBLEMS[hub]
 
 
-def format_estimate(cells: Sequence[Cell], evals: Sequence[Cell], a: Assumptions) -> str:
-    """The estimate as a plain-text table, its totals and the assumptions it rests on."""
+def format_estimate(
+    cells: Sequence[Cell], evals: Sequence[Cell], a: Assumptions, attention: str, packed: bool = True
+) -> str:
+    """The estimate as a plain-text table, its totals and the assumptions it rests on; ``attention`` is the
+    implementation the cells assume (``compute.verl_attention``), ``packed`` ``compute.verl_remove_padding``."""
+    other = OTHER_ATTENTION[attention]
     lines = [
         f"{'model':<20} {'method':<18} {'runs':>4} {'steps':>5} {'GPU-h':>7} {'low':>7} {'high':>7} "
-        f"{'h/run':>6} {'jobs':>4} {'kill GPU-h':>10} {'peak GB/run':>11} {'left GB':>7}"
+        f"{'h/run':>6} {'jobs':>4} {'kill GPU-h':>10} {'peak GB/run':>11} {'left GB':>7} {'GPU-h ' + SHORT_NAMES[other]:>10}"
     ]
     for c in [*cells, *evals]:
         lines.append(
             f"{c.model:<20} {c.method:<18} {c.runs:>4} {c.steps:>5} {c.gpu_hours:>7.0f} {c.low:>7.0f} "
             f"{c.high:>7.0f} {c.wall_hours:>6.0f} {c.jobs:>4} {c.kill_gpu_hours:>10.0f} {c.peak_disk_gb:>11.0f} "
-            f"{c.left_disk_gb:>7.0f}"
+            f"{c.left_disk_gb:>7.0f} {(c.other_gpu_hours or c.gpu_hours):>10.0f}"
         )
     total = [sum(getattr(c, k) for c in [*cells, *evals]) for k in ("gpu_hours", "low", "high")]
+    total_other = sum(c.other_gpu_hours or c.gpu_hours for c in [*cells, *evals])
     peak_all = sum(c.peak_sum_gb for c in cells)
     left_all = sum(c.left_disk_gb for c in cells)
     lines += [
+        f"attention: {attention} (compute.verl_attention) in the FSDP passes; the GPU-hours include its FLOPs "
+        + (
+            "over each packed micro-batch's whole square (the masked kernel skips no cross-sequence block)"
+            if attention in PACKED_SQUARE
+            else "over each sequence's causal half (varlen)"
+        )
+        + ("" if packed else "; compute.verl_remove_padding is false, which the estimate does not model"),
         f"total: {total[0]:,.0f} GPU-hours (low {total[1]:,.0f}, high {total[2]:,.0f}) over "
-        f"{sum(c.runs for c in cells)} training runs and {sum(c.runs for c in evals)} evaluations",
+        f"{sum(c.runs for c in cells)} training runs and {sum(c.runs for c in evals)} evaluations, with "
+        f"{attention}; {total_other:,.0f} with {other} (last column, central)",
         f"disk: {left_all / 1e3:,.1f} TB left after the grid; {peak_all / 1e3:,.1f} TB if every run peaked at once",
         "assumptions (acerl estimate --assume KEY=VALUE): "
         + ", ".join(f"{f.name}={getattr(a, f.name):g}" for f in dataclasses.fields(a)),
