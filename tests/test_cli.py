@@ -375,6 +375,82 @@ def test_truncated_scored_file_is_exit_4_naming_the_fix(capsys, tmp_path: Path) 
     assert_one_line(err, "acerl passk: bad input:", str(scored), "delete it", f"acerl grade {' '.join(run)}")
 
 
+EVAL_JOB = ["--model", "tiny", "--method", "grpo", "--seed", "0", "--benchmark", "synth_easy"]
+
+
+def test_ks_of_zero_is_a_config_error_before_any_stage(capsys) -> None:
+    """``evaluation.ks=[0,1,2]`` passed ``acerl config`` and crashed ``acerl passk``."""
+    code, out, err = run_main(capsys, "config", "show", "--set", "evaluation.ks=[0,1,2]")
+    assert (code, out) == (2, "")
+    assert_one_line(err, "acerl config: config error:", "evaluation.ks.0", "greater than or equal to 1")
+
+
+def test_an_empty_benchmark_file_is_one_line_exit_4(capsys, tmp_path: Path) -> None:
+    write_jsonl(paths.data_file(tmp_path, "synth_easy"), [])
+    code, _, err = run_main(capsys, "sample", *EVAL_JOB, "--root", str(tmp_path))
+    assert code == 4
+    assert_one_line(
+        err,
+        "acerl sample: bad input:",
+        str(paths.data_file(tmp_path, "synth_easy")),
+        "no problems",
+        "prepare-data",
+    )
+
+
+@pytest.mark.parametrize("command", ["grade", "passk"])
+def test_an_empty_generations_or_scored_file_is_one_line_exit_4(capsys, tmp_path: Path, command: str) -> None:
+    """An empty generations file was graded with exit 0; its scored file then crashed ``acerl passk``."""
+    run = Run("tiny", "grpo", 0)
+    write_jsonl(paths.generations_file(tmp_path, "synth_easy", run), [])
+    scored = paths.scored_file(tmp_path, "synth_easy", run)
+    scored.parent.mkdir(parents=True)
+    pd.DataFrame({"id": pd.Series([], dtype="string"), "correct": pd.Series([], dtype=bool)}).to_parquet(
+        scored
+    )
+    empty, remake = {
+        "grade": (paths.generations_file(tmp_path, "synth_easy", run), "acerl sample"),
+        "passk": (scored, "acerl grade"),
+    }[command]
+    code, _, err = run_main(capsys, command, *EVAL_JOB, "--root", str(tmp_path))
+    assert code == 4
+    assert_one_line(
+        err, f"acerl {command}: bad input:", f"{empty}: no problems", f"{remake} {' '.join(EVAL_JOB)}"
+    )
+
+
+def test_a_generations_file_of_part_of_the_benchmark_is_one_line_exit_4(capsys, tmp_path: Path) -> None:
+    """12 of 24 problems passed grade, passk and the report with exit 0 (and a Pass@8 of another benchmark)."""
+    ids = [f"q{i}" for i in range(24)]
+    write_jsonl(
+        paths.data_file(tmp_path, "synth_easy"), [{"id": i, "problem": "1+2", "answer": "3"} for i in ids]
+    )
+    gen = paths.generations_file(tmp_path, "synth_easy", Run("tiny", "grpo", 0))
+    completions = [{"text": "\\boxed{3}", "finish_reason": "stop", "num_tokens": 4}]
+    write_jsonl(gen, [{"id": i, "answer": "3", "completions": completions} for i in ids[:12]])
+    code, _, err = run_main(capsys, "grade", *EVAL_JOB, "--root", str(tmp_path))
+    assert code == 4
+    assert_one_line(
+        err, str(gen), "12 of synth_easy's 24 problems (12 missing", f"acerl sample {' '.join(EVAL_JOB)}"
+    )
+
+
+def test_another_run_s_generations_are_one_line_exit_4(capsys, tmp_path: Path) -> None:
+    """GRPO's generations copied in under another method's name were graded as that method's."""
+    gen = paths.generations_file(tmp_path, "synth_easy", Run("tiny", "ace_grpo", 0))
+    completions = [{"text": "\\boxed{3}", "finish_reason": "stop", "num_tokens": 4}]
+    write_jsonl(
+        gen,
+        [{"id": "q0", "answer": "3", "completions": completions, "model_dir": "runs/tiny/grpo/seed0/final"}],
+    )
+    job = ["--model", "tiny", "--method", "ace_grpo", "--seed", "0", "--benchmark", "synth_easy"]
+    code, _, err = run_main(capsys, "grade", *job, "--root", str(tmp_path))
+    assert code == 4
+    assert_one_line(
+        err, str(gen), "sampled from runs/tiny/grpo/seed0/final, not from run tiny/ace_grpo/seed0's policy"
+    )
+
+
 def test_every_exit_status_is_in_the_readme() -> None:
     """The exit statuses of :mod:`acerl.errors` (130 for Ctrl-C among them) are the README's list."""
     import acerl.errors

@@ -190,7 +190,7 @@ def test_sample_run_loads_the_run_s_policy_renders_chat_prompts_and_samples_with
 def test_sample_run_refuses_an_empty_benchmark_naming_its_file(tmp_path):
     cfg = load_config(REPO / "config" / "config.yaml")
     write_jsonl(paths.data_file(tmp_path, "synth_hard"), [])
-    with pytest.raises(ValueError, match=rf"^{paths.data_file(tmp_path, 'synth_hard')}: no problems$"):
+    with pytest.raises(BadInputError, match=rf"^{paths.data_file(tmp_path, 'synth_hard')}: no problems .*"):
         sample_run(cfg, RUN, "synth_hard", tmp_path, progress=False)
 
 
@@ -437,3 +437,95 @@ def test_grade_run_grades_with_the_configured_grader_and_passk_reads_a_scored_fi
     plain.to_parquet(scored_path, index=False)
     record = read_json(passk_run(cfg, RUN, "synth_easy", tmp_path))
     assert record["software"] == [software_stamp()] and record["problems"] == [{"id": "q", "n": 1, "c": 1}]
+
+
+def _answered(ids: list[str], model_dir: str | None = None) -> list[dict]:
+    """Generations rows of ``ids``: two completions each, one right; ``model_dir`` names the policy that sampled
+    them (as sample_run writes it), or is left out (a file written by hand)."""
+    completions = [
+        {"text": "\\boxed{4}", "num_tokens": 3, "finish_reason": "stop"},
+        {"text": "\\boxed{5}", "num_tokens": 3, "finish_reason": "stop"},
+    ]
+    made_by = {} if model_dir is None else {"model_dir": model_dir}
+    return [{"id": i, "answer": "4", "completions": completions, **made_by} for i in ids]
+
+
+def test_a_run_s_samples_of_part_of_the_benchmark_are_refused_by_grade_and_passk(tmp_path):
+    """Generations of 2 of the benchmark's 4 problems were graded and scored with exit 0, and the report printed
+    their Pass@k beside runs scored on every problem: grade and passk name the file, the count missing and the
+    command that writes it again."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0", "evaluation.ks=[1,2]"])
+    ids = ["q0", "q1", "q2", "q3"]
+    write_jsonl(
+        paths.data_file(tmp_path, "synth_easy"), [{"id": i, "problem": "2+2", "answer": "4"} for i in ids]
+    )
+    gen = paths.generations_file(tmp_path, "synth_easy", RUN)
+    write_jsonl(gen, _answered(ids[:2]))
+    with pytest.raises(BadInputError) as err:
+        grade_run(cfg, RUN, "synth_easy", tmp_path)
+    assert str(err.value) == (
+        f"{gen}: 2 of synth_easy's 4 problems (2 missing, e.g. 'q2'): a run's Pass@k is over all of them; "
+        f"delete it and {rerun('sample', RUN, 'synth_easy')}"
+    )
+    assert not paths.scored_file(tmp_path, "synth_easy", RUN).exists()
+
+    write_jsonl(gen, _answered(ids))  # a scored file of part of the benchmark (copied in): passk refuses it
+    scored = grade_run(cfg, RUN, "synth_easy", tmp_path)
+    frame = pd.read_parquet(scored)
+    frame[frame["id"] != "q3"].to_parquet(scored, index=False)
+    with pytest.raises(BadInputError) as err:
+        passk_run(cfg, RUN, "synth_easy", tmp_path)
+    assert str(err.value).startswith(f"{scored}: 3 of synth_easy's 4 problems (1 missing, e.g. 'q3'): ")
+    assert str(err.value).endswith(f"delete it and {rerun('grade', RUN, 'synth_easy')}")
+    assert not paths.passk_file(tmp_path, "synth_easy", RUN).exists()
+
+    write_jsonl(gen, _answered([*ids, "z9"]))  # a problem the benchmark does not hold
+    with pytest.raises(BadInputError, match=r"1 problem\(s\) not in .*synth_easy\.jsonl \(e\.g\. 'z9'\)"):
+        grade_run(cfg, RUN, "synth_easy", tmp_path)
+
+
+def test_another_run_s_samples_under_a_run_s_name_are_refused_by_grade_and_passk(tmp_path):
+    """GRPO's generations copied in as another method's were graded and reported as that method: every row names
+    the policy that sampled it, and grade and passk check it against the run asked for."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0", "evaluation.ks=[1,2]"])
+    grpo, other = Run("tiny", "grpo", 0), Run("tiny", "ace_grpo", 0)
+    write_jsonl(
+        paths.generations_file(tmp_path, "synth_easy", grpo), _answered(["q0"], "runs/tiny/grpo/seed0/final")
+    )
+    grade_run(cfg, grpo, "synth_easy", tmp_path)
+    copied = paths.generations_file(tmp_path, "synth_easy", other)
+    copied.parent.mkdir(parents=True, exist_ok=True)
+    copied.write_bytes(paths.generations_file(tmp_path, "synth_easy", grpo).read_bytes())
+    with pytest.raises(BadInputError) as err:
+        grade_run(cfg, other, "synth_easy", tmp_path)
+    assert str(err.value) == (
+        f"{copied}: row id 'q0': sampled from runs/tiny/grpo/seed0/final, not from run tiny/ace_grpo/seed0's "
+        f"policy runs/tiny/ace_grpo/seed0/final: it holds another run's samples; delete it and "
+        f"{rerun('sample', other, 'synth_easy')}"
+    )
+    scored = paths.scored_file(tmp_path, "synth_easy", other)
+    scored.parent.mkdir(parents=True, exist_ok=True)
+    scored.write_bytes(paths.scored_file(tmp_path, "synth_easy", grpo).read_bytes())
+    with pytest.raises(BadInputError, match=r"every row: sampled from runs/tiny/grpo/seed0/final, not from"):
+        passk_run(cfg, other, "synth_easy", tmp_path)
+    assert not paths.passk_file(tmp_path, "synth_easy", other).exists()
+
+
+def test_empty_generations_and_scored_files_are_refused_naming_the_step(tmp_path):
+    """An empty generations file was graded with exit 0, and passk of its scored file crashed in pass@k."""
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0"])
+    gen = paths.generations_file(tmp_path, "synth_easy", RUN)
+    write_jsonl(gen, [])
+    with pytest.raises(BadInputError) as err:
+        grade_run(cfg, RUN, "synth_easy", tmp_path)
+    assert (
+        str(err.value)
+        == f"{gen}: no problems (an empty file); delete it and {rerun('sample', RUN, 'synth_easy')}"
+    )
+    scored = paths.scored_file(tmp_path, "synth_easy", RUN)
+    scored.parent.mkdir(parents=True)
+    scored_frame([], []).to_parquet(scored, index=False)
+    with pytest.raises(
+        BadInputError, match=rf"^{scored}: no problems \(an empty file\); delete it and rerun `"
+    ):
+        passk_run(cfg, RUN, "synth_easy", tmp_path)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -220,7 +220,10 @@ def sample_run(
     """
     problems = read_jsonl(paths.data_file(root, benchmark))
     if not problems:
-        raise ValueError(f"{paths.data_file(root, benchmark)}: no problems")
+        raise BadInputError(
+            f"{paths.data_file(root, benchmark)}: no problems (an empty benchmark file); delete it and run "
+            f"{fix_command('prepare-data')}"
+        )
     model_dir = paths.policy_dir(root, run)
     settings = evaluation_sampling(cfg, run)
     ev = cfg.evaluation
@@ -269,6 +272,9 @@ def sample_run(
 
 
 # ----------------------------------------------------------------------------------------------- grade
+MODEL_DIR_ATTR = "model_dir"
+"""The scored file's ``DataFrame.attrs`` key naming the policy folder that sampled its generations."""
+
 COMPLETION_KEYS = ("text", "finish_reason", "num_tokens")
 """What grading reads of each completion of a generations row."""
 
@@ -290,6 +296,60 @@ def check_completions(rows: Sequence[dict[str, Any]], path: Path, remake: str) -
                     f"{path}: row id {row['id']!r}, completion {j}: missing key(s) "
                     f"{', '.join(map(repr, missing))}; {remake}"
                 )
+
+
+def check_provenance(
+    made_by: Iterable[tuple[str, Any]], path: Path, run: Run, root: Path | str, remake: str
+) -> None:
+    """Each ``(what, model_dir)`` of ``made_by`` (a generations row, a scored file) that names the policy it was
+    sampled from names the policy of ``run``: another run's samples copied in under this run's name are a
+    :class:`BadInputError` naming the file, both policies and ``remake``. ``None`` (a file written by hand, or
+    before the key existed) is taken as it is."""
+    expected = _relative(paths.policy_dir(root, run), root)
+    for what, model_dir in made_by:
+        if model_dir is not None and str(model_dir) != expected:
+            raise BadInputError(
+                f"{path}: {what}: sampled from {model_dir}, not from run {run.id}'s policy {expected}: it "
+                f"holds another run's samples; delete it and {remake}"
+            )
+
+
+def benchmark_ids(root: Path | str, benchmark: str) -> list[str] | None:
+    """The problem ids of ``benchmark`` (``paths.data_file``), or ``None`` where that file is absent (a
+    generations file graded outside a study's folder)."""
+    data = paths.data_file(root, benchmark)
+    if not data.is_file():
+        return None
+    return [
+        str(row["id"])
+        for row in read_jsonl(data, required=("id",), remake=f"run {fix_command('prepare-data')}")
+    ]
+
+
+def check_problem_set(ids: Sequence[str], path: Path, root: Path | str, benchmark: str, remake: str) -> None:
+    """``path`` (a run's generations or scored file) holds every problem of ``benchmark`` and no other: a run's
+    Pass@k is a mean over the benchmark's problems, all of them (over a subset it is another benchmark's number).
+    An empty file, or one missing problems, is a :class:`BadInputError` naming the file, how many problems are
+    missing and ``remake``."""
+    if not ids:
+        raise BadInputError(f"{path}: no problems (an empty file); delete it and {remake}")
+    expected = benchmark_ids(root, benchmark)
+    if expected is None:
+        return
+    present = set(ids)
+    missing = [i for i in expected if i not in present]
+    if missing:
+        raise BadInputError(
+            f"{path}: {len(expected) - len(missing)} of {benchmark}'s {len(expected)} problems ({len(missing)} "
+            f"missing, e.g. {missing[0]!r}): a run's Pass@k is over all of them; delete it and {remake}"
+        )
+    known = set(expected)
+    other = [i for i in dict.fromkeys(ids) if i not in known]
+    if other:
+        raise BadInputError(
+            f"{path}: {len(other)} problem(s) not in {paths.data_file(root, benchmark)} (e.g. {other[0]!r}): "
+            f"it holds another benchmark's samples; delete it and {remake}"
+        )
 
 
 def scored_frame(rows: Sequence[dict[str, Any]], verdicts: Sequence[Any]) -> pd.DataFrame:
@@ -351,6 +411,9 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     remake = rerun("sample", run, benchmark)
     rows = read_jsonl(gen_file, required=("id", "answer", "completions"), remake=remake)
     check_completions(rows, gen_file, remake)
+    made_by = [(f"row id {row['id']!r}", row.get("model_dir")) for row in rows]
+    check_provenance(made_by, gen_file, run, root, remake)
+    check_problem_set([str(row["id"]) for row in rows], gen_file, root, benchmark, remake)
     items = [(str(c["text"]), str(row["answer"])) for row in rows for c in row["completions"]]
     with Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers) as grader:
         verdicts = grader.grade_many(items)
@@ -361,6 +424,8 @@ def grade_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     df = scored_frame(rows, verdicts)
     # What made the samples and the verdicts (parquet keeps DataFrame.attrs); passk_run carries it on.
     df.attrs["software"] = stamps_in([*(row.get("software") for row in rows), software_stamp()])
+    if any("model_dir" in row for row in rows):  # the policy that sampled them, which passk_run checks
+        df.attrs[MODEL_DIR_ATTR] = _relative(paths.policy_dir(root, run), root)
     out = paths.scored_file(root, benchmark, run)
     with atomic_path(out) as tmp:
         df.to_parquet(tmp, index=False)
@@ -433,8 +498,11 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
         raise MissingInputError(
             f"scored file not found: {scored_path} (run the grade step first: {step_command('grade', run, benchmark)})"
         )
-    scored, attrs = read_scored_columns(scored_path, ("id", "correct"), rerun("grade", run, benchmark))
+    remake = rerun("grade", run, benchmark)
+    scored, attrs = read_scored_columns(scored_path, ("id", "correct"), remake)
     ids, n, c = problem_counts(scored["id"], scored["correct"])
+    check_provenance([("every row", attrs.get(MODEL_DIR_ATTR))], scored_path, run, root, remake)
+    check_problem_set(ids, scored_path, root, benchmark, remake)
     k_max = max(cfg.evaluation.ks)
     short = [(i, int(m)) for i, m in zip(ids, n, strict=True) if m < k_max]
     if short:  # a scored file of an older config (evaluation.n smaller than the largest k now)
