@@ -65,3 +65,36 @@ def test_dapo_listing_and_cap_follow_the_config(paper_cfg):
         ours["+trainer.acerl.gen_batch_size"]
     )
     assert f"per step ({budget:,} for Qwen2.5-Math-7B" in text
+
+
+def test_cost_numbers_are_the_estimates(paper_cfg):
+    """docs/cluster.md, docs/verl.md and docs/deviations.md quote ``acerl estimate --config config/paper.yaml``: the
+    grid's total with the configured attention (sdpa) and with flash attention 2, and the GPU-hours per run of
+    each model's GRPO and DAPO family (attention included)."""
+    from acerl.verl_backend.estimate import Assumptions, estimate_grid
+
+    cells, evals = estimate_grid(paper_cfg, Assumptions())
+    assert paper_cfg.compute.verl_attention == "sdpa"
+    total = sum(c.gpu_hours for c in [*cells, *evals])
+    flash = sum(c.other_gpu_hours or c.gpu_hours for c in [*cells, *evals])
+    hundreds = [f"{round(x, -2):,.0f}" for x in (total, flash)]
+    docs = {
+        name: (DOC.parent / name).read_text(encoding="utf-8")
+        for name in ("cluster.md", "verl.md", "deviations.md")
+    }
+    for name, text in docs.items():
+        assert all(n in text for n in hundreds), (name, hundreds)
+    names = {
+        "qwen25_math_7b": "Qwen2.5-Math-7B",
+        "qwen3_8b_base": "Qwen3-8B-Base",
+        "llama31_8b_instruct": "Llama-3.1-8B-Instruct",
+    }
+    for model, display in names.items():
+        per_run = {c.method: c for c in cells if c.model == model}
+        grpo, dapo = per_run["grpo"], per_run["dapo"]
+        row = (
+            f"| {display} | {grpo.gpu_hours / grpo.runs:.0f} / {dapo.gpu_hours / dapo.runs:.0f} | "
+            f"{sum(c.runs for c in cells if c.model == model)} | {grpo.wall_hours:.0f}-{dapo.wall_hours:.0f} h | "
+            f"{grpo.other_gpu_hours / grpo.runs:.0f} / {dapo.other_gpu_hours / dapo.runs:.0f} |"
+        )
+        assert row in docs["cluster.md"], row
