@@ -35,6 +35,7 @@ from acerl.errors import BadInputError, MissingInputError
 from acerl.pipeline import paths
 from acerl.pipeline.stages import Job, job_outputs
 from acerl.verl_backend.sync_gap import GAP_KEY, GapLimits, gap_of, gap_problem
+from acerl.verl_backend.sync_gap import metric as _number
 
 __all__ = [
     "ACE_KEYS",
@@ -101,11 +102,6 @@ def read_metrics(file: Path) -> dict[int, dict[str, Any]]:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise BadInputError(f"{file}:{n}: not a metrics row with a step; rerun {FIX}") from None
     return rows
-
-
-def _number(row: Mapping[str, Any], key: str) -> float | None:
-    value = row.get(key)
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(float(value)) else None
 
 
 def check_run(

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GAP_KEY", "GapLimits", "gap_of", "gap_problem"]
+__all__ = ["GAP_KEY", "GapLimits", "gap_of", "gap_problem", "metric"]
 
 GAP_KEY = "training/rollout_probs_diff_mean"
 
@@ -32,12 +32,18 @@ class GapLimits:
     floor: float = 0.005
 
 
-def gap_of(row: Mapping[str, Any]) -> float | None:
-    """The step's mean gap, or ``None`` when the row has no finite value (verl logs NaN on an empty mask)."""
-    value = row.get(GAP_KEY)
+def metric(row: Mapping[str, Any], key: str) -> float | None:
+    """``row[key]`` as a float, or ``None`` when it is missing or not a finite number (verl logs NaN where a
+    metric has no input, e.g. an empty response mask)."""
+    value = row.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def gap_of(row: Mapping[str, Any]) -> float | None:
+    """The step's mean gap (:func:`metric` of :data:`GAP_KEY`)."""
+    return metric(row, GAP_KEY)
 
 
 def gap_problem(step: int, gap: float, first: float | None, limits: GapLimits = GapLimits()) -> str | None:
