@@ -643,8 +643,7 @@ class ComputeConfig(_Model):
         "none",
         description="experiment tracker that also receives each training step's metrics (metrics.jsonl is "
         "written either way): tensorboard writes event files under tracker/<model>/<method>/seed<s> "
-        "(`tensorboard --logdir tracker`; a finished run's: acerl report training --tensorboard); wandb needs "
-        "the wandb package and a login, or WANDB_MODE=offline. "
+        "(`tensorboard --logdir tracker`); wandb needs the wandb package and a login, or WANDB_MODE=offline. "
         "The verl backend passes the same choice to trainer.logger",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
