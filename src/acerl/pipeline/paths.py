@@ -15,6 +15,8 @@ Layout under the work directory (``root``)::
     runs/<model>/<method>/seed<s>/verl_logs/         verl's own per-step metrics (verl backend)
     runs/<model>/<method>/seed<s>/verl_command.json  the last verl launch's command line (verl backend)
     runs/<model>/<method>/seed<s>/diag_raw/          verl's raw actor snapshots at diagnostic steps (verl backend)
+    tracker/<model>/<method>/seed<s>/                TensorBoard event files (compute.tracker, or
+                                                     ``acerl report training --tensorboard``)
     generations/<benchmark>/<run>.jsonl.gz           sample
     scored/<benchmark>/<run>.parquet                 grade
     metrics/<benchmark>/<run>.json                   passk
@@ -133,8 +135,9 @@ def train_metrics_file(root: Path | str, run: Run) -> Path:
 
 
 def tracker_dir(root: Path | str, run: Run) -> Path:
-    """The run's experiment-tracker folder (``compute.tracker``: TensorBoard event files, or wandb's files)."""
-    return run_dir(root, run) / "tracker"
+    """The run's experiment-tracker folder (``compute.tracker``: TensorBoard event files, or wandb's files):
+    ``tracker/<model>/<method>/seed<s>``, so ``tensorboard --logdir tracker`` names each run by its id."""
+    return Path(root) / "tracker" / run.model / run.method / f"seed{run.seed}"
 
 
 def live_dir(root: Path | str, run: Run) -> Path:

@@ -8,6 +8,10 @@ run's value is the mean over its last ``--last`` steps that updated (steps witho
 
     acerl report training runs/tiny/*/seed*/metrics.jsonl --last 5 --export docs/results/power/training.csv
     acerl report training --frame docs/results/power/training.csv      # the same table from the committed file
+    acerl report training runs/*/*/seed*/metrics.jsonl --tensorboard tracker   # curves of finished runs
+
+``--tensorboard DIR`` writes each run's logged metrics as TensorBoard event files in ``DIR/<model>/<method>/seed<s>``
+(``tensorboard --logdir DIR``), after the fact: a run trained with ``compute.tracker: none`` has its curves too.
 """
 
 from __future__ import annotations
@@ -206,9 +210,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="also write each run's values (one row per run and key) to this CSV file")  # fmt: skip
     ap.add_argument("--frame", type=Path, default=None,
                     help="read each run's values from a CSV file --export wrote, instead of metrics files")  # fmt: skip
+    ap.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                    help="write each run's metrics as TensorBoard event files in DIR/<model>/<method>/seed<s> "
+                    "instead of the table (`tensorboard --logdir DIR`)")  # fmt: skip
     args = ap.parse_args(argv)
     if bool(args.metrics) == (args.frame is not None):
         ap.error("give metrics files or --frame FILE (one of the two)")
+    if args.tensorboard is not None:
+        return _export_tensorboard(args.metrics, args.tensorboard)
     try:
         if args.frame:
             frame, last = read_last_steps_csv(args.frame)
@@ -229,6 +238,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"## Training-batch diagnostics, mean of each run's last {last} steps; method minus baseline "
           "paired by seed, 95% t interval, p Holm-adjusted over the table\n")  # fmt: skip
     print(table.to_markdown(index=False, floatfmt=".4f"))
+    return 0
+
+
+def _export_tensorboard(metrics: Sequence[Path], out: Path) -> int:
+    """``--tensorboard``: one event-file folder per run (exit 4 naming a file that is not a run's metrics)."""
+    from acerl.train.metrics import read_metrics
+    from acerl.train.tracker import export_tensorboard
+
+    try:
+        runs = [(path, _run_of(path)) for path in metrics]
+        for path, _ in runs:
+            if not path.is_file():
+                raise BadInputError(f"{path}: no such metrics file; train the run first")
+    except BadInputError as err:
+        print(f"acerl report training: {err}", file=sys.stderr)
+        return 4
+    for path, (model, method, seed) in runs:
+        folder = out / model / method / f"seed{seed}"
+        steps = export_tensorboard(read_metrics(path), folder)
+        print(f"{path}: {steps} steps -> {folder}")
+    print(f"view them with: tensorboard --logdir {out}")
     return 0
 
 
