@@ -2,7 +2,9 @@
 
 The run specs (``run_spec.json``: what decides a run's result, the Snakemake / DVC rerun trigger) of every run
 of the shipped grids are pinned by hash in ``tests/golden/run_spec_hashes.json``, recorded with ``train_policy``'s
-result version 3: a refactor of the resolution must not rerun (or silently reuse) any result.
+result version 3: a refactor of the resolution must not rerun (or silently reuse) any result. Since the resource
+keys (``RESOURCE_KEYS``: vLLM memory, token budget, checkpoint schedule) left the spec, the hashes are of the spec
+with those keys put back: a spec recorded before equals today's less exactly those keys.
 """
 
 from __future__ import annotations
@@ -16,10 +18,19 @@ import pytest
 from support.perturb import candidates, leaves, nest
 
 from acerl.config import ConfigError, Run, deep_merge, load_config, merged_dict, spec_json, validate
-from acerl.config.settings import RunSettings, local_run_spec, resolve, run_spec, spec_keys
+from acerl.config.settings import (
+    RESOURCE_KEYS,
+    RunSettings,
+    local_run_spec,
+    resolve,
+    run_spec,
+    spec_keys,
+    without_resource_keys,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "run_spec_hashes.json"
+PAPER = [REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"]
 GRIDS = {
     "default": (["config.yaml"], []),
     "ci": (["config.yaml", "test.yaml"], []),
@@ -33,6 +44,16 @@ def _hash(spec: dict) -> str:
     return hashlib.sha256(spec_json(spec).encode()).hexdigest()[:16]
 
 
+def _as_recorded_before(cfg, run: Run, spec: dict) -> dict:
+    """``spec`` with the resource keys put back under ``train``, as version 3 recorded it (the golden hashes):
+    the specs are the recorded ones less exactly those keys, so a run recorded then compares equal now."""
+    if run.is_base:
+        return spec
+    knobs = cfg.models[run.model].train.model_dump(mode="json", include=set(RESOURCE_KEYS))
+    assert not set(knobs) & set(spec["train"])
+    return {**spec, "train": {**spec["train"], **knobs}}
+
+
 @pytest.mark.parametrize("grid", sorted(GRIDS))
 def test_run_specs_unchanged(grid: str) -> None:
     """Every run's spec (and the local trainer's, with its ``trainer`` section) hashes as before."""
@@ -40,9 +61,9 @@ def test_run_specs_unchanged(grid: str) -> None:
     cfg = load_config([REPO / "config" / f for f in files], overrides)
     got: dict[str, str] = {}
     for run in cfg.base_runs() + cfg.runs():
-        got[run.id] = _hash(run_spec(cfg, run))
+        got[run.id] = _hash(_as_recorded_before(cfg, run, run_spec(cfg, run)))
         if not run.is_base:
-            got[f"{run.id} local"] = _hash(local_run_spec(resolve(cfg, run)))
+            got[f"{run.id} local"] = _hash(_as_recorded_before(cfg, run, local_run_spec(resolve(cfg, run))))
     assert got == json.loads(GOLDEN.read_text())[grid]
 
 
@@ -151,3 +172,23 @@ def test_spec_keys_are_exactly_the_keys_the_spec_reads() -> None:
     alpha = "methods.ace_grpo.estimator.alpha"
     assert alpha in checked[RUNS[1]] and alpha not in checked[RUNS[2]]  # the sweep variant fixes alpha itself
     assert "study.diagnostics.every" in keys[RUNS[1]] and "study.diagnostics.every" not in keys[RUNS[0]]
+
+
+def test_resource_keys_leave_the_spec_and_old_records_still_match() -> None:
+    """Changing a resource key (vLLM's memory share, the token budget, the checkpoint schedule) keeps the spec; a
+    spec recorded with those keys compares equal to today's once they are dropped."""
+    cfg = load_config(PAPER)
+    run = Run("qwen25_math_7b", "ace_dapo", 0)
+    spec = run_spec(cfg, run)
+    assert not set(RESOURCE_KEYS) & set(spec["train"])
+    for key, value in [
+        ("gpu_memory_utilization", 0.6),
+        ("max_tokens_per_gpu", 12000),
+        ("save_every", 5),
+        ("keep_checkpoints", 4),
+    ]:
+        changed = load_config(PAPER, [f"models.qwen25_math_7b.train.{key}={value}"])
+        assert run_spec(changed, run) == spec, key
+        assert f"models.qwen25_math_7b.train.{key}" not in spec_keys(changed, run)
+    recorded = _as_recorded_before(cfg, run, spec)
+    assert recorded != spec and without_resource_keys(recorded) == spec

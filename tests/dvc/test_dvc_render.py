@@ -201,7 +201,8 @@ def test_params_list_only_keys_each_file_sets():
     keys = param_keys(cfg, "train_policy", run=Run("tiny", "ace_grpo", 0))
     entries = params_by_file(keys, {f: yaml.safe_load((REPO / f).read_text()) for f in TEST_CONFIG})
     by_file = {next(iter(e)): next(iter(e.values())) for e in entries}
-    assert "models.tiny.train" in by_file["config/test.yaml"]
+    assert "models.tiny.train.total_steps" in by_file["config/test.yaml"]
+    assert "models.tiny.train.save_every" not in by_file["config/test.yaml"]  # a resource key: not a param
     assert "methods.ace_grpo.estimator" not in by_file["config/test.yaml"]  # test.yaml leaves methods alone
     assert "methods.ace_grpo.estimator" in by_file["config/config.yaml"]
     for f, listed in by_file.items():

@@ -514,3 +514,48 @@ def test_a_second_trainer_of_the_same_run_is_refused_until_the_first_stops(tiny_
     assert e.value.exit_code == 75 and not paths.policy_dir(tiny_root, run).exists()
     final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)  # SIGKILL freed the lock
     assert (final / "model.safetensors").is_file()
+
+
+def test_resource_keys_resume_and_keep_a_finished_run(tiny_root: Path, verifier: DigitVerifier):
+    """A change of a resource key (checkpoint schedule, vLLM memory, token budget) resumes the run and returns
+    its finished policy, also from a checkpoint and a final folder whose spec was recorded with those keys."""
+    from acerl.config.settings import RESOURCE_KEYS
+    from acerl.train.checkpoint import STATE_FILE, read_trainer_state
+    from acerl.train.finished import FINAL_SPEC_FILE
+
+    run = Run("tiny", "grpo", 0)
+    cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
+    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    weights = load_file(str(final / "model.safetensors"))
+    knobs = cfg.models["tiny"].train.model_dump(mode="json", include=set(RESOURCE_KEYS))
+
+    def recorded_with_knobs(spec: dict) -> dict:  # the spec as code before this change wrote it
+        return {**spec, "train": {**spec["train"], **knobs}}
+
+    final_spec = json.loads((final / FINAL_SPEC_FILE).read_text())
+    (final / FINAL_SPEC_FILE).write_text(json.dumps(recorded_with_knobs(final_spec)))
+    changed = make_config(
+        "models.tiny.train.total_steps=2",
+        "models.tiny.train.save_every=2",
+        "models.tiny.train.keep_checkpoints=3",
+        "models.tiny.train.gpu_memory_utilization=0.5",
+        "models.tiny.train.max_tokens_per_gpu=9000",
+    )
+    calls = verifier.calls
+    assert train_run(changed, run, tiny_root, verifier=verifier, progress=False) == final
+    assert verifier.calls == calls  # finished: not trained again
+
+    ckpt_dir = paths.checkpoints_dir(tiny_root, run)
+    shutil.rmtree(final)
+    shutil.rmtree(ckpt_dir / "step_000002")
+    (ckpt_dir / LATEST_FILE).write_text("step_000001\n")
+    state = torch.load(ckpt_dir / "step_000001" / STATE_FILE, weights_only=True)
+    old = recorded_with_knobs(json.loads(state["spec"]))
+    state["spec"] = json.dumps(old, sort_keys=True, separators=(",", ":"))
+    torch.save(state, ckpt_dir / "step_000001" / STATE_FILE)
+    assert read_trainer_state(ckpt_dir / "step_000001")["spec"] != state["spec"]  # read without the knobs
+    final = train_run(changed, run, tiny_root, verifier=verifier, progress=False)
+    assert 0 < verifier.calls - calls < calls  # resumed: only step 2 was trained again
+    assert not list(paths.run_dir(tiny_root, run).glob("checkpoints.superseded-*"))
+    resumed = load_file(str(final / "model.safetensors"))
+    assert all(torch.equal(weights[k], resumed[k]) for k in weights)

@@ -492,7 +492,7 @@ def _fake_verl(calls: list[list[str]]):
     return runner
 
 
-def _tiny_verl_run(tmp_path: Path, keep: bool = False) -> tuple[Config, Run]:
+def _tiny_verl_run(tmp_path: Path, keep: bool = False, extra: tuple[str, ...] = ()) -> tuple[Config, Run]:
     """A 4-step paper-scale run (checkpoint at step 4, diagnostics at 0, 2, 4) with its data and a
     tokenizer-only base model under ``tmp_path``, for the stand-in runner :func:`_fake_verl`."""
     cfg = load_config(
@@ -502,6 +502,7 @@ def _tiny_verl_run(tmp_path: Path, keep: bool = False) -> tuple[Config, Run]:
             "models.qwen25_math_7b.train={prompts_per_step: 4, mini_batch_size: 4, total_epochs: 2, total_steps: 4, "
             "save_every: 4}",
             "study.diagnostics={models: [qwen25_math_7b], methods: [ace_grpo], seeds: [0], every: 2, early_steps: 0}",
+            *extra,
         ],
     )
     run = Run("qwen25_math_7b", "ace_grpo", 0)
@@ -535,6 +536,46 @@ def test_train_run_verl_orchestration(tmp_path: Path, keep: bool) -> None:
     assert (
         train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls)) == final and len(calls) == 4
     )  # no rerun
+
+
+@pytest.mark.parametrize(
+    "knob",
+    [
+        "gpu_memory_utilization=0.5",
+        "max_tokens_per_gpu=9000",
+        "save_every=2",
+        "keep_checkpoints=3",
+    ],
+)
+def test_a_resource_key_change_resumes_and_reruns_no_finished_run(tmp_path: Path, knob: str) -> None:
+    """A resource key changed mid-grid (the canary's hint for an out-of-memory step) keeps an interrupted run's
+    checkpoints, whose ``run_spec.json`` was recorded with the keys, and a finished run's ``final/``; Snakemake's
+    and DVC's params of the job do not move."""
+    from acerl.config.settings import RESOURCE_KEYS
+    from acerl.pipeline.stages import Job, param_keys, param_values
+
+    cfg, run = _tiny_verl_run(tmp_path)
+    ckpts = paths.checkpoints_dir(tmp_path, run)
+    _fake_actor(ckpts / "global_step_2" / "actor")
+    (ckpts / "latest_checkpointed_iteration.txt").write_text("2")
+    knobs = cfg.models[run.model].train.model_dump(mode="json", include=set(RESOURCE_KEYS))
+    spec = run_spec(cfg, run)
+    paths.run_spec_file(tmp_path, run).write_text(json.dumps({**spec, "train": {**spec["train"], **knobs}}))
+    changed, _ = _tiny_verl_run(tmp_path, extra=(f"models.qwen25_math_7b.train.{knob}",))
+    assert changed.models[run.model].train != cfg.models[run.model].train
+    job = Job("train_policy", run=run)
+    assert param_values(changed, job) == param_values(cfg, job)  # Snakemake's record
+    assert not any(
+        k.startswith("models.qwen25_math_7b.train." + knob.split("=")[0]) for k in param_keys(changed, job)
+    )
+    assert not supersede_if_settings_changed(changed, run, tmp_path)  # resumed at step 2, not restarted
+    assert latest_step(ckpts) == 2 and not list(paths.run_dir(tmp_path, run).glob("*.superseded-*"))
+    calls: list[list[str]] = []
+    final = train_run_verl(changed, run, tmp_path, runner=_fake_verl(calls))
+    started = len(calls)
+    for settings in (cfg, changed):  # finished: returned as it is, under either value
+        assert train_run_verl(settings, run, tmp_path, runner=_fake_verl(calls)) == final
+    assert len(calls) == started
 
 
 def test_verl_returns_a_final_policy_only_for_its_settings_and_locks_the_run(tmp_path: Path) -> None:

@@ -29,10 +29,16 @@ from acerl.config import (
     check_overlong,
 )
 
+RESOURCE_KEYS = ("gpu_memory_utilization", "max_tokens_per_gpu", "save_every", "keep_checkpoints")
+"""``models.<model>.train`` keys that set how a run is computed, not its result (vLLM's memory share, the
+dynamic-batching token budget, the checkpoint schedule): not in the run spec, so a change of one resumes a run
+and reruns nothing (docs/training.md, "What a run spec holds")."""
+
 ReferenceKind = Literal["initial", "ema"]
 OldLogprobs = Literal["recompute", "rollout"]
 
 __all__ = [
+    "RESOURCE_KEYS",
     "OldLogprobs",
     "ReferenceKind",
     "RunSettings",
@@ -40,6 +46,7 @@ __all__ = [
     "resolve",
     "run_spec",
     "spec_keys",
+    "without_resource_keys",
 ]
 
 
@@ -112,12 +119,20 @@ class RunSettings:
             "method": self.run.method,
             "seed": self.run.seed,
             "base": self.base,
-            "train": self.hyper.model_dump(mode="json"),
+            "train": self.hyper.model_dump(mode="json", exclude=set(RESOURCE_KEYS)),
             "family": self.family.model_dump(mode="json"),
             "estimator": self.estimator.model_dump(mode="json"),
             "diagnostic_steps": list(self.diagnostic_steps),
             "precision": self.precision,
         }
+
+
+def without_resource_keys(spec: Any) -> Any:
+    """A recorded run spec as this code writes it: specs recorded before :data:`RESOURCE_KEYS` left the spec hold
+    them under ``train``, and are compared without them (a finished run stays finished, a checkpoint resumes)."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("train"), dict):
+        return spec
+    return {**spec, "train": {k: v for k, v in spec["train"].items() if k not in RESOURCE_KEYS}}
 
 
 def local_run_spec(settings: RunSettings) -> dict[str, Any]:
@@ -214,7 +229,8 @@ def spec_keys(cfg: Config, run: Run) -> list[str]:
     """
     base = _sweep_base(cfg, run.method)
     method = base or run.method
-    keys = [f"models.{run.model}.{k}" for k in ModelConfig.model_fields if k != "display"]
+    keys = [f"models.{run.model}.{k}" for k in ModelConfig.model_fields if k not in ("display", "train")]
+    keys += [f"models.{run.model}.train.{k}" for k in TrainHyper.model_fields if k not in RESOURCE_KEYS]
     keys += [f"families.{cfg.method(run.method).family}", f"methods.{method}.family"]
     if base is None:
         keys.append(f"methods.{method}.estimator")

@@ -23,6 +23,7 @@ to delete. ``*.pt`` files hold only tensors and plain Python values and are read
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
@@ -37,7 +38,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from acerl.config import Run
+from acerl.config import Run, spec_json
+from acerl.config.settings import without_resource_keys
 from acerl.errors import BadInputError, reading
 from acerl.optim import AdamW
 from acerl.pipeline import paths
@@ -250,9 +252,13 @@ def load_checkpoint(
 
 
 def read_trainer_state(path: Path) -> dict[str, Any]:
-    """The trainer state of checkpoint folder ``path`` (step, run spec, ...) without loading any weights."""
+    """The trainer state of checkpoint folder ``path`` (step, run spec, ...) without loading any weights; the
+    run spec as this code writes it (:func:`acerl.config.settings.without_resource_keys`)."""
     with reading(path / STATE_FILE, _REMAKE, _ERRORS, delete=path):
-        return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and isinstance(state.get("spec"), str):
+        state["spec"] = spec_json(without_resource_keys(json.loads(state["spec"])))
+    return state
 
 
 def supersede_stale_state(root: Path, run: Run, ckpt: Path, also: tuple[Path, ...] = ()) -> list[Path]:

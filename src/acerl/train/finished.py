@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from acerl.config import Config, Run
+from acerl.config.settings import without_resource_keys
 from acerl.errors import BadInputError, fix_command, reading
 from acerl.pipeline.stages import Job, param_values, params_record_file, spec
 
@@ -96,6 +97,7 @@ def check_final(final: Path, run_spec_file: Path, requested: dict[str, Any], run
         )
         return
     file, old = found
+    old = without_resource_keys(old)  # recorded before the resource keys left the spec
     new = requested if "code_version" in old else {k: v for k, v in requested.items() if k != "code_version"}
     diffs = spec_differences(old, new)
     if not diffs:

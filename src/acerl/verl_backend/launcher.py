@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from acerl.config import AceEstimator, Config, ConfigError, PolicyLossParams, Run
-from acerl.config.settings import resolve, run_spec
+from acerl.config.settings import resolve, run_spec, without_resource_keys
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
 from acerl.pipeline import paths
@@ -518,7 +518,7 @@ def supersede_if_settings_changed(cfg: Config, run: Run, root: Path | str) -> bo
     saved = paths.run_spec_file(root, run)
     if latest_step(ckpts) is None or not saved.is_file():
         return False
-    if json.loads(saved.read_text()) == json.loads(json.dumps(run_spec(cfg, run))):
+    if without_resource_keys(json.loads(saved.read_text())) == json.loads(json.dumps(run_spec(cfg, run))):
         return False
     supersede_stale_state(Path(root), run, ckpts, also=(paths.verl_snapshot_dir(root, run),))
     return True
