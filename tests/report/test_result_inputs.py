@@ -9,6 +9,7 @@ from support.report_synthetic import REPO_ROOT
 from acerl.config import load_config
 from acerl.errors import BadInputError
 from acerl.pipeline import paths
+from acerl.pipeline.io import write_jsonl
 from acerl.pipeline.records import passk_record, write_passk_record
 from acerl.report.inputs import rebuild_advice, result_jobs
 from acerl.report.study import report_study
@@ -45,3 +46,39 @@ def test_in_the_study_folder_the_fix_is_one_snakemake_command(tmp_path, monkeypa
         "the report)"
     )
     assert "--configfile" not in rebuild_advice(job, CONFIGS[:1], tmp_path)
+
+
+def test_a_run_scored_on_part_of_the_benchmark_stops_the_report(tmp_path, monkeypatch):
+    """A run scored on 12 of 24 problems was reported (its Pass@8 bold, beside runs scored on all 24): the report
+    names its file, the count missing and the commands that evaluate the run again."""
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = load_config(list(CONFIGS))
+    bench = cfg.evaluation.benchmarks[0]
+    (base, trained), n, ks = [cfg.base_runs()[0], cfg.runs()[0]], cfg.evaluation.n, cfg.evaluation.ks
+    ids = [f"q{i}" for i in range(24)]
+    for run, held in ((base, ids), (trained, ids[:12])):
+        seed = None if run.is_base else run.seed
+        rec = passk_record(bench, run.model, run.method, seed, held, n, [1] * len(held), ks)
+        write_passk_record(rec, paths.passk_file(tmp_path, bench, run))
+    part = paths.passk_file(tmp_path, bench, trained)
+    with pytest.raises(BadInputError) as e:
+        report_study(cfg, tmp_path, partial=True, config_files=CONFIGS)
+    message = str(e.value)
+    assert message.startswith(f"{part}: Pass@k over 12 of {bench}'s 24 problems (12 missing, e.g. 'q12'): ")
+    assert (
+        f"{paths.generations_file(tmp_path, bench, trained)} and {paths.scored_file(tmp_path, bench, trained)}"
+        in message
+    )
+    assert (
+        f"`acerl sample --config config/config.yaml --config config/test.yaml --root {tmp_path} " in message
+    )
+    assert message.endswith(f"--benchmark {bench}` then `acerl report --config config/config.yaml --config "
+                            f"config/test.yaml --root {tmp_path}`")  # fmt: skip
+    assert not paths.report_file(tmp_path).exists()
+
+    # every run on the same 12: the benchmark's data file holds all 24
+    rec = passk_record(bench, base.model, base.method, None, ids[:12], n, [1] * 12, ks)
+    write_passk_record(rec, paths.passk_file(tmp_path, bench, base))
+    write_jsonl(paths.data_file(tmp_path, bench), [{"id": i, "problem": "1+1", "answer": "2"} for i in ids])
+    with pytest.raises(BadInputError, match=r"Pass@k over 12 of .*'s 24 problems \(12 missing"):
+        report_study(cfg, tmp_path, partial=True, config_files=CONFIGS)

@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from acerl.config import Config
-from acerl.errors import reading
+from acerl.errors import BadInputError, reading
 from acerl.pipeline import paths
+from acerl.pipeline.records import read_json, validate_passk_record
 from acerl.pipeline.stages import Job, job_command, stage_command
 
 __all__ = [
     "SNAKEFILE_CONFIG",
+    "check_problem_sets",
     "check_result_files",
     "partial_notice",
     "rebuild_advice",
@@ -39,10 +41,14 @@ def result_jobs(cfg: Config, root: str | Path) -> dict[Path, Job]:
     return out
 
 
-def rebuild_advice(job: Job, config_files: Sequence[str | Path], root: str | Path) -> str:
-    """What to run after deleting an output of ``job`` so that it and the report are written again."""
+def rebuild_advice(
+    job: Job, config_files: Sequence[str | Path], root: str | Path, before: Sequence[Job] = ()
+) -> str:
+    """What to run after deleting an output of ``job`` (and of the jobs ``before`` it, which make its inputs) so
+    that they and the report are written again."""
     if Path(root).resolve() != Path.cwd().resolve():
-        return f"run `{job_command(job, config_files, root)}` then `{stage_command('report', config_files, root)}`"
+        first = "".join(f"`{job_command(j, config_files, root)}`, " for j in before)
+        return f"run {first}`{job_command(job, config_files, root)}` then `{stage_command('report', config_files, root)}`"
     extra = [Path(f).as_posix() for f in config_files if Path(f).as_posix() != SNAKEFILE_CONFIG]
     argv = ["snakemake", "-c1", "all", "--forcerun", "report", *(["--configfile", *extra] if extra else [])]
     return f"run `{shlex.join(argv)}` (it writes the file again, then the report)"
@@ -55,6 +61,36 @@ def check_result_files(files: dict[Path, Job], config_files: Sequence[str | Path
         if path.is_file():
             with reading(path, rebuild_advice(job, config_files, root)):
                 json.loads(path.read_bytes())
+
+
+def check_problem_sets(files: dict[Path, Job], config_files: Sequence[str | Path], root: str | Path) -> None:
+    """Each Pass@k file of ``files`` that exists is over its benchmark's problems, all of them (those of
+    ``data/<benchmark>.jsonl``; without that file, every problem another run's file holds): a run scored on part
+    of the benchmark is a :class:`~acerl.errors.BadInputError` naming the file, how many problems it misses, and
+    the commands that evaluate the run again once its generations and scored files are deleted with it."""
+    from acerl.evaluate.pipeline import benchmark_ids
+
+    held: dict[str, dict[Path, set[str]]] = {}
+    for path, job in files.items():
+        if job.stage == "passk" and job.benchmark is not None and path.is_file():
+            record = validate_passk_record(read_json(path), str(path))
+            held.setdefault(job.benchmark, {})[path] = {str(p["id"]) for p in record["problems"]}
+    for benchmark, records in held.items():
+        expected = benchmark_ids(root, benchmark) or sorted(set().union(*records.values()))
+        for path, ids in records.items():
+            missing = [i for i in expected if i not in ids]
+            if not missing:
+                continue
+            job = files[path]
+            run = job.run
+            assert run is not None, job
+            remake = [Job(stage, job.model, run, benchmark) for stage in ("sample", "grade")]
+            raise BadInputError(
+                f"{path}: Pass@k over {len(expected) - len(missing)} of {benchmark}'s {len(expected)} problems "
+                f"({len(missing)} missing, e.g. {missing[0]!r}): a run's Pass@k is over all of them; delete it, "
+                f"{paths.generations_file(root, benchmark, run)} and {paths.scored_file(root, benchmark, run)}, "
+                f"and {rebuild_advice(job, config_files, root, before=remake)}"
+            )
 
 
 _LISTED = 20  # missing files named in the notice; the rest are counted

@@ -27,6 +27,7 @@ from acerl.report.frames import load_passk_records
 from acerl.report.html import html_page
 from acerl.report.inputs import (
     SNAKEFILE_CONFIG,
+    check_problem_sets,
     check_result_files,
     partial_notice,
     result_jobs,
@@ -184,9 +185,12 @@ def report_study(
     are missing and the first; with ``partial`` the runs present are reported and the missing ones are left out
     with a warning (``acerl report --partial``, a look at a study still running). A truncated or corrupt one is
     a :class:`~acerl.errors.BadInputError` whose fix carries ``config_files`` (the command's ``--config`` files)
-    and ``root`` (:func:`acerl.report.inputs.rebuild_advice`).
+    and ``root`` (:func:`acerl.report.inputs.rebuild_advice`); so is a Pass@k file over part of its benchmark's
+    problems (:func:`acerl.report.inputs.check_problem_sets`).
     """
-    check_result_files(result_jobs(cfg, root), config_files, root)
+    jobs = result_jobs(cfg, root)
+    check_result_files(jobs, config_files, root)
+    check_problem_sets(jobs, config_files, root)
     wanted = [paths.passk_file(root, b, r) for b, r in cfg.evaluations()]
     diag_wanted = [paths.diagnostics_file(root, r) for r in cfg.diagnostic_runs()]
     passk_files = [p for p in wanted if p.is_file()]
