@@ -34,7 +34,7 @@ from acerl.commands import MODULE_COMMANDS, ModuleCommand
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
 from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, invocation_options
 from acerl.pipeline.allocator import tune_allocator
-from acerl.pipeline.stages import Job, StageSpec, record_params, subcommand_stage
+from acerl.pipeline.stages import VIEW_CONFIG_ENV, Job, StageSpec, record_params, subcommand_stage
 
 log = logging.getLogger("acerl")
 
@@ -74,8 +74,11 @@ def _add_run_args(p: argparse.ArgumentParser, method_default: str | None = None)
 
 def config_files(user_files: Sequence[str | Path] | None, *, default: bool = True) -> list[Path]:
     """The config files of a command, composed as the workflow composes them: the workflow default first
-    (unless ``default`` is false), then the user's files in order; a file named twice counts once, where first named (as ``workflow/rules/common.smk``)."""
+    (unless ``default`` is false), then the user's files in order, then the view-only overlays a Snakemake run
+    passes in ``$ACERL_VIEW_CONFIG`` (:func:`acerl.pipeline.stages.split_view_files`); a file named twice counts
+    once, where first named (as ``workflow/rules/common.smk``)."""
     files = [Path(f) for f in user_files or []]
+    files += [Path(f) for f in os.environ.get(VIEW_CONFIG_ENV, "").split(os.pathsep) if f]
     if default:
         if not Path(DEFAULT_CONFIG).is_file():
             raise ConfigError(

@@ -1,5 +1,7 @@
 # Config loading and validation, and the input functions of all the rules. No pipeline logic lives here;
 # the config schema, the run grid and every path live in the acerl package.
+import os
+
 from snakemake.logging import logger
 
 from acerl.config import load_config, spec_json, validate
@@ -13,6 +15,8 @@ from acerl.pipeline.stages import (
     param_values,
     pattern_job,
     portable_path,
+    split_view_files,
+    VIEW_CONFIG_ENV,
 )
 from acerl.report.catalog import captions as report_captions, describe
 
@@ -41,6 +45,11 @@ if workflow.config_settings.config:
 CFG = validate(config, source=" + ".join(map(str, CONFIG_FILES)))
 if load_config(CONFIG_FILES).model_dump() != CFG.model_dump():
     raise WorkflowError(CONFIG_REFUSED)
+# A --configfile that sets only the tracker stays out of the jobs' commands (their recorded params), so switching
+# it reruns nothing; the jobs stack it through the environment (acerl.pipeline.stages.split_view_files).
+JOB_CONFIG_FILES, VIEW_CONFIG_FILES = split_view_files(CONFIG_FILES)
+if VIEW_CONFIG_FILES:
+    os.environ[VIEW_CONFIG_ENV] = os.pathsep.join(map(str, VIEW_CONFIG_FILES))
 ROOT = "."
 
 
@@ -91,7 +100,9 @@ def stage_output(stage):
 
 
 def stage_cmd(stage):
-    return lambda wildcards: job_command(job_of(stage, wildcards), CONFIG_FILES, ROOT)
+    return lambda wildcards: job_command(
+        job_of(stage, wildcards), JOB_CONFIG_FILES, ROOT
+    )
 
 
 def stage_params(stage):

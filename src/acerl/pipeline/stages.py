@@ -727,6 +727,34 @@ def portable_path(path: str | Path, workdir: str | Path = ".") -> str:
         return str(path)
 
 
+VIEW_KEYS = frozenset({"compute.tracker"})
+"""Config keys that change how a run is watched, never a result or a file a tool tracks."""
+
+VIEW_CONFIG_ENV = "ACERL_VIEW_CONFIG"
+"""Config files (``os.pathsep``-separated) every ``acerl`` command stacks last: the view-only overlays."""
+
+
+def _leaf_keys(data: Any, prefix: str = "") -> set[str]:
+    if not isinstance(data, dict) or not data:
+        return {prefix} if prefix else set()
+    return set().union(*(_leaf_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}"}
+                         for k, v in data.items()))  # fmt: skip
+
+
+def split_view_files(config_files: Sequence[str | Path]) -> tuple[list[str | Path], list[str | Path]]:
+    """``(the jobs' config files, the view-only ones)``: a ``--configfile`` overlay that sets only
+    :data:`VIEW_KEYS` (``compute.tracker: tensorboard``) is left out of every job's command, which Snakemake
+    records as a param, and reaches the jobs through :data:`VIEW_CONFIG_ENV`. So switching the tracker reruns
+    nothing. A file is split off only where stacking it last gives the same config."""
+    from acerl.config.loading import load_config, read_yaml
+
+    views = [f for f in config_files[1:] if _leaf_keys(read_yaml(f)) <= VIEW_KEYS]
+    jobs = [f for f in config_files if f not in views]
+    if views and load_config([*jobs, *views]).model_dump() != load_config(config_files).model_dump():
+        return list(config_files), []
+    return jobs, views
+
+
 def config_args(config_files: Sequence[str | Path]) -> list[str]:
     out: list[str] = []
     for f in config_files:
