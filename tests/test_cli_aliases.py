@@ -28,6 +28,7 @@ DESCRIPTIONS = {  # the start of each module's own description, as its parser pr
     "report sequential": "Print one look of the power study's sequential design",
     "report training": "Print the paired training-batch diagnostics",
     "report methods": "Print the methods-beyond-the-paper table",
+    "report gate": "Print the testbed gate (report.gate)",
 }
 ENTRY_POINTS_NOT_ALIASES = {
     "acerl": "the CLI itself, where no console script is installed",

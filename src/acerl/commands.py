@@ -82,6 +82,11 @@ MODULE_COMMANDS: tuple[ModuleCommand, ...] = (
         "acerl.report.methods",
         "the methods beyond the paper (report.methods): Pass@k, differences, diagnostics",
     ),
+    ModuleCommand(
+        "report gate",
+        "acerl.report.gate",
+        "the testbed gate (report.gate): RL sharpens and narrows, a positive control keeps coverage",
+    ),
 )
 
 ALIASES: dict[str, str] = {c.alias: c.command for c in MODULE_COMMANDS} | {"acerl.train": "train"}

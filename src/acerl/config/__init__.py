@@ -28,6 +28,7 @@ from __future__ import annotations
 from acerl.config.grid import BASE_METHOD, SYNTHETIC_BENCHMARKS, Run, alpha_variant_key, check_overlong
 from acerl.config.loading import deep_merge, load_config, merged_dict, parse_override, read_yaml, validate
 from acerl.config.reference import reference_markdown
+from acerl.config.report import MethodsComparison, PrimaryEndpoint, ReportConfig, TestbedGate
 from acerl.config.root import Config
 from acerl.config.schema import (
     ESTIMATORS,
@@ -49,14 +50,11 @@ from acerl.config.schema import (
     GrpoEstimator,
     MainGrid,
     MethodConfig,
-    MethodsComparison,
     ModelConfig,
     OverlongShaping,
     PolicyLossConfig,
     PolicyLossParams,
-    PrimaryEndpoint,
     RealData,
-    ReportConfig,
     Resources,
     StudyConfig,
     SyntheticData,
@@ -104,6 +102,7 @@ __all__ = [
     "Run",
     "StudyConfig",
     "SyntheticData",
+    "TestbedGate",
     "TrainHyper",
     "VLLMConfig",
     "VanillaLoss",

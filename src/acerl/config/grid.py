@@ -25,13 +25,18 @@ from acerl.config.schema import (
     FamilyConfig,
     MethodConfig,
     ModelConfig,
-    ReportConfig,
     Resources,
     StudyConfig,
 )
 
+if TYPE_CHECKING:
+    from acerl.config.report import ReportConfig
+
 BASE_METHOD = "base"  # the method key under which an untrained base model is evaluated
 SYNTHETIC_BENCHMARKS = ("synth_easy", "synth_hard")
+#: Synthetic splits that are never a benchmark; any other split a config sizes (``data.synthetic.params.sizes``,
+#: e.g. the gate's ``synth_mix``) is one more benchmark after :data:`SYNTHETIC_BENCHMARKS`.
+SYNTHETIC_NON_BENCHMARKS = ("train", "sft", "heldout")
 #: The study's parts that are a table of their own: Table 4 (the alpha sweep) and Table 3 (the ablation).
 TablePart = Literal["alpha_sweep", "ablation"]
 TABLE_PARTS: tuple[TablePart, ...] = ("alpha_sweep", "ablation")
@@ -88,7 +93,10 @@ class StudyGrid:
         if self.data.kind == "real":
             assert self.data.real is not None
             return list(self.data.real.benchmarks)
-        return list(SYNTHETIC_BENCHMARKS)
+        sized = self.data.synthetic.params.sizes or {}
+        known = (*SYNTHETIC_BENCHMARKS, *SYNTHETIC_NON_BENCHMARKS)
+        extra = sorted(s for s, n in sized.items() if n > 0 and s not in known)
+        return [*SYNTHETIC_BENCHMARKS, *extra]
 
     @property
     def primary_endpoint(self) -> tuple[str, int]:

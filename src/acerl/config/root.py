@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from acerl.config.grid import BASE_METHOD, StudyGrid, check_overlong, require
 from acerl.config.plugins import import_plugins
+from acerl.config.report import ReportConfig
 from acerl.config.schema import (
     AceEstimator,
     ComputeConfig,
@@ -21,7 +22,6 @@ from acerl.config.schema import (
     GrpoEstimator,
     MethodConfig,
     ModelConfig,
-    ReportConfig,
     StudyConfig,
     _Model,
 )
@@ -82,6 +82,16 @@ class Config(StudyGrid, _Model):
                     me,
                     dict.fromkeys(s.main.methods),
                     f"report.methods.{where} (a method of study.main.methods)",
+                )
+        if self.report.gate is not None:
+            gate = self.report.gate
+            for where, me in (("baseline", gate.baseline), ("control", gate.control)):
+                require(
+                    me, dict.fromkeys(s.main.methods), f"report.gate.{where} (a method of study.main.methods)"
+                )
+            if not s.main.include_base:
+                raise ValueError(
+                    "report.gate compares with the base models: set study.main.include_base: true"
                 )
         if s.alpha_sweep:
             require(s.alpha_sweep.model, self.models, "study.alpha_sweep.model")

@@ -53,6 +53,12 @@ class SFTConfig(_Section):
     """Supervised fine-tuning settings of the tiny base model."""
 
     steps: int = Field(450, ge=1, description="optimizer steps")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="seed of the initial weights and the batch order (None: data.synthetic.seed); models that "
+        "differ only here are independently SFT'd bases of one recipe (config/gate.yaml)",
+    )
     batch_size: int = Field(64, ge=1, description="sequences per step")
     lr: float = Field(3e-3, gt=0, description="peak AdamW learning rate")
     warmup_steps: int = Field(30, ge=0, description="linear warm-up from 0 to lr (at most steps)")

@@ -2,9 +2,12 @@
 
 - ``source: tiny`` -> build the character tokenizer and tiny Llama and SFT it on the synthetic ``sft`` split
   (:func:`acerl.models.sft.prepare_tiny_base`);
-- ``source: hub`` -> a local folder (``path``) is linked, else the hub id is fetched into the Hugging Face
-  cache with ``huggingface_hub.snapshot_download`` and its snapshot linked (paper scale only; never in tests or
-  the default run, which use ``source: tiny``).
+- ``source: hub`` -> a local folder (``path``), else the hub id fetched into the Hugging Face cache with
+  ``huggingface_hub.snapshot_download`` (paper scale only; never in tests or the default run, which use
+  ``source: tiny``). Its files are hard-linked into the project's folder (copied across filesystems), never
+  linked as a folder: a Hugging Face cache on one node's local disk is not on the training nodes
+  (docs/cluster.md, "The base model"). :func:`check_base_folder` names a folder made by older code as a link
+  that this node cannot follow.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import os
 from pathlib import Path
 
 from acerl.config import Config, ConfigError
-from acerl.errors import SourceUnavailableError
+from acerl.errors import MissingInputError, SourceUnavailableError, fix_command
 from acerl.pipeline import paths
+from acerl.pipeline.io import link_folder
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +62,7 @@ HUB_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt")
 
 
 def _fetch_hub_model(hub_id: str | None, local: str | None, out: Path, key: str = "<model>") -> Path:
-    """Link ``out`` to the model's local folder (``models.<key>.path``), else to its hub snapshot.
+    """Fill ``out`` with the model's local folder (``models.<key>.path``), else with its hub snapshot.
 
     The hub snapshot lives in the Hugging Face cache (``HF_HOME`` / ``HF_HUB_CACHE``), so a model already
     cached is used offline (``HF_HUB_OFFLINE=1``) and shared with other projects. A hub that cannot be reached
@@ -71,7 +75,7 @@ def _fetch_hub_model(hub_id: str | None, local: str | None, out: Path, key: str 
                 f"models.{key}.path: {src} is not a Hugging Face model folder (no config.json); "
                 "point it at the folder holding config.json and the weights"
             )
-        return _link(out, src)
+        return _materialize(out, src)
     assert hub_id is not None, "a hub model without a path has a hub_id (ModelConfig checks it)"
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
@@ -85,18 +89,27 @@ def _fetch_hub_model(hub_id: str | None, local: str | None, out: Path, key: str 
             f"({type(err).__name__}); set models.{key}.path to a local model folder "
             f"(--set models.{key}.path=DIR or a config file), or download it once with network access"
         ) from err
-    return _link(out, Path(snapshot))
+    return _materialize(out, Path(snapshot))
 
 
-def _link(out: Path, src: Path) -> Path:
-    """Make ``out`` a symlink to the model folder ``src`` (atomically; a non-link ``out`` is left alone)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists() and not out.is_symlink():
-        raise ConfigError(f"{out} exists and is not a link; remove it to link the model folder {src}")
-    tmp = out.with_name(out.name + ".tmp-link")
-    if tmp.is_symlink():
-        tmp.unlink()
-    tmp.symlink_to(src, target_is_directory=True)
-    os.replace(tmp, out)
-    logger.info("linked %s -> %s", out, src)
+def _materialize(out: Path, src: Path) -> Path:
+    """Make ``out`` a folder of the model folder ``src``'s files: hard links into it (a copy across filesystems),
+    atomically; a link that older code left at ``out`` is replaced."""
+    link_folder(src, out)
+    logger.info("prepared %s from %s (hard links, or a copy across filesystems)", out, src)
     return out
+
+
+def check_base_folder(root: Path | str, model: str) -> Path:
+    """``paths.base_model_dir(root, model)`` if this node can read it, else :class:`MissingInputError` naming the
+    link and the fix (older code linked the folder into the Hugging Face cache of the node that prepared it)."""
+    out = paths.base_model_dir(root, model)
+    if (out / "config.json").is_file():
+        return out
+    rebuild = fix_command("prepare-base", "--model", model)
+    if out.is_symlink():
+        raise MissingInputError(
+            f"{out} links to {os.readlink(out)}, which this node cannot read (a Hugging Face cache on another "
+            f"node's local disk?): rerun {rebuild} to put the model's files into the project"
+        )
+    raise MissingInputError(f"{out}/config.json is missing: run {rebuild}")
