@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from acerl.cli import UNGUARDED_SCRIPT, config_files, main, reimported_in_a_worker
 from acerl.config import Run, load_config
 from acerl.errors import BadInputError, MissingInputError, SourceUnavailableError
+from acerl.models.prepare import check_base_folder
 from acerl.pipeline import paths
 from acerl.pipeline.io import write_jsonl
 from acerl.train.__main__ import main as train_module_main
@@ -644,8 +646,35 @@ def test_hub_model_from_the_local_cache_offline(tmp_path: Path) -> None:
     proc = _prepare_paper_base(tmp_path / "w", tmp_path / "hf" / "hub")
     assert proc.returncode == 0, proc.stderr
     out = paths.base_model_dir(tmp_path / "w", PAPER_MODEL)
-    assert out.is_symlink() and out.resolve() == snap.resolve()
+    assert (
+        not out.is_symlink() and (out / "config.json").stat().st_ino == (snap / "config.json").stat().st_ino
+    )
+    shutil.rmtree(
+        tmp_path / "hf"
+    )  # the cache was on the preparing node's local disk: the training node lacks it
     assert (out / "config.json").read_text() == '{"model_type": "qwen2"}'
+    assert check_base_folder(tmp_path / "w", PAPER_MODEL) == out
+
+
+def test_a_base_folder_linked_into_another_nodes_cache_is_named(capsys, tmp_path: Path) -> None:
+    """A base folder older code left as a link into a Hugging Face cache this node lacks: training stops with a
+    one-line error naming the link and the command that puts the files into the project, which then does."""
+    out = paths.base_model_dir(tmp_path / "w", "tiny")
+    out.parent.mkdir(parents=True)
+    out.symlink_to(tmp_path / "node-local" / "hf" / "hub" / "snapshots" / "abc", target_is_directory=True)
+    code, _, err = run_main(
+        capsys, "train", "--model", "tiny", "--method", "grpo", "--root", str(tmp_path / "w")
+    )
+    assert code == MissingInputError.exit_code == 3
+    assert_one_line(err, "acerl train: missing input:", f"{out} links to", "acerl prepare-base --model tiny")
+    paper = paths.base_model_dir(tmp_path / "w", PAPER_MODEL)
+    paper.symlink_to(tmp_path / "node-local" / "gone", target_is_directory=True)
+    snap = _fake_hub_snapshot(tmp_path / "hf" / "hub", PAPER_HUB_ID, {"config.json": "{}"})
+    proc = _prepare_paper_base(tmp_path / "w", tmp_path / "hf" / "hub")
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        not paper.is_symlink() and (paper / "config.json").read_text() == (snap / "config.json").read_text()
+    )
 
 
 def test_hub_model_offline_and_not_cached_names_models_path(tmp_path: Path) -> None:
@@ -676,7 +705,8 @@ def test_local_model_path_is_linked_and_checked(capsys, tmp_path: Path) -> None:
     (local / "config.json").write_text("{}")
     code, _, err = run_main(capsys, *argv, "--set", f"models.{PAPER_MODEL}.path={local}")
     assert code == 0, err
-    assert paths.base_model_dir(tmp_path / "w", PAPER_MODEL).resolve() == local.resolve()
+    out = paths.base_model_dir(tmp_path / "w", PAPER_MODEL)
+    assert not out.is_symlink() and (out / "config.json").read_text() == "{}"
 
 
 # ------------------------------------------------------------------------------ the paper-scale profile

@@ -41,6 +41,8 @@ __all__ = [
     "atomic_path",
     "current_umask",
     "fsync_path",
+    "link_folder",
+    "link_or_copy",
     "read_jsonl",
     "save_hf_folder",
     "write_json",
@@ -135,6 +137,36 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link file ``src`` (a symlink is followed) to ``dst``; a copy where no hard link can be made (another
+    filesystem)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def link_folder(src: Path | str, target: Path | str, skip: Sequence[str] = ()) -> Path:
+    """Hard-link (or copy) every file of the HF folder ``src`` into ``target``, atomically (a symlink ``target``
+    is replaced by the folder)."""
+    src, target = Path(src), Path(target)
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src}: not a Hugging Face model folder (no config.json)")
+    with atomic_dir(target) as tmp:
+        for f in sorted(src.rglob("*")):
+            rel = f.relative_to(src)
+            if rel.parts[0] in skip:
+                continue
+            if f.is_dir():
+                (tmp / rel).mkdir(parents=True, exist_ok=True)
+            else:
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                link_or_copy(f, tmp / rel)
+        if target.is_symlink():
+            target.unlink()
+    return target
 
 
 def _widen_to_umask(path: Path, allowed: int) -> None:

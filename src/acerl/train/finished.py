@@ -112,7 +112,12 @@ def check_final(final: Path, run_spec_file: Path, requested: dict[str, Any], run
 
 def check_reused_inputs(cfg: Config, root: Path | str, run: Run) -> None:
     """Raise :class:`StaleInputError` when ``data/`` or the run's base model folder records other preparation
-    params than ``cfg`` gives (each differing key, old vs new, and the command that rebuilds it)."""
+    params than ``cfg`` gives (each differing key, old vs new, and the command that rebuilds it), and
+    :class:`~acerl.errors.MissingInputError` when this node cannot read the base model folder
+    (:func:`acerl.models.prepare.check_base_folder`)."""
+    from acerl.models.prepare import check_base_folder
+
+    check_base_folder(root, run.model)
     for job in (Job("prepare_data"), Job("prepare_base", run.model)):
         file = params_record_file(root, job)
         if file is None or not file.is_file():

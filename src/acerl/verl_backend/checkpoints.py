@@ -32,16 +32,15 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from acerl.pipeline.io import atomic_dir, write_text
+from acerl.pipeline.io import atomic_dir, link_folder, link_or_copy, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -154,13 +153,6 @@ def snapshot_step_dir(snapshots: Path | str, step: int) -> Path:
     return Path(snapshots) / f"step_{step:06d}"
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def snapshot_actor(actor_dir: Path | str, target: Path | str) -> Path:
     """Hard-link (or copy) a verl actor checkpoint without its optimizer shards to ``target/actor``, atomically.
 
@@ -179,7 +171,7 @@ def snapshot_actor(actor_dir: Path | str, target: Path | str) -> Path:
                 dst.mkdir(parents=True, exist_ok=True)
             elif not _OPTIMIZER_FILE.match(src.name):
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                _link_or_copy(src, dst)
+                link_or_copy(src, dst)
     return target
 
 
@@ -265,22 +257,4 @@ def export_checkpoint(
         run(cmd, check=True, env=env)
         if not (tmp / "config.json").is_file():
             raise RuntimeError(f"verl model merger wrote no config.json into {tmp} (from {actor_dir})")
-    return target
-
-
-def link_folder(src: Path | str, target: Path | str, skip: Sequence[str] = ()) -> Path:
-    """Hard-link (or copy) every file of the HF folder ``src`` into ``target``, atomically."""
-    src, target = Path(src), Path(target)
-    if not (src / "config.json").is_file():
-        raise FileNotFoundError(f"{src}: not a Hugging Face model folder (no config.json)")
-    with atomic_dir(target) as tmp:
-        for f in sorted(src.rglob("*")):
-            rel = f.relative_to(src)
-            if rel.parts[0] in skip:
-                continue
-            if f.is_dir():
-                (tmp / rel).mkdir(parents=True, exist_ok=True)
-            else:
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                _link_or_copy(f, tmp / rel)
     return target
