@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,18 @@ def _sweep_ks(cfg: Config) -> tuple[int, ...]:
     return tuple(sorted({1, max(cfg.evaluation.ks)}))
 
 
+def _missing_advice(missing: Path, config_files: Sequence[str | Path], root: Path | str) -> str:
+    """How to make a missing result file: a ``dvc.yaml`` beside the results that has no stage writing it is
+    stale (the config grew since ``acerl dvc write``), so ``dvc repro`` never makes it; else run the study."""
+    dvc_yaml = Path(root) / "dvc.yaml"
+    if dvc_yaml.is_file() and Path(missing).relative_to(root).as_posix() not in dvc_yaml.read_text("utf-8"):
+        write = shlex.join(
+            ["acerl", "dvc", "write", *(a for f in config_files for a in ("--config", str(f)))]
+        )
+        return f"{dvc_yaml} has no stage that writes it (stale): run `{write}`, then `dvc repro`"
+    return "run the study first (snakemake, or make run)"
+
+
 def report_study(
     cfg: Config,
     root: str | Path,
@@ -199,7 +212,7 @@ def report_study(
     if missing and not partial:
         raise MissingInputError(
             f"{len(missing)} of {len(wanted) + len(diag_wanted)} result files are missing, e.g. {missing[0]}: "
-            "run the study first (snakemake, or make run), or give --partial to report the runs present"
+            f"{_missing_advice(missing[0], config_files, root)}, or give --partial to report the runs present"
         )
     for kind, have, want in (("Pass@k", passk_files, wanted), ("diagnostics", diag_files, diag_wanted)):
         if len(have) < len(want):
