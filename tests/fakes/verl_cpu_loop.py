@@ -46,10 +46,11 @@ models:
       keep_checkpoints: 2
 families:
   dapo:
-    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered (15-20% of
-    # the groups were usable in a run of this overlay: 4 of 19, 5 of 32 and 2 of 32 prompts at steps 1-3, where
-    # 8 batches stopped step 3): the cap stays on, with room for the refills a policy this weak needs
-    dynamic_sampling: {{enable: true, max_batches: 24}}
+    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered: with the
+    # stand-in's seeded rollouts (fakes.cpu_sampling) the DAPO runs generate 37-40, 48 and 48 prompts at steps
+    # 1-3 whatever the load, i.e. at most 6 batches of 8; the cap of 8 batches (64 prompts) bounds a step's work
+    # in advance with a third of headroom, and a run that needed more would stop with the cap's one-line error
+    dynamic_sampling: {{enable: true, max_batches: 8}}
 """
 
 
