@@ -97,6 +97,34 @@ def test_an_answer_line_sentence_is_graded_by_the_value_it_states(response, expe
     assert extract_answer(response) == expected
 
 
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        # an interval, a tuple or a set stated in prose is the whole group, never its last number
+        ("Answer: The interval is (2, 5).", "(2, 5)"),
+        ("Answer: The ordered pair is (3, 4).", "(3, 4)"),
+        ("Answer: the interval [2, 5] contains it", "[2, 5]"),
+        ("Answer: the answer is [2, 5)", "[2, 5)"),
+        ("Answer: the set is {1, 2, 3}", "{1, 2, 3}"),
+        ("Answer: x lies in (-\\infty, 2]", "(-\\infty, 2]"),
+        ("Answer: $x$ lies in (2, 5)", "(2, 5)"),
+        ("Answer: $(a, b)$ = (3, 4)", "(3, 4)"),
+        # several numbers the sentence joins with , / and / or are a set, as several boxes or $..$ segments are
+        ("Answer: The solutions are 2 and 5.", "2,5"),
+        ("Answer: The values are 1, 2, and 3.", "1,2,3"),
+        ("Answer: $x$ is 2 or 5", "2,5"),
+        ("Answer: the solutions are x = 2 and x = 5", "2,5"),
+        # neighbours that stay one number
+        ("Answer: it is 34, not 35", "34"),
+        ("Answer: 1,234 ways", "1,234"),
+    ],
+)
+def test_a_sentence_stating_several_numbers_is_graded_by_all_of_them(response, expected):
+    """A sentence whose value is more than one number was graded by one of them (``The interval is (2, 5).`` as
+    ``5``): math-verify reads ``(2, 5)`` as an interval, ``2,5`` as a set."""
+    assert extract_answer(response) == expected
+
+
 def test_box_wins_over_answer_line():
     assert extract_answer("\\boxed{4}\nAnswer: 5") == "4"
     assert extract_answer("Answer: \\boxed{5}") == "5"

@@ -151,6 +151,30 @@ def test_a_sentence_on_the_answer_line_is_graded_by_its_value(grader):
     assert grader.grade("Answer: the largest n", "34") == Verdict(False, "no_answer", None)
 
 
+@pytest.mark.parametrize(
+    ("response", "gold", "verdict"),
+    [
+        ("Answer: The interval is (2, 5).", "(2,5)", True),
+        ("Answer: The interval is (2, 5).", "5", False),
+        ("Answer: The interval is (2, 5).", "[2,5]", False),
+        ("Answer: the interval [2, 5] contains it", "[2,5]", True),
+        ("Answer: The ordered pair is (3, 4).", "(3,4)", True),
+        ("Answer: The ordered pair is (3, 4).", "4", False),
+        ("Answer: x lies in (-\\infty, 2]", "(-\\infty,2]", True),
+        ("Answer: the set is {1, 2, 3}", "\\{1,2,3\\}", True),
+        ("Answer: The solutions are 2 and 5.", "2, 5", True),
+        ("Answer: The solutions are 2 and 5.", "5", False),
+        ("Answer: the solutions are x = 2 and x = 5", "2,5", True),
+        ("Answer: The values are 1, 2, and 3.", "3", False),
+    ],
+)
+def test_a_sentence_stating_several_numbers_is_graded_whole(grader, response, gold, verdict):
+    """An interval, a tuple or a set stated in prose was graded by one of its numbers (``(2, 5)`` right against
+    the gold ``5``): math-verify grades the whole group, as its own extraction reads ``$(2, 5)$``."""
+    result = grader.grade(response, gold)
+    assert (result.correct, result.status) == (verdict, "ok"), result
+
+
 def test_gold_that_does_not_parse_is_an_error(grader):
     verdict = grader.grade("\\boxed{3}", " ")
     assert not verdict.correct and verdict.status == "error" and "gold" in verdict.error

@@ -15,8 +15,9 @@ Policy (see docs/grading.md):
    ``\\(..\\)``/``\\[..\\]`` delimiters; if it holds ``$..$`` math, the last math segment (with the ones
    before it that only ``,``/``and``/``or`` separate: a set). Where the line is a sentence (a bare variable as
    its last math, ``The largest $n$ is 34.``, or prose without ``$``), the value math-verify's own
-   ``Answer:`` pattern takes: the number after the last ``=``, else the first number (a bare variable with no
-   number after it gives way to the math segment before it).
+   ``Answer:`` pattern takes: the value after the last ``=``, else the first value (a bare variable with no
+   number after it gives way to the math segment before it). A value is a number or a group of numbers (an
+   interval, a tuple, a set: ``(2, 5)``, graded whole); values joined by ``,``/``and``/``or`` are a set.
 3. **No answer.** Otherwise ``None``: the grader reports ``no_answer``. math-verify's own fallback (the last
    number or formula anywhere in the text) is deliberately not used: it rewards responses that never
    state an answer, e.g. one cut off by the length limit whose last intermediate number happens to match.
@@ -51,6 +52,16 @@ _BARE_VARIABLE = re.compile(
     r"(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|kappa|lambda|mu|nu|xi"
     r"|rho|sigma|tau|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Sigma|Phi|Psi|Omega))"
     r"(?:_(?:\w|\{\w+\}))?"
+)
+# A group of numbers stated as one value: an interval, a tuple or a set (``(2, 5)``, ``[0, \infty)``,
+# ``{1, 2, 3}``); math-verify reads it whole (its own extraction of ``$(2, 5)$`` is the interval).
+_GROUP_ITEM = r"\s*[-+]?(?:\d+(?:\.\d+)?(?:/\d+)?|\\infty|infinity|inf|∞)\s*"
+_GROUP = re.compile(rf"(?:\\\{{|[(\[{{])(?:{_GROUP_ITEM},)*{_GROUP_ITEM}(?:\\\}}|[)\]}}])")
+# What joins the values of a list (``2 and 5``, ``1, 2, and 3``, ``x = 2 and x = 5``): a set, as joined boxes are.
+_VALUE_LINK = re.compile(r"\s*(?:[,;]\s*(?:(?:and|or)\b)?|(?:and|or)\b)\s*(?:[A-Za-z]\w*\s*=\s*)?")
+# The quantity a math segment names: a bare variable, or a tuple of them (``$(a, b)$ = (3, 4)``).
+_NAMED = re.compile(
+    rf"{_BARE_VARIABLE.pattern}|\(\s*{_BARE_VARIABLE.pattern}(?:\s*,\s*{_BARE_VARIABLE.pattern})+\s*\)"
 )
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{[^{}]*\}")
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
@@ -130,11 +141,11 @@ def answer_line(response: str) -> str | None:
         if not segments:
             return _DOLLAR.sub("", text).strip() or None
         last = segments[-1]
-        if _BARE_VARIABLE.fullmatch(last.group(1).strip()):
+        if _NAMED.fullmatch(last.group(1).strip()):
             value = stated_value(text[last.end() :])
             if value is not None:
                 return value
-            stated = [m for m in segments if not _BARE_VARIABLE.fullmatch(m.group(1).strip())]
+            stated = [m for m in segments if not _NAMED.fullmatch(m.group(1).strip())]
             if stated:  # "$34$ is the largest $n$": the variable names the quantity the segment before states
                 segments = segments[: segments.index(stated[-1]) + 1]
                 last = segments[-1]
@@ -155,15 +166,33 @@ def answer_line(response: str) -> str | None:
 
 
 def stated_value(text: str) -> str | None:
-    """The number a sentence states, as math-verify's ``Answer:`` pattern reads it: the first number after
-    the last ``=`` if there is one, else the first number (``"is 34, not 35"`` -> ``"34"``); ``None`` if none."""
-    after_equals = text.rsplit("=", 1)[-1] if "=" in text else None
-    for part in (after_equals, text):
-        if part is not None:
-            match = _VALUE.search(part)
-            if match is not None:
-                return match.group().strip()
-    return None
+    """The value a sentence states, as math-verify's ``Answer:`` pattern reads it: the first value after the
+    last ``=`` if there is one, else the first value (``"is 34, not 35"`` -> ``"34"``); ``None`` if none.
+
+    A value is a number or a group of them, an interval, a tuple or a set (``"is (2, 5)"`` -> ``"(2, 5)"``,
+    not one of its numbers). Values the sentence joins with ``,``/``;``/``and``/``or`` are a set, as joined boxes
+    are (``"are 2 and 5"``, ``"x = 2 and x = 5"`` -> ``"2,5"``)."""
+    values = _values(text)
+    if not values:
+        return None
+    equals = text.rfind("=")
+    pick = next((i for i, v in enumerate(values) if v.start() > equals), 0) if equals >= 0 else 0
+    first = last = pick
+    while first > 0 and _VALUE_LINK.fullmatch(text[values[first - 1].end() : values[first].start()]):
+        first -= 1
+    while last + 1 < len(values) and _VALUE_LINK.fullmatch(
+        text[values[last].end() : values[last + 1].start()]
+    ):
+        last += 1
+    return ",".join(v.group().strip() for v in values[first : last + 1])
+
+
+def _values(text: str) -> list[re.Match[str]]:
+    """The numbers (:data:`_VALUE`) and groups of numbers (:data:`_GROUP`) of ``text``, left to right; a number
+    inside a group is the group's."""
+    groups = list(_GROUP.finditer(text))
+    numbers = [m for m in _VALUE.finditer(text) if not any(g.start() <= m.start() < g.end() for g in groups)]
+    return sorted([*groups, *numbers], key=lambda m: m.start())
 
 
 def is_prose(text: str) -> bool:
