@@ -6,6 +6,7 @@ pinned, a sampler loaded from the configuration, the fixes named by errors)."""
 from __future__ import annotations
 
 import gzip
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -529,3 +530,26 @@ def test_empty_generations_and_scored_files_are_refused_naming_the_step(tmp_path
         BadInputError, match=rf"^{scored}: no problems \(an empty file\); delete it and rerun `"
     ):
         passk_run(cfg, RUN, "synth_easy", tmp_path)
+
+
+def test_passk_counts_the_grader_s_timeouts_and_the_report_names_them(tmp_path):
+    """A sample the grader could not decide (``timeout`` after its retry) is scored incorrect and counted: the
+    Pass@k record holds the count, and the study report's Grading paragraph names the run with it."""
+    from acerl.report.study import grader_timeouts_note
+
+    cfg = load_config(REPO / "config" / "config.yaml", ["grading.workers=0", "evaluation.ks=[1,2]"])
+    write_jsonl(paths.generations_file(tmp_path, "synth_hard", RUN), _answered(["q1", "q2"]))
+    scored_path = grade_run(cfg, RUN, "synth_hard", tmp_path)
+    frame = pd.read_parquet(scored_path)
+    assert read_json(passk_run(cfg, RUN, "synth_hard", tmp_path))["grader_timeouts"] == 0
+    frame.loc[1, ["correct", "status"]] = [False, "timeout"]  # what a timeout after the retry leaves
+    frame.to_parquet(scored_path, index=False)
+    out = passk_run(cfg, RUN, "synth_hard", tmp_path)
+    assert read_json(out)["grader_timeouts"] == 1
+    note = grader_timeouts_note([out])
+    assert "tiny/grpo/seed3 on synth_hard: 1 of 4" in note and "1 of 1 Pass@k files" in note
+    old = read_json(out)
+    del old["grader_timeouts"]  # a file written before the count
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert "none in 0 Pass@k files" in grader_timeouts_note([tmp_path / "old.json"])
+    assert "1 Pass@k file(s) predate the count" in grader_timeouts_note([tmp_path / "old.json"])

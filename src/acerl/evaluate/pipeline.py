@@ -499,7 +499,7 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
             f"scored file not found: {scored_path} (run the grade step first: {step_command('grade', run, benchmark)})"
         )
     remake = rerun("grade", run, benchmark)
-    scored, attrs = read_scored_columns(scored_path, ("id", "correct"), remake)
+    scored, attrs = read_scored_columns(scored_path, ("id", "correct", "status"), remake)
     ids, n, c = problem_counts(scored["id"], scored["correct"])
     check_provenance([("every row", attrs.get(MODEL_DIR_ATTR))], scored_path, run, root, remake)
     check_problem_set(ids, scored_path, root, benchmark, remake)
@@ -514,13 +514,15 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
     record = passk_record(
         benchmark, run.model, run.method, None if run.is_base else run.seed, ids, n, c, cfg.evaluation.ks
     )
+    # samples the grader could not decide even with a retry at twice its limits: scored incorrect, and counted
+    record["grader_timeouts"] = sum(status == "timeout" for status in scored["status"])
     record["software"] = stamps_in([*attrs.get("software", []), software_stamp()])
     out = write_passk_record(record, paths.passk_file(root, benchmark, run))
     ks = record["ks"]
     curve = "".join(f"{k}\t{record['pass_at_k'][str(k)]!r}\n" for k in ks)
     write_text(paths.passk_curve_file(root, benchmark, run), "k\tpass_at_k\n" + curve)
     logger.info(
-        "%s on %s (%d problems): pass@%d %.4f, pass@%d %.4f",
+        "%s on %s (%d problems): pass@%d %.4f, pass@%d %.4f; %d grader timeout(s)",
         run.id,
         benchmark,
         record["num_problems"],
@@ -528,5 +530,6 @@ def passk_run(cfg: Config, run: Run, benchmark: str, root: Path | str) -> Path:
         record["pass_at_k"][str(ks[0])],
         ks[-1],
         record["pass_at_k"][str(ks[-1])],
+        record["grader_timeouts"],
     )
     return out

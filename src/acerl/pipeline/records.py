@@ -11,6 +11,7 @@ Pass@k metrics (one JSON file per run x benchmark, ``metrics/<benchmark>/<model>
      "pass_at_k": {"1": 0.63, "2": 0.71, ...},          # fractions in [0, 1], mean over problems
      "num_problems": 500,
      "problems": [{"id": "test/algebra/1.json", "n": 32, "c": 20}, ...],
+     "grader_timeouts": 0,                              # optional: samples still timed out after the retry
      "software": [{"packages": {"torch": ...}, "acerl": {"commit": ...}, ...}]}   # optional: what made it
 
 ``seed`` is an int, or null for an untrained base model. ``n_samples`` is the smallest per-problem ``n``.
@@ -176,6 +177,8 @@ class PassKRecord(_Record):
     pass_at_k: dict[str, Fraction]
     num_problems: Annotated[int, _integer(1)]
     problems: list[PassKProblem]
+    # samples the grader could not decide (timeout after its retry), scored incorrect (absent in older files)
+    grader_timeouts: Count | None = None
     # what made the samples, verdicts and this record (acerl.pipeline.provenance.software_stamp; absent in older files)
     software: list[dict[str, Any]] = []
 

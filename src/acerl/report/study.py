@@ -20,6 +20,7 @@ from acerl.config import BASE_METHOD, AceEstimator, Config
 from acerl.errors import MissingInputError
 from acerl.pipeline import paths
 from acerl.pipeline.io import write_text
+from acerl.pipeline.records import read_json
 from acerl.pipeline.stages import main_grid_runs
 from acerl.report.aggregate import MissingData
 from acerl.report.compute import NO_ACCOUNTING, compute_tables, kept_accounting
@@ -231,6 +232,8 @@ def report_study(
         metrics_paths=[p for p in training_metrics_files(cfg, root) if p.is_file()],
     )
     remove_stale(written, [paths.tables_dir(root), paths.figures_dir(root)])
+    report = paths.report_file(root)
+    write_text(report, report.read_text(encoding="utf-8") + grader_timeouts_note(passk_files))
     if missing:  # --partial: report.md opens with what is left out
         notice = partial_notice(missing, len(wanted) + len(diag_wanted), root)
         report = paths.report_file(root)
@@ -239,6 +242,39 @@ def report_study(
     runs = load_passk_records(passk_files) if passk_files else None
     log.info("%s", results_summary(cfg, runs, root))
     return written
+
+
+def grader_timeouts_note(passk_files: Sequence[Path]) -> str:
+    """A paragraph of ``report.md``: the samples the grader could not decide, even when it graded them again with
+    twice its limits (scored incorrect), per run; "none" says so, and files written before the count say that."""
+    counts: list[tuple[str, int, int]] = []  # (run on benchmark, timeouts, samples)
+    unknown = 0
+    for path in passk_files:
+        rec = read_json(path)
+        if rec.get("grader_timeouts") is None:
+            unknown += 1
+            continue
+        samples = sum(int(p["n"]) for p in rec["problems"])
+        seed = "base" if rec["seed"] is None else f"seed{rec['seed']}"
+        counts.append(
+            (f"{rec['model']}/{rec['method']}/{seed} on {rec['benchmark']}", rec["grader_timeouts"], samples)
+        )
+    hit = [c for c in counts if c[1] > 0]
+    lines = ["", "## Grading", ""]
+    if hit:
+        lines.append(
+            f"Grader timeouts (samples undecided after a retry with twice the limits, scored incorrect) in "
+            f"{len(hit)} of {len(counts)} Pass@k files: "
+            + "; ".join(f"{r}: {t} of {n}" for r, t, n in hit)
+            + "."
+        )
+    else:
+        lines.append(
+            f"Grader timeouts: none in {len(counts)} Pass@k files (every sample graded within its limits)."
+        )
+    if unknown:
+        lines.append(f"{unknown} Pass@k file(s) predate the count (rerun their passk step to count).")
+    return "\n".join(lines) + "\n"
 
 
 def results_summary(cfg: Config, runs: pd.DataFrame | None, root: str | Path) -> str:
