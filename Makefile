@@ -60,11 +60,12 @@ dryrun: setup
 	$(BIN)/snakemake -n all
 
 # The paper's grid on a SLURM cluster (README, "Paper scale"). `acerl profile` first: when the site profile is
-# missing it names scripts/install_slurm_profile.sh instead of Snakemake's bare "no profile.yaml" error.
+# missing it names scripts/install_slurm_profile.sh instead of Snakemake's bare "no profile.yaml" error, and a
+# rule whose runtime exceeds its partition's MaxTime is named before anything is submitted.
 # One or more files merged over config/config.yaml, e.g. PAPER_CONFIG="config/paper.yaml config/paper_methods.yaml"
 PAPER_CONFIG ?= config/paper.yaml
 paper-dryrun:
-	acerl profile slurm
+	acerl profile slurm $(foreach f,$(PAPER_CONFIG),--config $(f))
 	acerl estimate $(foreach f,$(PAPER_CONFIG),--config $(f))
 	snakemake --profile slurm --configfile $(PAPER_CONFIG) -n all
 
@@ -72,13 +73,13 @@ paper-dryrun:
 # then the checks of its metrics; "-": the checks run (and name what broke) also when a job failed.
 CANARY_CONFIG ?= config/canary.yaml
 paper-canary:
-	acerl profile slurm
+	acerl profile slurm $(foreach f,$(PAPER_CONFIG) $(CANARY_CONFIG),--config $(f))
 	-snakemake --profile slurm $$(acerl canary targets $(foreach f,$(PAPER_CONFIG) $(CANARY_CONFIG),--config $(f))) \
 	  --configfile $(PAPER_CONFIG) $(CANARY_CONFIG)
 	acerl canary check $(foreach f,$(PAPER_CONFIG) $(CANARY_CONFIG),--config $(f))
 
 paper:
-	acerl profile slurm
+	acerl profile slurm $(foreach f,$(PAPER_CONFIG),--config $(f))
 	snakemake --profile slurm --configfile $(PAPER_CONFIG) all
 
 LINT_DIRS := src tests benchmarks scripts

@@ -281,9 +281,12 @@ def cmd_resample(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from acerl.pipeline.cluster import require_profile
+    from acerl.pipeline.cluster import check_time_limits, require_profile
 
-    print(require_profile(args.name))
+    profile = require_profile(args.name)
+    if args.config and not check_time_limits(_load(args), profile):
+        print("acerl profile: scontrol not found: partition time limits not checked", file=sys.stderr)
+    print(profile)
     return 0
 
 
@@ -390,7 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=fn)
         if name == "profile":
             p.add_argument("name", nargs="?", default="slurm", help="profile name or folder (default slurm)")
-            p.add_argument("-v", "--verbose", action="store_true", help="tracebacks of expected errors")
+            p.description = (
+                f"{help_text}; with --config, also each rule's runtime against its partition's MaxTime"
+            )
+            _add_config_args(p)
             continue
         _add_config_args(p)
         if name == "config":
