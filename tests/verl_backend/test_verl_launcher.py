@@ -652,7 +652,7 @@ def test_too_few_steps_for_the_schedule(tmp_path: Path) -> None:
     )
     for split in ("math500", "aime2025"):
         write_jsonl(paths.data_file(tmp_path, split), [{"id": "b", "problem": "q", "answer": "1"}])
-    _tokenizer_only_base(tmp_path, "qwen25_math_7b")
+    (_tokenizer_only_base(tmp_path, "qwen25_math_7b") / "config.json").write_text('{"base": true}')
     with pytest.raises(
         ValueError,
         match="7 of 9 training prompts fit max_prompt_length=200; they give 1 steps per epoch.*set it to 2",
