@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.unprivileged import run_acerl_bound_by_permissions
 
 from acerl.cli import UNGUARDED_SCRIPT, config_files, main, reimported_in_a_worker
 from acerl.config import Run, load_config
@@ -407,9 +408,8 @@ def test_an_empty_generations_or_scored_file_is_one_line_exit_4(capsys, tmp_path
     write_jsonl(paths.generations_file(tmp_path, "synth_easy", run), [])
     scored = paths.scored_file(tmp_path, "synth_easy", run)
     scored.parent.mkdir(parents=True)
-    pd.DataFrame({"id": pd.Series([], dtype="string"), "correct": pd.Series([], dtype=bool)}).to_parquet(
-        scored
-    )
+    columns = {"id": "string", "correct": "bool", "status": "string"}
+    pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()}).to_parquet(scored)
     empty, remake = {
         "grade": (paths.generations_file(tmp_path, "synth_easy", run), "acerl sample"),
         "passk": (scored, "acerl grade"),
@@ -451,6 +451,23 @@ def test_another_run_s_generations_are_one_line_exit_4(capsys, tmp_path: Path) -
     assert_one_line(
         err, str(gen), "sampled from runs/tiny/grpo/seed0/final, not from run tiny/ace_grpo/seed0's policy"
     )
+
+
+def test_an_unwritable_results_folder_is_one_line_naming_it_and_nothing_is_written(tmp_path: Path) -> None:
+    """A ``results/`` this user may not write ended ``acerl report`` in a traceback."""
+    results = paths.results_dir(tmp_path)
+    results.mkdir()
+    (results / "report.md").write_text("the last report\n")
+    results.chmod(0o555)
+    try:
+        argv = ["report", "--partial", "--config", "config/test.yaml", "--root", str(tmp_path)]
+        proc = run_acerl_bound_by_permissions(*argv, cwd=REPO)
+    finally:
+        results.chmod(0o755)
+    assert proc.returncode == 4, proc.stderr
+    line = assert_one_line(proc.stderr, "acerl report: permission denied:", str(results), "dr-xr-xr-x")
+    assert "may not write" in line and "another --root" in line
+    assert [p.name for p in results.iterdir()] == ["report.md"]
 
 
 def test_every_exit_status_is_in_the_readme() -> None:

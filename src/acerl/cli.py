@@ -32,7 +32,7 @@ from pathlib import Path
 
 from acerl.commands import MODULE_COMMANDS, ModuleCommand
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, load_config
-from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, invocation_options
+from acerl.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, UserError, access_denied, invocation_options
 from acerl.pipeline.allocator import tune_allocator
 from acerl.pipeline.stages import VIEW_CONFIG_ENV, Job, StageSpec, record_params, subcommand_stage
 
@@ -616,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except UserError as e:
         return report_error(args.command, e, args.verbose)
+    except PermissionError as e:  # an unwritable work directory: the path and its permissions, in one line
+        return report_error(args.command, access_denied(e), args.verbose)
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except KeyboardInterrupt:

@@ -14,7 +14,8 @@ Exit statuses of every ``acerl`` command (also in the README):
 2     command-line usage or config error (:class:`ConfigError <acerl.config.ConfigError>`)
 3     an input is missing: run the stage that makes it first (:class:`MissingInputError`)
 4     an input is unusable: a malformed data row or result file, a bad checkpoint, an unreachable hub
-      (:class:`BadInputError`, :class:`SourceUnavailableError`)
+      (:class:`BadInputError`, :class:`SourceUnavailableError`); a file or folder this user may not write or
+      read (:class:`AccessDeniedError`)
 75    training checkpointed and stopped on SIGTERM / SIGUSR1, or another process holds the run's lock; rerun
       the same command to resume
 130   interrupted (Ctrl-C)
@@ -24,8 +25,10 @@ Exit statuses of every ``acerl`` command (also in the README):
 
 from __future__ import annotations
 
+import os
 import pickle
 import shlex
+import stat
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -64,6 +67,40 @@ class SourceUnavailableError(UserError, OSError):
 
     exit_code = 4
     kind = "source unavailable"
+
+
+class AccessDeniedError(UserError, PermissionError):
+    """The operating system refused this user a file or folder (:func:`access_denied`)."""
+
+    exit_code = 4
+    kind = "permission denied"
+
+
+def access_denied(err: PermissionError) -> AccessDeniedError:
+    """``err`` as one line naming the path, the folder or file that refused it, its permission bits and owner,
+    and the fix: a file written inside a folder this user may not write is refused by the folder."""
+    target = Path(err.filename) if err.filename else None
+    if target is None:
+        return AccessDeniedError(
+            f"{err.strerror or err}; check the permissions of the work directory (--root)"
+        )
+    refusing = target
+    while not refusing.exists() and refusing != refusing.parent:
+        refusing = refusing.parent
+    try:
+        info = refusing.stat()
+        mode = f"{stat.filemode(info.st_mode)} (owner uid {info.st_uid}, group gid {info.st_gid})"
+    except OSError:
+        mode = "unknown permissions"
+    can_write = os.access(refusing, os.W_OK)
+    what = "write" if not can_write else "read"
+    where = "" if refusing == target else f" inside {refusing}"
+    denied = AccessDeniedError(
+        f"{target}: permission denied: this user (uid {os.getuid()}) may not {what} it{where}, which is {mode}; "
+        "give this user that permission, or use another --root"
+    )
+    denied.__cause__ = err
+    return denied
 
 
 UNREADABLE: tuple[type[BaseException], ...] = (

@@ -92,7 +92,12 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     exit it is fsync'd and replaces ``path``, on an exception it is deleted. The parent folder is created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.", suffix=path.suffix)
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.", suffix=path.suffix
+        )
+    except PermissionError as e:  # name the file being written, not the temporary one
+        raise PermissionError(e.errno, e.strerror, str(path)) from e
     os.close(fd)
     tmp = Path(tmp_name)
     allowed = 0o666 & ~current_umask()
@@ -105,6 +110,20 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         fsync_path(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_writable(folders: Iterable[Path | str]) -> None:
+    """Create each of ``folders`` and a file in it (removed at once): a step that writes several files checks
+    first, so that a folder this user may not write stops it before anything is written (a ``PermissionError``
+    naming the folder)."""
+    for folder in map(Path, folders):
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX)
+        except PermissionError as e:
+            raise PermissionError(e.errno, e.strerror, str(folder)) from e
+        os.close(fd)
+        os.unlink(probe)
 
 
 @contextmanager

@@ -19,7 +19,7 @@ import pandas as pd
 from acerl.config import BASE_METHOD, AceEstimator, Config
 from acerl.errors import MissingInputError
 from acerl.pipeline import paths
-from acerl.pipeline.io import write_text
+from acerl.pipeline.io import check_writable, write_text
 from acerl.pipeline.records import read_json
 from acerl.pipeline.stages import main_grid_runs
 from acerl.report.aggregate import MissingData
@@ -219,6 +219,7 @@ def report_study(
         if len(have) < len(want):
             absent = [str(p) for p in want if not p.is_file()]
             log.warning("%d of %d %s files missing, e.g. %s", len(absent), len(want), kind, absent[0])
+    check_writable([paths.results_dir(root), paths.tables_dir(root), paths.figures_dir(root)])
     written = render_from_files(
         paths.results_dir(root),
         spec=report_spec(cfg),

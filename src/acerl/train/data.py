@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from acerl.errors import BadInputError, fix_command
 from acerl.generate.base import encode_prompt
 from acerl.prompts import build_prompt
 
@@ -73,6 +74,13 @@ class TrainingSet:
     max_prompt_length: int
     source: Path
     _ids: dict[int, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            raise BadInputError(
+                f"{self.source}: no training problems (an empty training set); delete it and run "
+                f"{fix_command('prepare-data')}"
+            )
 
     def __len__(self) -> int:
         return len(self.rows)
