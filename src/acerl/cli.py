@@ -12,7 +12,7 @@ the traceback); anything else is a bug and keeps its traceback (exit 1). A close
 head``) ends the command quietly with 141, as a Unix tool killed by SIGPIPE.
 
 Some subcommands run a module that keeps its own arguments (:mod:`acerl.commands`): ``acerl dvc ...``,
-``acerl sft ...``, ``acerl update-mass ...`` and the reports ``acerl report paper|power|sequential|training|methods
+``acerl sft ...``, ``acerl update-mass ...`` and the reports ``acerl report paper|power|sequential|training|methods|gate
 ...``. :func:`main` hands such a module the arguments after the command's name, before parsing anything, so its
 help, exit codes and one-line errors are its own; ``acerl report`` without a report name is the study's report.
 """
