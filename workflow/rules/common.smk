@@ -19,6 +19,7 @@ from acerl.pipeline.stages import (
     VIEW_CONFIG_ENV,
 )
 from acerl.report.catalog import captions as report_captions, describe
+from acerl.report.inputs import reported_study_name
 
 # The config files Snakemake merged (the workflow default first, then --configfile ones, which win), passed
 # to every `acerl` call so rules and CLI see one config; relative to the project (Snakemake makes them absolute),

@@ -15,6 +15,9 @@
 # update(): Snakemake neither deletes the previous report before the job nor after a failure (a bad result file):
 # it keeps a copy and puts it back, so a failed report leaves the last good one in place.
 REPORT_OUT = stage_output("report")
+# Snakemake's HTML report (workflow/report/workflow.rst) names the study its results come from, not the config
+# given now: `snakemake --report` without the study's --configfile would title it with the default's name.
+config["study_name"] = reported_study_name(ROOT) or CFG.name
 
 
 rule report:

@@ -27,6 +27,7 @@ from acerl.errors import BadInputError
 from acerl.pipeline import stages
 from acerl.pipeline.stages import Job, job_benchmark_file, log_parts
 from acerl.report.aggregate import MissingData
+from acerl.report.inputs import COMPUTE_TITLE
 from acerl.report.table_format import Cell, Row, Table
 
 __all__ = [
@@ -87,7 +88,7 @@ def kept_accounting(root: Path, path: Path, study_name: str) -> str | None:
     source = path if path.is_file() else dvc_cached_output(Path(root), path)
     if source is None:
         return None
-    head = f"# Compute: {study_name}\n\n"
+    head = f"{COMPUTE_TITLE}{study_name}\n\n"
     text = source.read_text(encoding="utf-8")
     if not text.startswith(head) or text[len(head) :].startswith(NO_ACCOUNTING):
         return None

@@ -22,16 +22,35 @@ from acerl.pipeline.records import read_json, validate_passk_record
 from acerl.pipeline.stages import Job, job_command, stage_command
 
 __all__ = [
+    "COMPUTE_TITLE",
     "SNAKEFILE_CONFIG",
     "check_problem_sets",
     "check_result_files",
     "partial_notice",
     "rebuild_advice",
+    "reported_study_name",
     "result_jobs",
     "with_notice",
 ]
 
 SNAKEFILE_CONFIG = "config/config.yaml"  # the Snakefile's own `configfile:` (not given again as --configfile)
+
+
+COMPUTE_TITLE = "# Compute: "
+"""The first line of ``results/compute.md`` before the name of the study that wrote it."""
+
+
+def reported_study_name(root: str | Path) -> str | None:
+    """The name of the study whose report is in ``root`` (the title of ``results/compute.md``), or ``None``
+    before any report: Snakemake's HTML report names the study its results come from, whichever config it was
+    given (the embedded default's name without ``--configfile``)."""
+    compute = paths.compute_file(root)
+    if not compute.is_file():
+        return None
+    first = compute.read_text(encoding="utf-8").partition("\n")[0]
+    if not first.startswith(COMPUTE_TITLE):
+        return None
+    return first.removeprefix(COMPUTE_TITLE).strip() or None
 
 
 def result_jobs(cfg: Config, root: str | Path) -> dict[Path, Job]:

@@ -28,6 +28,7 @@ from acerl.report.figures import paired_difference_frame
 from acerl.report.frames import load_passk_records
 from acerl.report.html import html_page
 from acerl.report.inputs import (
+    COMPUTE_TITLE,
     SNAKEFILE_CONFIG,
     check_problem_sets,
     check_result_files,
@@ -347,7 +348,7 @@ def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
     section = "\n## Compute\n\n" + text
     summary = report.read_text(encoding="utf-8") + section
     return [
-        write_text(paths.compute_file(root), f"# Compute: {cfg.name}\n" + section.split("\n", 2)[2]),
+        write_text(paths.compute_file(root), f"{COMPUTE_TITLE}{cfg.name}\n" + section.split("\n", 2)[2]),
         write_text(report, summary),
         write_text(paths.report_page_file(root), html_page(f"Results: {cfg.name}", summary, report.parent)),
     ]
