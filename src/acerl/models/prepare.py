@@ -112,4 +112,4 @@ def check_base_folder(root: Path | str, model: str) -> Path:
             f"{out} links to {os.readlink(out)}, which this node cannot read (a Hugging Face cache on another "
             f"node's local disk?): rerun {rebuild} to put the model's files into the project"
         )
-    raise MissingInputError(f"{out}/config.json is missing: run {rebuild}")
+    raise MissingInputError(f"{out}/config.json is missing: run {rebuild} first")
