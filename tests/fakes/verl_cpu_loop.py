@@ -46,11 +46,12 @@ models:
       keep_checkpoints: 2
 families:
   dapo:
-    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered: with the
-    # stand-in's seeded rollouts (fakes.cpu_sampling) the DAPO runs generate 37-40, 48 and 48 prompts at steps
-    # 1-3 whatever the load, i.e. at most 6 batches of 8; the cap of 8 batches (64 prompts) bounds a step's work
-    # in advance with a third of headroom, and a run that needed more would stop with the cap's one-line error
-    dynamic_sampling: {{enable: true, max_batches: 8}}
+    # the tiny policy solves ~5% of the synthetic problems, so most groups are all-wrong and filtered. With the
+    # stand-in's seeded rollouts (fakes.cpu_sampling) a step's refills depend on the base model and the commit,
+    # not on the load: one base needed 37, 48 and 48 prompts at steps 1-3, another more than 64 at step 3. The
+    # cap of 24 batches (192 prompts a step) bounds a step's work in advance; a run that needed more would stop
+    # with the cap's one-line error, naming it
+    dynamic_sampling: {{enable: true, max_batches: 24}}
 """
 
 
