@@ -36,6 +36,7 @@ from acerl.evaluate.stats import mean_ci
 from acerl.passk import pass_at_k_array
 from acerl.pipeline import paths
 from acerl.report.frames import load_passk_problems
+from acerl.report.methods import require_passk_files
 from acerl.report.power import read_counts_csv, write_counts_csv
 
 __all__ = [
@@ -223,14 +224,7 @@ def gate_files(root: Path, cfg: Config, run_hint: str) -> list[Path]:
     gate, bench, _, models, seeds = gate_spec(cfg)
     runs = [Run(m, BASE_METHOD, 0) for m in models]
     runs += [Run(m, me, s) for m in models for me in (gate.baseline, gate.control) for s in seeds]
-    files = [paths.passk_file(root, bench, r) for r in runs]
-    missing = [f for f in files if not Path(f).is_file()]
-    if missing:
-        raise MissingInputError(
-            f"{missing[0]}: no Pass@k file ({len(missing)} of {len(files)} missing); run the gate's study first: "
-            f"{run_hint}"
-        )
-    return files
+    return require_passk_files([paths.passk_file(root, bench, r) for r in runs], run_hint)
 
 
 def _figure(table: pd.DataFrame, cfg: Config, out: Path) -> None:

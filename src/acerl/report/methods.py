@@ -46,6 +46,7 @@ __all__ = [
     "methods_table",
     "methods_report_table",
     "study_files",
+    "require_passk_files",
     "training_files",
     "export_data",
     "data_inputs",
@@ -241,7 +242,12 @@ def study_files(root: Path, cfg: Config, benchmarks: Sequence[str], run_hint: st
     runs = [Run(model, m, s) for m in methods for s in seeds]
     if cfg.study.main.include_base:
         runs.append(Run(model, BASE_METHOD, 0))
-    files = [paths.passk_file(root, b, r) for b in benchmarks for r in runs]
+    return require_passk_files([paths.passk_file(root, b, r) for b in benchmarks for r in runs], run_hint)
+
+
+def require_passk_files(files: list[Path], run_hint: str) -> list[Path]:
+    """``files`` when every one exists, else :class:`MissingInputError` naming the first missing, how many are
+    missing, and ``run_hint`` (the command that runs the study)."""
     missing = [f for f in files if not Path(f).is_file()]
     if missing:
         raise MissingInputError(
