@@ -38,13 +38,16 @@ def test_an_unknown_backend_is_a_one_line_config_error(tmp_path: Path) -> None:
 
 def test_the_configured_backend_is_the_one_called(tmp_path: Path) -> None:
     """Each backend is reached (and stops at its first missing input, before any work): the local trainer at the
-    base model, verl at the training data it converts to parquet."""
+    base model, verl (given a base folder it can read) at the training data it converts to parquet."""
     run = Run("tiny", "grpo", 0)
     local = load_config(REPO / "config" / "config.yaml")
     with pytest.raises(MissingInputError, match=str(paths.base_model_dir(tmp_path, "tiny"))):
         train_from_config(local, run, tmp_path)
     verl = load_config([REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml"])
     assert verl.compute.backend == "verl"
+    base = paths.base_model_dir(tmp_path, "qwen25_math_7b")
+    base.mkdir(parents=True)
+    (base / "config.json").write_text("{}")
     with pytest.raises(MissingInputError, match="run prepare_data first"):
         train_from_config(verl, Run("qwen25_math_7b", "grpo", 0), tmp_path)
 
