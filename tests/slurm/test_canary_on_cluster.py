@@ -38,9 +38,9 @@ if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfe
     pytest.skip("verl / TransferQueue not installed (pip install -e .[verl])", allow_module_level=True)
 
 from fakes import verl_cpu_loop  # noqa: E402
+from support.watchdog import run_watched  # noqa: E402
 
 ACERL = Path(sys.executable).parent / "acerl"
-RUN_S = 1200  # the Snakemake run: verl data, then the 3-step training job (about 4-6 minutes on two cores)
 
 # config/canary.yaml for the CI-scale model: one ACE-DAPO run, 3 steps, a checkpoint at each, a seed of no grid
 CANARY = {
@@ -75,14 +75,20 @@ def test_canary_trains_through_slurm_and_every_check_reads_its_metric(
     assert targets.returncode == 0, targets.stdout
     log = tmp_path / "snakemake.log"
     cmd = [str(SNAKEMAKE), "--profile", "slurm", *targets.stdout.split(), "--configfile", *configs]
-    proc = run_bounded(cmd, cwd=wf, env=env, timeout_s=RUN_S, log=log)
+    # no wall-clock limit: the verl data, then the 3-step training job (4-6 minutes on two quiet cores, 19 beside
+    # a busy neighbour), stopped only if nothing it writes changes for the stall limit (support.watchdog)
+    rollout_log = Path(verl_cpu_loop.cpu_env(tmp_path)[verl_cpu_loop.ROLLOUT_LOG_ENV])
+    rc = run_watched(
+        cmd, cwd=wf, env=env, log=log, watched=[wf / "logs", wf / "runs", wf / ".snakemake", rollout_log]
+    )
+    stdout = log.read_text(encoding="utf-8", errors="replace")
     train_log = wf / "logs" / "train_policy" / run.model / run.method / f"seed{run.seed}.log"
-    assert proc.returncode == 0, (
-        f"{tail(proc.stdout)}\n--- training log:\n{tail(train_log.read_text()) if train_log.is_file() else ''}"
+    assert rc == 0, (
+        f"{tail(stdout)}\n--- training log:\n{tail(train_log.read_text()) if train_log.is_file() else ''}"
     )
 
     # the training ran as a SLURM job that asked for the config's GPUs, and completed
-    jobs = [j for j in slurm_jobs(local_cluster, run_id_of(proc.stdout)) if j.rule == "train_policy"]
+    jobs = [j for j in slurm_jobs(local_cluster, run_id_of(stdout)) if j.rule == "train_policy"]
     assert [j.state for j in jobs] == ["COMPLETED"], jobs
     detail = run_bounded(["scontrol", "show", "job", jobs[0].job_id], cwd=wf, env=env, timeout_s=30).stdout
     assert f"TresPerNode=gres:gpu:{verl_cpu_loop.RANKS}" in detail, detail

@@ -180,6 +180,7 @@ EXPLICIT = {  # keys whose generic perturbation is not a valid config
     "compute.precision": {"compute": {"precision": "bf16"}},
     "evaluation.backend": {"evaluation": {"backend": "vllm"}},
     "compute.model_resources": {"compute": {"model_resources": {"tiny": {"sample": {"threads": 2}}}}},
+    "models.tiny.train.betas": {"models": {"tiny": {"train": {"betas": [0.9, 0.99]}}}},
 }
 GRID_KEYS = {  # deciding keys no change of which keeps the graph: the agreement test covers the other graphs
     "methods.ace_grpo.estimator.name": "the alpha sweep's method must use the ACE estimator",
