@@ -15,7 +15,8 @@ import pytest
 from acerl.config import MethodsComparison
 from acerl.evaluate.power import paired_effect
 from acerl.evaluate.stats import holm, mean_ci
-from acerl.report.methods import main, methods_curves, methods_table
+from acerl.report.methods import BASE_LABEL, main, methods_curves, methods_figure, methods_table
+from acerl.report.style import METHOD_STYLES, method_style
 
 METHODS = ("grpo", "ace_grpo", "nsr", "psr", "kl_cov")
 
@@ -106,6 +107,21 @@ def test_curves_per_method() -> None:
         values = curves[curves["method"] == m]["passk"].to_numpy()
         assert (np.diff(values) >= -1e-9).all()  # Pass@k grows with k
         assert values[0] == pytest.approx(_per_seed(df, m, 1).mean())
+
+
+def test_figure_draws_each_method_in_its_fixed_colour() -> None:
+    """GRPO, ACE-GRPO and the base model keep the colours and line styles of every other report figure; a method
+    without a fixed style gets the one :func:`method_style` assigns it."""
+    curves = methods_curves(problems(1), list(METHODS), "b", "tiny", [1, 2, 4, 8])
+    displays = {m: m.upper() for m in METHODS}
+    fig = methods_figure(curves, displays, "b", base={1: 10.0, 2: 20.0, 4: 30.0, 8: 40.0})
+    ax = fig.axes[0]
+    lines = {c.get_label(): c.lines[0] for c in ax.containers}  # each method's error bars: its data line
+    lines.update({line.get_label(): line for line in ax.get_lines() if line.get_label() == BASE_LABEL})
+    for key, label in [*((m, displays[m]) for m in METHODS), ("base", BASE_LABEL)]:
+        want = METHOD_STYLES.get(key) or method_style(key)
+        assert (lines[label].get_color(), lines[label].get_linestyle()) == (want.color, want.linestyle), key
+    assert lines["GRPO"].get_color() == "#6baed6" and lines["ACE_GRPO"].get_color() == "#08519c"
 
 
 def test_missing_runs_are_a_one_line_error(tmp_path, capsys) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from acerl.config import BASE_METHOD, Config, ConfigError, MethodsComparison, Run, load_config
 from acerl.errors import BadInputError, MissingInputError, UserError
@@ -34,6 +35,7 @@ from acerl.report.per_seed import strip_figure
 from acerl.report.power import read_counts_csv, run_matrix, write_counts_csv
 from acerl.report.sequential import per_seed_frame
 from acerl.report.spec import DisplayNames
+from acerl.report.style import method_style, report_style
 from acerl.report.table_format import Cell, Row, Table, p_parts, to_markdown
 from acerl.report.training import last_steps_frame, paired_diagnostics, read_last_steps_csv
 
@@ -42,6 +44,7 @@ __all__ = [
     "compared_methods",
     "comparison_runs",
     "methods_curves",
+    "methods_figure",
     "base_passk",
     "methods_table",
     "methods_report_table",
@@ -200,29 +203,32 @@ def methods_report_table(
     )
 
 
-def _figure(
-    curves: pd.DataFrame, displays: dict[str, str], bench: str, out: Path, base: dict[int, float] | None
-) -> None:
-    import matplotlib
+def methods_figure(
+    curves: pd.DataFrame, displays: dict[str, str], bench: str, base: dict[int, float] | None = None
+) -> Figure:
+    """Pass@k against k (log 2 axis) per method with its 95% t half-width, and the base model's line, each in
+    the method's fixed colour and line style (:func:`acerl.report.style.method_style`)."""
+    with report_style():
+        fig = Figure(figsize=(6, 4), layout="constrained")
+        ax = fig.subplots()
+        for m, sub in curves.groupby("method", sort=False):
+            style = method_style(str(m))
+            ax.errorbar(sub["k"], sub["passk"], yerr=sub["ci"].fillna(0), label=displays[str(m)], capsize=2,
+                        **style.line_kwargs())  # fmt: skip
+        if base is not None:
+            ax.plot(
+                list(base), list(base.values()), label=BASE_LABEL, **method_style(BASE_METHOD).line_kwargs()
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k")
+        ax.set_ylabel(f"Pass@k on {bench} (%)")
+        ax.legend(fontsize=8)
+    return fig
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for m, sub in curves.groupby("method", sort=False):
-        ax.errorbar(
-            sub["k"], sub["passk"], yerr=sub["ci"].fillna(0), label=displays[m], marker="o", capsize=2
-        )
-    if base is not None:
-        ax.plot(list(base), list(base.values()), color="black", linestyle="--", marker="x", label=BASE_LABEL)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k")
-    ax.set_ylabel(f"Pass@k on {bench} (%)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+def _save(fig: Figure, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
-    plt.close(fig)
 
 
 TRAINING_CSV = "training.csv"
@@ -359,11 +365,11 @@ def render_report(
         diag = diag.drop(columns=["model", "baseline"]).assign(method=diag["method"].map(displays))
         out.append(diag.to_markdown(index=False, floatfmt=".4f"))
     if figure is not None:
-        _figure(curves, displays, bench, figure, base)
+        _save(methods_figure(curves, displays, bench, base), figure)
     if strip is not None:
-        fig = strip_figure(per_seed.assign(pilot=False), k=k, benchmark=bench, names=names, staged=False)
-        strip.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(strip)
+        _save(
+            strip_figure(per_seed.assign(pilot=False), k=k, benchmark=bench, names=names, staged=False), strip
+        )
     return "\n".join(out) + "\n"
 
 
