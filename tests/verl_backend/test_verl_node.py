@@ -84,7 +84,9 @@ def test_the_kernel_module_version_without_nvidia_smi(
 def test_ray_folder_is_the_jobs_own_and_short(tmp_path: Path) -> None:
     short = ray_temp_dir({"SLURM_JOB_ID": "4242", "TMPDIR": "/tmp/job4242"})  # a node-local scratch folder
     assert short == Path("/tmp/job4242/ray-4242")
-    deep = ray_temp_dir({"SLURM_JOB_ID": "4242", "TMPDIR": "/tmp/very/long/node/local/scratch/slurm/job_4242"})
+    deep = ray_temp_dir(
+        {"SLURM_JOB_ID": "4242", "TMPDIR": "/tmp/very/long/node/local/scratch/slurm/job_4242"}
+    )
     assert deep == Path(f"/tmp/acerl-ray-{os.getuid()}-4242")
     assert len(str(deep)) <= RAY_TMPDIR_MAX
     assert ray_temp_dir({"SLURM_JOB_ID": "1"}) != ray_temp_dir({"SLURM_JOB_ID": "2"})
