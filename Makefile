@@ -53,8 +53,10 @@ $(VENV)/.installed: pyproject.toml $(CPU_LOCK) $(GPU_LOCK) scripts/install_lock.
 lock: setup
 	$(BIN)/python scripts/lock.py $(LOCK_ARGS)
 
+# Ends with the study's result: the report writes it to results/headline.txt (acerl.report.study.results_summary).
 run: setup
 	$(BIN)/snakemake -c$(CORES) all
+	@echo; cat results/headline.txt
 
 dryrun: setup
 	$(BIN)/snakemake -n all

@@ -171,7 +171,8 @@ def test_report_study_from_the_pipeline_files(tmp_path):
         write_diagnostics_record,
         write_passk_record,
     )
-    from acerl.report.study import hyperparameters_from_config, report_spec, report_study
+    from acerl.report.frames import load_passk_records
+    from acerl.report.study import hyperparameters_from_config, report_spec, report_study, results_summary
 
     cfg = load_config(_config_paths(), overrides=["report.formats=[png]"])
     spec = report_spec(cfg)
@@ -224,6 +225,11 @@ def test_report_study_from_the_pipeline_files(tmp_path):
     assert (paths.figures_dir(tmp_path) / "oef_dynamics.png").is_file()
     assert (out / "report.md") in written
     assert "## Software\n\n- this report: torch " in (out / "report.md").read_text()  # what made it
+    runs = load_passk_records([paths.passk_file(tmp_path, b, r) for b, r in cfg.evaluations()])
+    headline = results_summary(cfg, runs, tmp_path)  # what make run prints at its end
+    assert paths.headline_file(tmp_path) in written
+    assert paths.headline_file(tmp_path).read_text() == headline + "\n"
+    assert headline.splitlines()[1].strip() in (out / "report.html").read_text()
     benches = cfg.evaluation.benchmarks
     tables = [f"passk_{b}" for b in benches] + [f"significance_{b}" for b in benches]
     tables += [f"power_{b}" for b in benches]  # per-problem counts: the power tables

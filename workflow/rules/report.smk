@@ -8,6 +8,7 @@
 #            compute      results/compute.md
 #            summary      results/report.md
 #            page         results/report.html
+#            headline     results/headline.txt
 # The paper's tables (LaTeX + Markdown) and figures (PDF + PNG) from every run's results, and the compute
 # accounting from the benchmark TSVs. `snakemake --report report.html --configfile <the run's config>` shows
 # every table (its HTML rendering, readable in the page) and figure by category, and the summary page.
@@ -51,6 +52,7 @@ rule report:
             category="Summary",
             labels={"name": "report.html", "kind": "summary"},
         ),
+        headline=update(REPORT_OUT["headline"]),
     log:
         log_path("report"),
     benchmark:

@@ -223,6 +223,12 @@ def report_page_file(root: Path | str) -> Path:
     return results_dir(root) / "report.html"
 
 
+def headline_file(root: Path | str) -> Path:
+    """The study's result in a few lines (the primary endpoint of each comparison, its interval, where the report
+    is): what ``make run`` prints at its end."""
+    return results_dir(root) / "headline.txt"
+
+
 def compute_file(root: Path | str) -> Path:
     """The study's compute accounting (wall, CPU, memory, GPU-hours) from the jobs' benchmark TSVs."""
     return results_dir(root) / "compute.md"

@@ -322,6 +322,7 @@ def _outputs_report(cfg: Config, job: Job) -> list[Output]:
         Output("compute", _p(paths.compute_file(ROOT))),
         Output("summary", _p(paths.report_file(ROOT))),
         Output("page", _p(paths.report_page_file(ROOT))),
+        Output("headline", _p(paths.headline_file(ROOT))),
     ]
 
 

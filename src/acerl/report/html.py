@@ -27,6 +27,7 @@ td.l, th.l { text-align: left; }
 img { max-width: 100%; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 p.caption { margin-bottom: 0.2em; }
+div.headline { border-left: 4px solid #08519c; background: #f3f7fb; padding: 0.3em 1em; margin: 0.8em 0 1.2em; }
 """
 
 _IMAGE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<src>[^)]+)\)\s*$")
@@ -105,10 +106,16 @@ def markdown_html(text: str, base: Path | str | None = None) -> str:
     return "\n".join(blocks) + "\n"
 
 
-def html_page(title: str, markdown: str, base: Path | str | None = None) -> str:
-    """A standalone HTML page (UTF-8, its own style sheet) of the report's ``markdown``."""
+def html_page(title: str, markdown: str, base: Path | str | None = None, headline: str = "") -> str:
+    """A standalone HTML page (UTF-8, its own style sheet) of the report's ``markdown``; ``headline`` (Markdown)
+    opens it, in a box under the page's first heading (at the top when it has none)."""
+    body = markdown_html(markdown, base)
+    if headline:
+        box = f'<div class="headline">\n{markdown_html(headline)}</div>\n'
+        head, sep, rest = body.partition("</h1>\n")
+        body = head + sep + box + rest if sep else box + body
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
-        f"{markdown_html(markdown, base)}</body>\n</html>\n"
+        f"{body}</body>\n</html>\n"
     )

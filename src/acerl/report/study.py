@@ -49,6 +49,8 @@ __all__ = [
     "remove_stale",
     "training_metrics_files",
     "results_summary",
+    "results_headline",
+    "headline_markdown",
 ]
 
 log = logging.getLogger(__name__)
@@ -240,10 +242,11 @@ def report_study(
         notice = partial_notice(missing, len(wanted) + len(diag_wanted), root)
         report = paths.report_file(root)
         write_text(report, with_notice(report.read_text(encoding="utf-8"), notice))
-    written += add_compute_accounting(cfg, root)
     runs = load_passk_records(passk_files) if passk_files else None
-    log.info("%s", results_summary(cfg, runs, root))
-    return written
+    written += add_compute_accounting(cfg, root, headline=headline_markdown(cfg, runs))
+    summary = results_summary(cfg, runs, root)
+    log.info("%s", summary)
+    return [*written, write_text(paths.headline_file(root), summary + "\n")]
 
 
 def grader_timeouts_note(passk_files: Sequence[Path]) -> str:
@@ -279,17 +282,16 @@ def grader_timeouts_note(passk_files: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def results_summary(cfg: Config, runs: pd.DataFrame | None, root: str | Path) -> str:
-    """The lines ``acerl report`` ends with: the primary endpoint (``report.primary``) of each ACE method
-    against its baseline, per model, as the mean per-seed difference with its paired 95% t interval and the
-    seeds paired, then where the report is."""
+def results_headline(cfg: Config, runs: pd.DataFrame | None) -> tuple[str, list[str]]:
+    """The study's answer: what is compared (the primary endpoint, ``report.primary``) and one line per ACE
+    method and model, its mean per-seed difference from its baseline with the paired 95% t interval and the
+    seeds paired (a line saying so when no method shares a seed with its baseline)."""
     bench, k = cfg.primary_endpoint
     spec = report_spec(cfg)
-    lines = [
-        f"Results: {cfg.name}; primary endpoint Pass@{k} on {spec.names.benchmark(bench)}, ACE minus baseline:"
-    ]
+    intro = f"primary endpoint Pass@{k} on {spec.names.benchmark(bench)}, ACE minus baseline:"
     diffs = paired_difference_frame(runs, dict(spec.comparisons)) if runs is not None else None
     rows = diffs[(diffs["benchmark"] == bench) & (diffs["k"] == k)] if diffs is not None else pd.DataFrame()
+    lines = []
     for row in rows.itertuples():
         ci = (
             f"95% CI {100 * row.ci_low:+.1f} to {100 * row.ci_high:+.1f}"
@@ -297,13 +299,29 @@ def results_summary(cfg: Config, runs: pd.DataFrame | None, root: str | Path) ->
             else "no interval from one seed"
         )
         lines.append(
-            f"  {spec.names.model(row.model)}: {spec.names.method(row.method)} - {spec.names.method(row.baseline)}"
+            f"{spec.names.model(row.model)}: {spec.names.method(row.method)} - {spec.names.method(row.baseline)}"
             f" = {100 * row.delta:+.1f} points ({ci}; {row.n_seeds} seeds paired)"
         )
-    if rows.empty:
-        lines.append("  no ACE method shares a seed with its baseline at the primary endpoint")
-    lines.append(f"Report: {paths.report_page_file(root)} (Markdown: {paths.report_file(root)})")
-    return "\n".join(lines)
+    return intro, lines or ["no ACE method shares a seed with its baseline at the primary endpoint"]
+
+
+def results_summary(cfg: Config, runs: pd.DataFrame | None, root: str | Path) -> str:
+    """The lines ``acerl report`` ends with and writes to ``results/headline.txt`` (``make run`` prints them):
+    :func:`results_headline`, then where the report is."""
+    intro, lines = results_headline(cfg, runs)
+    return "\n".join(
+        [
+            f"Results: {cfg.name}; {intro}",
+            *(f"  {line}" for line in lines),
+            f"Report: {paths.report_page_file(root)} (Markdown: {paths.report_file(root)})",
+        ]
+    )
+
+
+def headline_markdown(cfg: Config, runs: pd.DataFrame | None) -> str:
+    """:func:`results_headline` as the Markdown the HTML report opens with: a bold sentence and a list."""
+    intro, lines = results_headline(cfg, runs)
+    return f"**{intro[0].upper()}{intro[1:]}**\n\n" + "".join(f"- {line}\n" for line in lines)
 
 
 def training_metrics_files(cfg: Config, root: str | Path) -> list[Path]:
@@ -324,9 +342,10 @@ def remove_stale(written: list[Path], folders: list[Path]) -> None:
                 f.unlink()
 
 
-def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
+def add_compute_accounting(cfg: Config, root: str | Path, headline: str = "") -> list[Path]:
     """Write ``results/compute.md`` (:func:`acerl.report.compute.compute_tables`), append it to ``report.md``
-    and write the whole page as ``results/report.html`` (:func:`acerl.report.html.html_page`).
+    and write the whole page as ``results/report.html`` (:func:`acerl.report.html.html_page`), opening with
+    ``headline`` (Markdown, :func:`headline_markdown`) under its title.
 
     Kept out of ``results/tables/``: timings differ on every machine, while the tables are a function of the
     result files alone (a colleague who pulls the results regenerates them bit for bit). Jobs run by DVC leave
@@ -350,5 +369,7 @@ def add_compute_accounting(cfg: Config, root: str | Path) -> list[Path]:
     return [
         write_text(paths.compute_file(root), f"{COMPUTE_TITLE}{cfg.name}\n" + section.split("\n", 2)[2]),
         write_text(report, summary),
-        write_text(paths.report_page_file(root), html_page(f"Results: {cfg.name}", summary, report.parent)),
+        write_text(
+            paths.report_page_file(root), html_page(f"Results: {cfg.name}", summary, report.parent, headline)
+        ),
     ]
