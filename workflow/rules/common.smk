@@ -12,6 +12,7 @@ from acerl.pipeline.stages import (
     job_log_file,
     job_of,
     job_outputs,
+    models_used,
     param_values,
     pattern_job,
     portable_path,
@@ -112,7 +113,14 @@ def stage_params(stage):
 
 
 def all_targets():
-    return [rules.report.output.tables, rules.report.output.figures]
+    # The report and every base model. A base model is a target, not only an intermediate: Snakemake deletes a
+    # job's output before the job, so an interrupted rebuild (Ctrl-C in prepare_base) leaves it missing while the
+    # results made from it exist; without it here the next run would have nothing to do.
+    return [
+        rules.report.output.tables,
+        rules.report.output.figures,
+        *expand(rules.prepare_base.output.model, model=models_used(CFG)),
+    ]
 
 
 def report_category(kind):
