@@ -66,10 +66,16 @@ dryrun: setup
 # rule whose runtime exceeds its partition's MaxTime is named before anything is submitted.
 # One or more files merged over config/config.yaml, e.g. PAPER_CONFIG="config/paper.yaml config/paper_methods.yaml"
 PAPER_CONFIG ?= config/paper.yaml
+# The dry run's job list (about 0.5 MB for the paper's grid) goes to PAPER_DRYRUN_LOG, its job counts to the
+# terminal; the estimate (GPU-hours, disk) comes last, so it does not scroll away.
+PAPER_DRYRUN_LOG ?= logs/paper-dryrun.log
 paper-dryrun:
 	acerl profile slurm $(foreach f,$(PAPER_CONFIG),--config $(f))
+	@mkdir -p $(dir $(PAPER_DRYRUN_LOG))
+	snakemake --profile slurm --configfile $(PAPER_CONFIG) -n all > $(PAPER_DRYRUN_LOG) 2>&1 \
+	  || { tail -n 20 $(PAPER_DRYRUN_LOG); exit 1; }
+	@sed -n '/^Job stats:/,/^$$/{p;/^$$/q}' $(PAPER_DRYRUN_LOG); echo "every job and why: $(PAPER_DRYRUN_LOG)"
 	acerl estimate $(foreach f,$(PAPER_CONFIG),--config $(f))
-	snakemake --profile slurm --configfile $(PAPER_CONFIG) -n all
 
 # The canary (docs/cluster.md, "Canary"): a 3-step ACE-DAPO job per model through the same profile and launcher,
 # then the checks of its metrics; "-": the checks run (and name what broke) also when a job failed.

@@ -130,18 +130,17 @@ def test_estimate_names_the_configured_attention(capsys, monkeypatch, tmp_path) 
     assert totals and int(totals[1].replace(",", "")) < int(totals[2].replace(",", ""))
 
 
-def test_paper_dryrun_estimates_before_snakemake() -> None:
-    """``make paper-dryrun`` prints the estimate before Snakemake's dry run (nothing is submitted by either)."""
+def test_paper_dryrun_prints_the_estimate_last() -> None:
+    """``make paper-dryrun`` writes Snakemake's dry run (about 0.5 MB of jobs) to a file and prints the estimate
+    last, where it does not scroll away (nothing is submitted by either)."""
     import subprocess
 
     lines = subprocess.run(
         ["make", "-n", "paper-dryrun"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    estimate = next(
-        i for i, line in enumerate(lines) if line.startswith("acerl estimate --config config/paper.yaml")
-    )
+    assert lines[-1] == "acerl estimate --config config/paper.yaml"
     dry = next(i for i, line in enumerate(lines) if line.startswith("snakemake") and " -n " in line)
-    assert estimate < dry
+    assert lines[dry].endswith(" -n all > logs/paper-dryrun.log 2>&1 \\")
 
 
 def test_no_paper_run_meets_its_time_limit_by_the_estimate(paper_cfg) -> None:
