@@ -41,9 +41,9 @@ def _lines(ax) -> dict[str, object]:
 
 def test_curves_frame_reads_the_local_and_the_verl_metric_names(tmp_path):
     local = _write_run(tmp_path, "grpo", 0, [
-        {"step": 1, "train/reward_mean": 0.25, "actor/entropy": 0.7, "train/response_length_mean": 30.0,
-         "ace/overconfident_frac_neg": 0.5, "actor/kl_loss": None},
-        {"step": 2, "train/reward_mean": 0.5, "actor/entropy": 0.6},
+        {"step": 1, "train/pass_rate": 0.25, "train/reward_mean": 0.25, "actor/entropy": 0.7,
+         "train/response_length_mean": 30.0, "ace/overconfident_frac_neg": 0.5, "actor/kl_loss": None},
+        {"step": 2, "train/pass_rate": 0.5, "actor/entropy": 0.6},
     ])  # fmt: skip
     verl = _write_run(tmp_path, "ace_grpo", 0, [  # verl's names, as collect_metrics merges them
         {"step": 1, "critic/score/mean": 0.75, "response_length/mean": 120.0, "actor/entropy": 0.4,
@@ -53,20 +53,37 @@ def test_curves_frame_reads_the_local_and_the_verl_metric_names(tmp_path):
     assert list(frame.columns) == list(CURVE_COLUMNS)
     got = {(r.method, r.step, r.curve): r.value for r in frame.itertuples()}
     assert got == {
-        ("grpo", 1, "reward"): 0.25,
+        ("grpo", 1, "pass_rate"): 0.25,
         ("grpo", 1, "entropy"): 0.7,
         ("grpo", 1, "length"): 30.0,
         ("grpo", 1, "oef"): 0.5,
-        ("grpo", 2, "reward"): 0.5,
+        ("grpo", 2, "pass_rate"): 0.5,
         ("grpo", 2, "entropy"): 0.6,
-        ("ace_grpo", 1, "reward"): 0.75,
         ("ace_grpo", 1, "length"): 120.0,
         ("ace_grpo", 1, "entropy"): 0.4,
         ("ace_grpo", 1, "multiplier"): 1.6,
         ("ace_grpo", 1, "kl"): 0.01,
-    }  # a null (no update that step) is no point
+    }  # a null (no update that step) is no point; verl's reward (critic/score/mean) is no pass rate
     with pytest.raises(BadInputError, match="not a training run's metrics file"):
         curves_frame([tmp_path / "metrics.jsonl"])
+
+
+def test_first_panel_is_the_pass_rate_on_one_scale_for_binary_and_signed_rewards(tmp_path):
+    """GRPO's rewards are 0/1 and DAPO's +1/-1: the panel plots the fraction correct that both log, so the same
+    accuracy is the same height whatever the reward scale."""
+    runs = [
+        _write_run(tmp_path, method, seed, [
+            {"step": t, "train/pass_rate": acc, "train/reward_mean": acc if method == "grpo" else 2 * acc - 1}
+            for t, acc in ((1, 0.25), (2, 0.5))
+        ])
+        for method in ("grpo", "dapo") for seed in (0, 1)
+    ]  # fmt: skip
+    fig = figures.training_dynamics_figure(curves_frame(runs), names=NAMES, methods=("grpo", "dapo"))
+    (ax,) = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+    assert ax.get_ylabel() == "training pass rate\n(fraction correct)"
+    lines = _lines(ax)
+    for label in ("GRPO", "DAPO"):
+        np.testing.assert_allclose(lines[label].get_ydata(), [0.25, 0.5], rtol=0, atol=1e-12)
 
 
 def _curves(seeds: int, steps: int = 5) -> pd.DataFrame:

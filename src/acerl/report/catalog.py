@@ -103,7 +103,7 @@ _FIGURES: tuple[tuple[str, str, str], ...] = (
     (
         r"training_dynamics",
         "Training dynamics",
-        "Per training step, from each run's metrics.jsonl: batch reward, token entropy, KL to the reference, "
+        "Per training step, from each run's metrics.jsonl: batch pass rate (fraction correct), token entropy, KL to the reference, "
         "response length, ACE's mean multiplier on errors and the overconfident-error fraction of the batch; "
         "mean over seeds with a 95% t band (from 3 seeds up).",
     ),

@@ -9,7 +9,7 @@
 - :func:`entropy_figure` — Fig. 4: token entropy over the first training steps.
 - :func:`passk_difference_figure` — each ACE method minus its baseline against k, paired by seed, with the
   paired 95% t interval and the seed count in the legend.
-- :func:`training_dynamics_figure` — per step of training: reward, entropy, KL, response length, ACE's
+- :func:`training_dynamics_figure` — per step of training: pass rate, entropy, KL, response length, ACE's
   multiplier and the overconfident-error fraction of the training batch, mean over seeds with a 95% t band.
 
 Bands are 95% t intervals across seeds, clipped to the quantity's range, and drawn only from

@@ -17,7 +17,7 @@ file-reading wrappers. Output layout::
     <out>/figures/passk_curves.{pdf,png}             Fig. 2
     <out>/figures/passk_difference.{pdf,png}         ACE minus baseline against k, paired by seed
     <out>/figures/per_seed_<primary benchmark>.{pdf,png}  every seed's paired difference (strip plot)
-    <out>/figures/training_dynamics.{pdf,png}        reward, entropy, KL, length, multiplier, OEF per step
+    <out>/figures/training_dynamics.{pdf,png}        pass rate, entropy, KL, length, multiplier, OEF per step
     <out>/figures/oef_dynamics.{pdf,png}             Fig. 3
     <out>/figures/entropy_early.{pdf,png}            Fig. 4
     <out>/report.md                                  every Markdown table and PNG on one page

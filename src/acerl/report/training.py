@@ -65,7 +65,9 @@ class Curve:
 
 
 TRAINING_CURVES: tuple[Curve, ...] = (
-    Curve("reward", "training reward\n(batch mean)", ("train/reward_mean", "critic/score/mean")),
+    # the fraction correct, not the reward: GRPO's rewards are 0/1 and DAPO's +-1, so their means share no axis
+    # (verl logs only its reward, critic/score/mean: a verl run has no point here)
+    Curve("pass_rate", "training pass rate\n(fraction correct)", ("train/pass_rate",), (0.0, 1.0)),
     Curve("entropy", "token entropy (nats)", ("actor/entropy",), (0.0, math.inf)),
     Curve("kl", "KL to reference\n(k3 estimate)", ("actor/kl_loss",), (0.0, math.inf)),
     Curve(
