@@ -31,13 +31,13 @@ import numpy as np
 import pandas as pd
 
 from acerl.config import BASE_METHOD, Config, ConfigError, Run, TestbedGate, load_config
-from acerl.errors import BadInputError, MissingInputError, UserError
+from acerl.errors import MissingInputError, UserError
 from acerl.evaluate.stats import mean_ci
 from acerl.passk import pass_at_k_array
 from acerl.pipeline import paths
 from acerl.report.frames import load_passk_problems
-from acerl.report.methods import require_passk_files
-from acerl.report.power import read_counts_csv, write_counts_csv
+from acerl.report.methods import read_exported_counts, require_passk_files
+from acerl.report.power import write_counts_csv
 
 __all__ = [
     "GATE_FAILED",
@@ -280,13 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config([Path("config/config.yaml"), *args.config])
         if args.data is not None:
             fix = f"acerl report gate {configs} --root <the gate study's folder> --export {args.data}"
-            counts = args.data / "counts.csv"
-            if not counts.is_file():
-                raise MissingInputError(f"{counts}: no such file; write the folder with: {fix}")
-            try:
-                problems = read_counts_csv(counts)
-            except ValueError as err:
-                raise BadInputError(f"{err}; write the folder again with: {fix}") from None
+            problems = read_exported_counts(args.data, fix)
         else:
             run_hint = "snakemake -c2 all " + " ".join(f"--configfile {c}" for c in args.config)
             problems = load_passk_problems(gate_files(args.root, cfg, run_hint))

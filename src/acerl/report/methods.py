@@ -50,6 +50,7 @@ __all__ = [
     "methods_report_table",
     "study_files",
     "require_passk_files",
+    "read_exported_counts",
     "training_files",
     "export_data",
     "data_inputs",
@@ -251,6 +252,18 @@ def study_files(root: Path, cfg: Config, benchmarks: Sequence[str], run_hint: st
     return require_passk_files([paths.passk_file(root, b, r) for b in benchmarks for r in runs], run_hint)
 
 
+def read_exported_counts(directory: Path, fix: str) -> pd.DataFrame:
+    """The per-problem counts of a folder ``--export`` wrote (``counts.csv``); ``fix`` is the command that writes
+    it again. Raises :class:`MissingInputError` (no file) or :class:`BadInputError` (not what --export writes)."""
+    counts = directory / "counts.csv"
+    if not counts.is_file():
+        raise MissingInputError(f"{counts}: no such file; write the folder with: {fix}")
+    try:
+        return read_counts_csv(counts)
+    except ValueError as err:
+        raise BadInputError(f"{err}; write the folder again with: {fix}") from None
+
+
 def require_passk_files(files: list[Path], run_hint: str) -> list[Path]:
     """``files`` when every one exists, else :class:`MissingInputError` naming the first missing, how many are
     missing, and ``run_hint`` (the command that runs the study)."""
@@ -294,13 +307,8 @@ def data_inputs(
         BadInputError: a file that is not what ``--export`` writes, or ``last`` differs from the file's.
     """
     _, model, methods, seeds = comparison_runs(cfg)
-    counts = directory / "counts.csv"
-    if not counts.is_file():
-        raise MissingInputError(f"{counts}: no such file; write the folder with: {fix}")
-    try:
-        problems = read_counts_csv(counts)
-    except ValueError as err:
-        raise BadInputError(f"{err}; write the folder again with: {fix}") from None
+    counts = directory / "counts.csv"  # named in the errors below
+    problems = read_exported_counts(directory, fix)
     sub = problems[(problems["benchmark"] == bench) & (problems["model"] == model)]
     have = {(m, int(s)) for m, s in zip(sub["method"], sub["seed"], strict=True) if not pd.isna(s)}
     missing = [f"{model}/{m}/seed{s}" for m in methods for s in seeds if (m, s) not in have]
