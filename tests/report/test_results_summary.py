@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import math
-import subprocess
 
 import pandas as pd
 import pytest
 from scipy import stats
+from support.make import dry_run
 from support.report_synthetic import REPO_ROOT
 
 from acerl.config import load_config
@@ -79,8 +79,6 @@ def test_html_report_opens_with_the_headline_under_its_title(tmp_path):
 
 
 def test_make_run_prints_the_headline_file_after_the_study():
-    recipe = subprocess.run(
-        ["make", "-n", "run"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    recipe = dry_run("run", REPO_ROOT)
     study = next(i for i, line in enumerate(recipe) if line.endswith("snakemake -c2 all"))
     assert recipe[study + 1 :] == [f"echo; cat {paths.headline_file('.').as_posix()}"]

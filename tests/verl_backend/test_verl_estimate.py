@@ -133,11 +133,9 @@ def test_estimate_names_the_configured_attention(capsys, monkeypatch, tmp_path) 
 def test_paper_dryrun_prints_the_estimate_last() -> None:
     """``make paper-dryrun`` writes Snakemake's dry run (about 0.5 MB of jobs) to a file and prints the estimate
     last, where it does not scroll away (nothing is submitted by either)."""
-    import subprocess
+    from support.make import dry_run
 
-    lines = subprocess.run(
-        ["make", "-n", "paper-dryrun"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    lines = dry_run("paper-dryrun", REPO)
     assert lines[-1] == "acerl estimate --config config/paper.yaml"
     dry = next(i for i, line in enumerate(lines) if line.startswith("snakemake") and " -n " in line)
     assert lines[dry].endswith(" -n all > logs/paper-dryrun.log 2>&1 \\")
