@@ -90,3 +90,15 @@ def test_tost_is_two_one_sided_t_tests():
     with pytest.raises(ValueError, match="margin must be positive"):
         tost_paired(d, 0.0)
     assert all(math.isnan(p) for p in tost_paired([0.1], 0.04))
+
+
+def test_sign_flip_counts_ties_within_float_residue_when_the_observed_sum_is_zero():
+    # per-seed differences in hundredths that sum to exactly 0; in floats the sum and the permuted sums carry
+    # residue of about 1e-17, which must not decide which patterns count as at least as extreme
+    d = np.array([4, 0, -7, -6, -14, -13, -15, 51]) / 100.0
+    assert d.sum() != 0.0  # the residue the test is about
+    assert sign_flip_test(d).pvalue == 1.0
+    assert sign_flip_test(np.tile(d, 3)).pvalue == 1.0  # Monte Carlo (24 seeds): every draw ties or exceeds
+    # the tolerance scales with the data: the same differences in points give the same p-values
+    for x in (np.array([0.03, -0.01, 0.02, 0.05, 0.01, -0.02, 0.04]), d[:5]):
+        assert sign_flip_test(100.0 * x).pvalue == sign_flip_test(x).pvalue

@@ -297,6 +297,12 @@ EXACT_SIGN_FLIPS = 16
 """Up to this many seeds :func:`sign_flip_test` enumerates all ``2^S`` sign patterns; beyond, Monte Carlo."""
 
 
+SIGN_FLIP_TIES = 1e-9
+""":func:`sign_flip_test`'s tie tolerance, a fraction of ``sum(|d|)``: a sign pattern whose ``|sum|`` is within
+``SIGN_FLIP_TIES * sum(|d|)`` of the observed one ties with it. Float residue of a signed sum scales with the
+data's magnitude (not with the observed sum, which may be 0); real differences between sums are far larger."""
+
+
 @dataclass(frozen=True)
 class SignFlip:
     """A sign-flip permutation p-value and how it was found (``exact``: all patterns; else ``draws`` random)."""
@@ -314,14 +320,16 @@ def sign_flip_test(d: Sequence[float] | np.ndarray, *, draws: int = 100_000, see
     """Two-sided paired permutation test of ``mean(d) = 0`` (``d: (S,)`` per-seed differences).
 
     Under the null each ``d_s`` is symmetric about 0, so its sign is exchangeable: the p-value is the share
-    of sign patterns whose ``|sum|`` is at least the observed one. Exact (all ``2^S`` patterns, the observed
-    one included) for ``S <= EXACT_SIGN_FLIPS``; otherwise ``(1 + hits) / (1 + draws)`` over ``draws`` random
-    patterns (seeded: the same p every time). ``nan`` for fewer than 2 values.
+    of sign patterns whose ``|sum|`` is at least the observed one, ties within float residue included
+    (:data:`SIGN_FLIP_TIES`: an observed sum of exactly 0 gives p = 1 whatever the rounding). Exact (all ``2^S``
+    patterns, the observed one included) for ``S <= EXACT_SIGN_FLIPS``; otherwise ``(1 + hits) / (1 + draws)``
+    over ``draws`` random patterns (seeded: the same p every time). ``nan`` for fewer than 2 values.
     """
     x = _as_1d(d, "sign_flip_test")
     if x.size < 2:
         return SignFlip(math.nan, True, 0)
-    observed = abs(float(x.sum())) * (1.0 - 1e-12)  # ties (equal |sum| up to rounding) count as extreme
+    # ties count as extreme; their tolerance scales with the data, since the observed sum may be exactly 0
+    observed = abs(float(x.sum())) - SIGN_FLIP_TIES * float(np.abs(x).sum())
     if x.size <= EXACT_SIGN_FLIPS:
         bits = (np.arange(2**x.size)[:, None] >> np.arange(x.size)) & 1
         sums = np.abs((1 - 2 * bits) @ x)
