@@ -10,6 +10,12 @@ in through the launcher's two site hooks, exactly as a cluster's site knobs woul
 - ``ACERL_VERL_EXTRA_OVERRIDES``: the file :func:`cpu_overrides` writes (fake Ray GPUs, fp32 mixed precision
   with the launcher's own FSDP2 strategy, the ``cpu_hf`` rollout, one TransferQueue storage unit, one agent-loop /
   reward worker).
+
+Three of those test-only settings hide product paths, so each has a switch that gives one run the product's
+setting back (docs/verl.md, "The product paths the stand-ins would hide"): ``bf16=True`` drops the fp32 override
+(verl's default bf16 parameters and compute, fp32 reduce, under CPU autocast), ``dataloader_workers`` runs verl's
+``StatefulDataLoader`` with worker processes, and the overlay's ``keep_verl_checkpoints: true`` is undone by
+:data:`DELETE_CHECKPOINTS` (the product's deletion of the checkpoints after the export).
 """
 
 from __future__ import annotations
@@ -55,11 +61,23 @@ families:
 """
 
 
-def cpu_overrides() -> list[str]:
-    """What a CPU needs beyond the launcher's overrides (later overrides win; see docs/verl.md)."""
+# an overlay after write_overlay's: the product's default, the checkpoints deleted once the final policy is exported
+DELETE_CHECKPOINTS = {"compute": {"keep_verl_checkpoints": False}}
+
+
+def cpu_overrides(*, bf16: bool = False, dataloader_workers: int = 0) -> list[str]:
+    """What a CPU needs beyond the launcher's overrides (later overrides win; see docs/verl.md). ``bf16``: keep
+    verl's default mixed precision, as on a GPU (bf16 parameters and autocast, fp32 reduce and buffers), instead
+    of fp32 everywhere; ``dataloader_workers``: verl's training dataloader's worker processes (0: the trainer's
+    own process)."""
     a, r, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
     fp32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
     env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    precision = (
+        []
+        if bf16
+        else [f"+{a}.fsdp_config.mixed_precision={fp32}", f"+{ref}.fsdp_config.mixed_precision={fp32}"]
+    )
     return [
         f"+ray_kwargs.ray_init.num_gpus={RANKS}",
         # logical CPUs: verl's placement bundles ask for 3 CPUs per worker (max_colocate_count), so Ray must
@@ -70,24 +88,27 @@ def cpu_overrides() -> list[str]:
         f"{env}.PYTHONPATH={TESTS}{os.pathsep}{REPO / 'src'}",
         # Ray's web dashboard (and its agent's HTTP side) serves nobody here: two processes fewer per run
         "+ray_kwargs.ray_init.include_dashboard=False",
-        f"+{a}.fsdp_config.mixed_precision={fp32}",
-        f"+{ref}.fsdp_config.mixed_precision={fp32}",
+        *precision,
         f"{r}.name=cpu_hf",
         # verl's stable request ids (det-<row>): the CPU server seeds each row's stream from them
         # (fakes.cpu_sampling), so the rollouts do not depend on how requests were batched
         f"{r}.full_determinism=True",
         f"{r}.agent.num_workers=1",
         "reward.num_workers=1",
-        "data.dataloader_num_workers=0",
+        f"data.dataloader_num_workers={dataloader_workers}",
         "+reward.custom_reward_function.reward_kwargs.grader_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
 
 
-def cpu_env(work: Path) -> dict[str, str]:
-    """Environment for ``acerl train`` (and so for main_ppo and its Ray workers)."""
-    overrides = work / "verl_cpu_overrides.txt"
-    lines = [*cpu_overrides(), f"hydra.run.dir={work / 'hydra'}"]  # not outputs/ in the checkout
+def cpu_env(work: Path, *, bf16: bool = False, dataloader_workers: int = 0, name: str = "") -> dict[str, str]:
+    """Environment for ``acerl train`` (and so for main_ppo and its Ray workers); ``bf16`` and
+    ``dataloader_workers`` as in :func:`cpu_overrides`, written to ``verl_cpu_overrides{name}.txt``."""
+    overrides = work / f"verl_cpu_overrides{name}.txt"
+    lines = [
+        *cpu_overrides(bf16=bf16, dataloader_workers=dataloader_workers),
+        f"hydra.run.dir={work / 'hydra'}",
+    ]
     overrides.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     pythonpath = os.pathsep.join([str(TESTS), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
     return {
