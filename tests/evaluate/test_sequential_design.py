@@ -18,6 +18,7 @@ from scipy import stats as sps
 from acerl.evaluate.power import seeds_for_mde
 from acerl.evaluate.sequential import (
     SequentialDesign,
+    calibration_sds,
     final_calibration,
     holm_rows,
     seeds_needed,
@@ -44,6 +45,31 @@ def test_the_design_keeps_its_error_rate_over_both_looks():
     # the simulation resolves the defect it guards against: the naive final test (the rule before) exceeds 0.05
     naive = _size(simulate_design(DESIGN, sd=SD, floor=FLOOR, n_sims=N_SIMS, seed=1))
     assert naive > declared + tolerance, naive
+
+
+@pytest.mark.parametrize("sd", [1.25 * DESIGN.target, 1.5 * DESIGN.target, 2.0 * DESIGN.target])
+def test_the_design_keeps_its_error_rate_with_a_small_floor(sd):
+    # a floor of a quarter of the target (a larger benchmark or more samples per problem): the SDs at which the
+    # re-estimate decides the seeds lie far above the floor, and one comparison (the worst case) is simulated
+    floor, n_sims = 0.25 * DESIGN.target, 100_000
+    cal = final_calibration(DESIGN, floor)
+    declared = DESIGN.alpha_interim + DESIGN.alpha_final
+    tolerance = 3.5 * math.sqrt(declared * (1 - declared) / n_sims)
+    for m in (1, 2):
+        res = simulate_design(
+            DESIGN, sd=sd, floor=floor, n_comparisons=m, n_sims=n_sims, seed=7, final_pvalue=cal.pvalue
+        )
+        assert _size(res) <= declared + tolerance, (m, _size(res))
+
+
+def test_the_calibration_covers_every_sd_at_which_the_seeds_depend_on_the_data():
+    for floor in (0.0, 0.1 * DESIGN.target, FLOOR, 5 * DESIGN.target):
+        sds = calibration_sds(DESIGN, floor)
+        assert sds[0] >= floor and np.all(np.diff(sds) > 0)
+        # from where stage 1's SD (7 df) almost never asks for more seeds, or from the floor where it is above
+        assert sds[0] == floor or seeds_needed(2.0 * sds[0], DESIGN) <= DESIGN.stage1
+        # to where the cap almost always decides the seeds: even half the grid's last SD needs more than the cap
+        assert seeds_needed(sds[-1] / 2.0, DESIGN) > DESIGN.max_seeds
 
 
 def test_the_calibration_raises_p_values_and_lowers_the_final_level():

@@ -11,7 +11,8 @@ pools that same SD: a low stage-1 SD stops the study early with a low pooled SD.
 then rejects a true null about 5.3% of the time over both looks (two comparisons, the study's SD ratio and
 floor), and up to 6.6% for one comparison without a floor. :class:`FinalCalibration` simulates the rule under
 the null for one comparison (the worst case: its own SD alone decides the seeds) at the observed floor, over a
-grid of true SDs at or above the floor, and maps a naive p to the largest rejection rate any of them gives
+grid of true SDs at or above the floor that covers every SD at which the seeds depend on the data
+(:func:`calibration_sds`), and maps a naive p to the largest rejection rate any of them gives
 (``p_final = max(p, G(p))``). Holm then runs on these calibrated p-values, so the error rate over both looks is
 at most ``alpha_interim + alpha_final``. The rule does not depend on the mean difference, so the same map
 calibrates a test of any other null value: the final interval at ``1 - level(alpha_final)`` and the TOST
@@ -41,11 +42,12 @@ __all__ = [
     "holm_rows",
     "simulate_design",
     "FinalCalibration",
+    "calibration_sds",
     "final_calibration",
 ]
 
-CALIBRATION_RATIOS = (1.0, 1.1, 1.25, 1.4, 1.6, 1.8, 2.0, 2.5, 3.0, 4.0)
-"""True ``sd(d_s)`` in units of the floor (or of the target where there is no floor) the calibration covers."""
+CALIBRATION_STEP = 1.15
+"""Ratio of neighbouring true SDs on the calibration's grid (:func:`calibration_sds`)."""
 
 
 @dataclass(frozen=True)
@@ -178,18 +180,34 @@ class FinalCalibration:
         return float(ok.max()) if ok.size else 0.0
 
 
+def calibration_sds(design: SequentialDesign, floor: float) -> np.ndarray:
+    """The true ``sd(d_s)`` (fractions) the calibration simulates: a geometric grid (step
+    :data:`CALIBRATION_STEP`) over every SD at which the rule's seed count depends on the data, from the floor.
+
+    Below ``sd_low``, half the SD at which stage 1's seeds meet the target, stage 1's SD (7 df) almost never
+    asks for more seeds, so the final test is a fixed-size t-test. Above ``sd_high``, twice the SD at which
+    ``max_seeds`` meet it, the cap almost always decides the seeds: fixed size again. Where the rule's size
+    exceeds alpha lies between the two, wherever the floor is: a grid tied to the floor (1-4x the floor)
+    missed it for a small floor (a larger benchmark or n). True SDs below the floor are outside the model.
+    """
+    factors = mde_factors(design.alpha_final, design.power, design.max_seeds)
+    low = max(floor, 0.5 * design.target / factors[design.stage1])
+    high = max(low, 2.0 * design.target / factors[design.max_seeds])
+    steps = math.ceil(math.log(high / low) / math.log(CALIBRATION_STEP) - 1e-9)
+    return low * CALIBRATION_STEP ** np.arange(steps + 1)
+
+
 @functools.lru_cache(maxsize=8)
 def final_calibration(
     design: SequentialDesign, floor: float, *, n_sims: int = 100_000, seed: int = 20261127
 ) -> FinalCalibration:
-    """Simulate the design for one comparison under the null at each true SD of :data:`CALIBRATION_RATIOS`
-    (times the floor, or the target where ``floor`` is 0) with the observed ``floor`` (fractions). Cached: a
-    look calls it per comparison; one calibration simulates a million studies (seconds)."""
-    unit = floor if floor > 0 else design.target
+    """Simulate the design for one comparison under the null at each true SD of :func:`calibration_sds`
+    with the observed ``floor`` (fractions). Cached: a look calls it per comparison; one calibration simulates
+    ``n_sims`` studies per SD, one to two million in all (seconds)."""
     sims = []
-    for j, ratio in enumerate(CALIBRATION_RATIOS):
+    for j, sd in enumerate(calibration_sds(design, floor)):
         res = simulate_design(
-            design, sd=ratio * unit, floor=floor, n_comparisons=1, n_sims=n_sims, seed=seed + j
+            design, sd=float(sd), floor=floor, n_comparisons=1, n_sims=n_sims, seed=seed + j
         )
         sims.append(np.sort(np.nan_to_num(res["p_naive"][:, 0], nan=np.inf)))
     return FinalCalibration(floor, tuple(sims))
