@@ -11,11 +11,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from acerl.config import MethodsComparison
-from acerl.evaluate.power import paired_effect
+from acerl.evaluate.power import mde_paired, paired_effect
 from acerl.evaluate.stats import holm, mean_ci
-from acerl.report.methods import BASE_LABEL, main, methods_curves, methods_figure, methods_table
+from acerl.report.methods import (
+    BASE_LABEL,
+    main,
+    methods_curves,
+    methods_figure,
+    methods_table,
+    planning_alpha,
+)
 from acerl.report.style import METHOD_STYLES, method_style
 
 METHODS = ("grpo", "ace_grpo", "nsr", "psr", "kl_cov")
@@ -69,11 +77,66 @@ def test_the_table_is_the_projects_statistics_applied_to_the_declared_comparison
             assert (table.loc[m, f"lo_{ref}"], table.loc[m, f"hi_{ref}"]) == pytest.approx(
                 (eff.ci_low, eff.ci_high)
             )
-            assert table.loc[m, f"mde_{ref}"] == pytest.approx(eff.mde, rel=1e-9)
+            # the MDE at the alpha the seeds were planned at (Holm's first step), not at the family's 0.05
+            assert planning_alpha(MC) == pytest.approx(0.05 / 3)
+            assert table.loc[m, f"mde_{ref}"] == pytest.approx(mde_paired(eff.sd, 4, 0.05 / 3), rel=1e-9)
+            assert table.loc[m, f"mde_{ref}"] > eff.mde
             ps.append(eff.pvalue)
         np.testing.assert_allclose(table.loc[list(MC.methods), f"holm_{ref}"].to_numpy(), holm(ps))
     assert table.loc["nsr", "d_grpo"] > 0 and table.loc["nsr", "expected"] == "keeps"
     assert math.isnan(table.loc["grpo", "holm_grpo"])  # the baseline is not in its own family of tests
+
+
+def _problems_random_by_hand(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The crossed seeds x problems random-effects interval of ``mean(x)``, ``x: (S, P)``, written out with loops:
+    the three mean squares, ``Var = (MS_s + MS_p - MS_e) / (S P)`` with Satterthwaite's df, floored at the larger
+    of ``MS_s``, ``MS_p`` over ``S P`` (with that mean square's df)."""
+    n_s, n_p = x.shape
+    grand = sum(sum(row) for row in x) / (n_s * n_p)
+    rows = [sum(x[i]) / n_p for i in range(n_s)]
+    cols = [sum(x[i][j] for i in range(n_s)) / n_s for j in range(n_p)]
+    ms_s = n_p * sum((r - grand) ** 2 for r in rows) / (n_s - 1)
+    ms_p = n_s * sum((c - grand) ** 2 for c in cols) / (n_p - 1)
+    resid = [(x[i][j] - rows[i] - cols[j] + grand) ** 2 for i in range(n_s) for j in range(n_p)]
+    ms_e = sum(resid) / ((n_s - 1) * (n_p - 1))
+    combined = ms_s + ms_p - ms_e
+    if combined >= max(ms_s, ms_p):
+        df = combined**2 / (ms_s**2 / (n_s - 1) + ms_p**2 / (n_p - 1) + ms_e**2 / ((n_s - 1) * (n_p - 1)))
+        var = combined / (n_s * n_p)
+    else:
+        var, df = max(ms_s, ms_p) / (n_s * n_p), float(n_s - 1 if ms_s >= ms_p else n_p - 1)
+    half = float(sps.t.ppf(0.5 + level / 2, df)) * math.sqrt(var)
+    return grand - half, grand + half
+
+
+def test_the_absolute_level_has_its_interval_with_problems_random() -> None:
+    """Each method's Pass@k carries, beside its t interval over seeds (problems fixed), the interval with seeds
+    and problems random; checked against the crossed random-effects interval written out by hand, on data with
+    a problem effect (so it is wider than the seeds-only one) and on the case where the floor applies."""
+    df = problems(n_problems=12)
+    rng = np.random.default_rng(5)
+    easy = {f"p{p}": int(rng.integers(0, 8)) for p in range(12)}  # a problem effect shared by every run
+    df["c"] = np.minimum(8, df["c"] // 3 + df["id"].map(easy))
+    table = methods_table(df, MC, "b", "tiny", k=2)
+    for m in table.index:
+        sub = df[df["method"] == m].sort_values(["seed", "id"])
+        x = np.array(
+            [
+                [100 * (1 - math.comb(8 - c, 2) / math.comb(8, 2)) for c in g["c"]]
+                for _, g in sub.groupby("seed")
+            ]
+        )
+        low, high = _problems_random_by_hand(x)
+        assert (table.loc[m, "pr_low"], table.loc[m, "pr_high"]) == pytest.approx((low, high), abs=1e-9)
+        assert high - low > 2 * table.loc[m, "ci"]  # the problems' spread widens it
+    flat = problems(n_problems=3)  # few problems, no shared effect: the floor may apply
+    table = methods_table(flat, MC, "b", "tiny", k=1)
+    for m in table.index:
+        sub = flat[flat["method"] == m].sort_values(["seed", "id"])
+        x = np.array([[100 * c / 8 for c in g["c"]] for _, g in sub.groupby("seed")])
+        assert (table.loc[m, "pr_low"], table.loc[m, "pr_high"]) == pytest.approx(
+            _problems_random_by_hand(x), abs=1e-9
+        )
 
 
 def test_a_case_by_hand() -> None:

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from acerl.config import BASE_METHOD, Config, ConfigError, MethodsComparison, Run, load_config
 from acerl.errors import BadInputError, MissingInputError, UserError
-from acerl.evaluate.power import paired_effect
+from acerl.evaluate.power import mde_paired, paired_effect, seeds_problems_ci
 from acerl.evaluate.stats import holm, mean_ci
 from acerl.passk import pass_at_k_array
 from acerl.pipeline import paths
@@ -42,6 +42,7 @@ from acerl.report.training import last_steps_frame, paired_diagnostics, read_las
 __all__ = [
     "references",
     "compared_methods",
+    "planning_alpha",
     "comparison_runs",
     "methods_curves",
     "methods_figure",
@@ -70,6 +71,13 @@ def compared_methods(mc: MethodsComparison) -> list[str]:
     return list(dict.fromkeys([*references(mc), *mc.methods]))
 
 
+def planning_alpha(mc: MethodsComparison) -> float:
+    """The alpha of the MDE the report prints: Holm's most stringent step, ``alpha`` over the number of methods.
+    It is the alpha the design's seeds were planned at (config/methods.yaml), so planned and achieved MDE are
+    compared at one alpha."""
+    return mc.alpha / len(mc.methods)
+
+
 def comparison_runs(cfg: Config) -> tuple[MethodsComparison, str, list[str], list[int]]:
     """The declared comparison, its model (the main grid's one), every method it reads and its seeds."""
     mc = cfg.report.methods
@@ -87,20 +95,33 @@ def _per_seed_passk(problems: pd.DataFrame, bench: str, model: str, method: str,
     return pd.Series(100.0 * m.passk(k).mean(axis=1), index=list(m.seeds), name=method)
 
 
+def _problems_random_ci(
+    problems: pd.DataFrame, bench: str, model: str, method: str, k: int
+) -> tuple[float, float]:
+    """The 95% interval of a method's Pass@k (points) with seeds and problems both random
+    (:func:`acerl.evaluate.power.seeds_problems_ci` on its ``(seeds, problems)`` Pass@k): what another problem
+    set from the same distribution would give, for the absolute level."""
+    return seeds_problems_ci(100.0 * run_matrix(problems, bench, model, method).passk(k))
+
+
 def methods_table(
     problems: pd.DataFrame, mc: MethodsComparison, bench: str, model: str, k: int, alpha: float | None = None
 ) -> pd.DataFrame:
     """One row per method of the comparison (baseline and reference first): ``n_seeds``, ``passk`` and its t
-    half-width ``ci`` over seeds (points), and for each reference ``r`` in (baseline, reference): ``d_<r>`` (the
-    method minus ``r``, paired by seed), ``lo_<r>``/``hi_<r>`` (its ``1 - alpha`` t interval), ``p_<r>``,
-    ``holm_<r>`` (Holm over ``mc.methods``), ``mde_<r>`` (power 0.8), and ``expected`` (the declared direction)."""
+    half-width ``ci`` over seeds (points; the benchmark's problems held fixed), ``pr_low``/``pr_high`` (its 95%
+    interval with seeds and problems both random), and for each reference ``r`` in (baseline, reference):
+    ``d_<r>`` (the method minus ``r``, paired by seed), ``lo_<r>``/``hi_<r>`` (its ``1 - alpha`` t interval),
+    ``p_<r>``, ``holm_<r>`` (Holm over ``mc.methods``), ``mde_<r>`` (power 0.8, two-sided alpha
+    :func:`planning_alpha`, the alpha the seeds were planned at), and ``expected`` (the declared direction)."""
     alpha = mc.alpha if alpha is None else alpha
     order = compared_methods(mc)
     per_seed = {m: _per_seed_passk(problems, bench, model, m, k) for m in order}
     rows = []
     for m in order:
         ci = mean_ci(per_seed[m].to_numpy())
-        rows.append({"method": m, "n_seeds": ci.n, "passk": ci.mean, "ci": ci.half_width})
+        low, high = _problems_random_ci(problems, bench, model, m, k)
+        rows.append({"method": m, "n_seeds": ci.n, "passk": ci.mean, "ci": ci.half_width, "pr_low": low,
+                     "pr_high": high})  # fmt: skip
     table = pd.DataFrame(rows).set_index("method")
     for ref in references(mc):
         for m in order:
@@ -110,8 +131,9 @@ def methods_table(
             eff = paired_effect(
                 per_seed[m][common].to_numpy() - per_seed[ref][common].to_numpy(), alpha=alpha
             )
+            mde = mde_paired(eff.sd, eff.n_seeds, planning_alpha(mc))
             for col, value in (("d", eff.delta), ("lo", eff.ci_low), ("hi", eff.ci_high), ("p", eff.pvalue),
-                               ("mde", eff.mde)):  # fmt: skip
+                               ("mde", mde)):  # fmt: skip
                 table.loc[m, f"{col}_{ref}"] = value
         family = [m for m in mc.methods if m != ref]
         table.loc[family, f"holm_{ref}"] = holm(table.loc[family, f"p_{ref}"].to_numpy())
@@ -164,12 +186,17 @@ def methods_report_table(
     declared direction. ``acerl report methods`` prints it; the study report writes it (``methods_<bench>``)."""
     refs = references(mc)
     level = round(100 * (1 - mc.alpha))
-    header = ["Method", "Seeds", f"Pass@{k}"]
+    mde_alpha = f"{planning_alpha(mc):.3g}"
+    header = ["Method", "Seeds", f"Pass@{k}", "95% CI, problems random"]
     for r in refs:
-        header += [f"minus {names.method(r)} (Holm p)", f"{level}% CI", "p", "MDE"]
+        header += [f"minus {names.method(r)} (Holm p)", f"{level}% CI", "p", f"MDE (α {mde_alpha})"]
     rows = []
     for m, row in table.iterrows():
-        cells = [Cell(raw=str(int(row["n_seeds"]))), Cell(value=row["passk"], ci=row["ci"])]
+        cells = [
+            Cell(raw=str(int(row["n_seeds"]))),
+            Cell(value=row["passk"], ci=row["ci"]),
+            Cell(raw=f"{_fmt(row['pr_low'])} to {_fmt(row['pr_high'])}"),
+        ]
         for r in refs:
             d = row.get(f"d_{r}", math.nan)
             # a cell per method of the comparison; the reference against the baseline too, not the reverse
@@ -190,9 +217,10 @@ def methods_report_table(
     return Table(
         name=f"methods_{bench}",
         caption=f"Methods beyond the paper: Pass@{k} on {names.benchmark(bench)} (%), mean over seeds with its "
-        f"95% t interval; each method minus {' and minus '.join(names.method(r) for r in refs)}, paired by "
-        f"seed, with its {level}% t interval, Holm's p over the {len(mc.methods)} methods and the MDE at 80% "
-        "power",
+        f"95% t interval (problems fixed) and its 95% interval with seeds and problems random; each method "
+        f"minus {' and minus '.join(names.method(r) for r in refs)}, paired by seed, with its {level}% t "
+        f"interval, Holm's p over the {len(mc.methods)} methods and the MDE at 80% power and two-sided alpha "
+        f"{mde_alpha} (Holm's first step, {mc.alpha:g} / {len(mc.methods)}: the alpha the seeds were planned at)",
         label=f"tab:methods_{bench}",
         header=tuple(header),
         groups=(tuple(rows),),
@@ -200,6 +228,10 @@ def methods_report_table(
         notes=(
             "Expected: the direction the literature predicts against the baseline, declared before any run "
             "(report.methods.expected); p unadjusted, Holm p within each family of tests.",
+            "Every interval but the problems-random one holds the benchmark's problems fixed: it is about these "
+            "problems, not a new set from the same distribution. The problems-random interval (seeds x problems "
+            "random effects, acerl.evaluate.power.seeds_problems_ci) is the one for the absolute level. The "
+            "paired differences' intervals hold the problems fixed too: they answer for these problems.",
         ),  # fmt: skip
     )
 
@@ -348,7 +380,10 @@ def render_report(
     names = DisplayNames(methods=displays, benchmarks={bench: bench})
     out.append(to_markdown(methods_report_table(table, mc, names, bench, k)))
     curves = methods_curves(problems, methods, bench, model, cfg.evaluation.ks)
-    out.append("\n## Pass@k per method (mean ± 95% t half-width over seeds)\n")
+    out.append(
+        "\n## Pass@k per method (mean ± 95% t half-width over seeds, the benchmark's problems held fixed; at "
+        f"Pass@{k} the table above gives the interval with problems random too)\n"
+    )
     wide = curves.pivot(index="method", columns="k", values="passk").loc[methods]
     half = curves.pivot(index="method", columns="k", values="ci").loc[methods]
     out.append("| method | " + " | ".join(f"k={k_}" for k_ in wide.columns) + " |")
