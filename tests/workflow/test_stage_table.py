@@ -1,5 +1,6 @@
 """One stage table (acerl.pipeline.stages) feeds Snakemake and DVC: both tools see the same jobs, files and deciding params,
-and a changed key reruns the same jobs in both (Snakemake's params trigger, ``dvc status``)."""
+and a changed key reruns the same jobs in both (Snakemake's params trigger, ``dvc status``). The rules spell out the
+table's patterns and commands; the tests here check the rules as written and every job of two grids against it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import copy
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +22,20 @@ from support.study import REPO, copy_project, copy_workflow, snakemake_env
 from acerl import stage_versions
 from acerl.config import deep_merge, load_config, merged_dict, spec_json, validate
 from acerl.config.settings import run_spec, spec_keys
-from acerl.dvc import DEFAULT_CONFIG_FILES, render_dvc_yaml, stage_name
+from acerl.dvc import render_dvc_yaml, stage_name
 from acerl.pipeline.stages import (
     STAGES,
     VERSIONS_FILE,
     Job,
+    config_args,
+    job_benchmark_file,
+    job_command,
+    job_inputs,
+    job_log_file,
     job_outputs,
     param_keys,
-    rule_header,
+    pattern_job,
+    stage_argv,
     study_jobs,
 )
 
@@ -82,7 +90,11 @@ def test_snakemake_and_dvc_see_the_same_jobs_files_and_params(tmp_path: Path, gr
         name = by_outputs[frozenset(job["output"])]  # KeyError: a Snakemake job DVC does not have
         st, tj = dvc[name], table[name]
         assert job["rule"] == tj.stage
-        assert job["params"]["cmd"] == st["cmd"]
+        assert st["cmd"] == job_command(tj, files)
+        assert job["shell"] == _shell(tj.stage, st["cmd"], job["log"][0]), name
+        assert job["params"]["configs"] == shlex.join(config_args(files))
+        assert job["log"] == [job_log_file(".", tj).as_posix()], name
+        assert job["benchmark"] == job_benchmark_file(".", tj).as_posix(), name
         assert job["input"] == sorted(st.get("deps", [])), name
         decides = json.loads(job["params"]["decides"])
         assert decides.pop("version") == stage_versions.STAGE_VERSIONS[tj.stage]
@@ -104,22 +116,71 @@ def test_snakemake_and_dvc_see_the_same_jobs_files_and_params(tmp_path: Path, gr
     assert {j["rule"] for j in smk} <= set(STAGES)
 
 
-def test_committed_smk_headers_are_current() -> None:
-    """Each ``workflow/rules/*.smk`` opens with a block per rule it holds: its command and what it reads, writes
-    and appends to, written from the stage table as dvc.yaml is (for the default config)."""
-    cfg = load_config([REPO / f for f in DEFAULT_CONFIG_FILES])
-    rules_seen = []
-    for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
-        text = smk.read_text()
-        rules = re.findall(r"^rule (\w+):", text, flags=re.MULTILINE)
-        want = "\n".join(rule_header(cfg, rule) for rule in rules).splitlines()
-        got = text.splitlines()[: len(want)]
-        expected = "\n".join(want)
-        assert got == want, (
-            f"{smk.name}: its first lines should be (acerl.pipeline.stages.rule_header)\n{expected}"
-        )
-        rules_seen += rules
-    assert sorted(rules_seen) == sorted(STAGES)
+# ------------------------------------------------------------------------------------------- the rules
+EXEC = {
+    "train_policy"
+}  # `exec acerl train`: the trainer itself gets SLURM's SIGTERM and checkpoints (docs/cluster.md)
+INPUT_FUNCTIONS = {  # inputs a wildcard's config decides, so input functions (each commented in its rule)
+    "prepare_base": {
+        "sft",
+        "benchmarks",
+        "local",
+    },  # the tiny model's SFT data and benchmarks; a hub model's folder
+    "sample": {"policy"},  # a run's final policy, or the base model itself for method "base"
+}
+
+
+def _shell(stage: str, command: str, log: str) -> str:
+    """A job's shell command: the table's command, its output to the job's log."""
+    return f"{'exec ' if stage in EXEC else ''}{command} > {log} 2>&1"
+
+
+def _flat(files: Any) -> list[Any]:
+    """A rule's named files in order, as (path, directory) pairs or ``<function>``; empty lists (a branch not
+    taken) left out."""
+    out: list[Any] = []
+    for value in files.values():
+        for v in value if isinstance(value, list) else [value]:
+            out.append(v if v == "<function>" else (v["path"], v["directory"]))
+    return out
+
+
+@pytest.mark.parametrize("grid", list(GRIDS))
+def test_every_rule_spells_out_its_files_and_command(tmp_path: Path, grid: str) -> None:
+    """Each rule as written (Snakemake's parsed rules, wildcards unfilled) shows the stage table's patterns: its
+    outputs (a DVC-only ``persist`` log left out), log and benchmark, its inputs (input functions only where a
+    wildcard's config decides them: ``INPUT_FUNCTIONS``), and its ``shell:`` the table's command with
+    ``{params.configs}`` for the config files and ``{wildcards.*}`` for the job's values."""
+    files = GRIDS[grid]
+    rules = smk_api(copy_workflow(tmp_path), "rules", *files[1:])
+    cfg = load_config([REPO / f for f in files])
+    assert sorted(rules) == sorted(STAGES)
+    for stage, rule in rules.items():
+        job = pattern_job(stage)
+        assert rule["unnamed_input"] == rule["unnamed_output"] == 0, stage
+        outputs = [(o.path, o.directory) for o in job_outputs(cfg, job) if not o.persist]
+        assert _flat(rule["output"]) == outputs, stage
+        assert rule["log"] == [job_log_file(".", job).as_posix()], stage
+        assert rule["benchmark"] == job_benchmark_file(".", job).as_posix(), stage
+        functions = {name for name, value in rule["input"].items() if value == "<function>"}
+        assert functions == INPUT_FUNCTIONS.get(stage, set()), stage
+        try:
+            table = job_inputs(cfg, job)
+        except KeyError:  # the inputs of a "{model}" need the model's config: input functions alone
+            assert set(rule["input"]) == functions, stage
+        else:
+            literal = {name: value for name, value in rule["input"].items() if name not in functions}
+            want = {name: value for name, value in table.items() if name not in functions}
+            assert [path for path, _ in _flat(literal)] == _flat_paths(want), stage
+        argv = stage_argv(stage, [], ".", run=job.run, model=job.model if job.run is None else None,
+                          benchmark=job.benchmark)  # fmt: skip
+        command = " ".join([*argv[:2], "{params.configs}", *argv[2:]])
+        spelt = re.sub(r"\{wildcards\.(\w+)(?::q)?\}", r"{\1}", rule["shell"])
+        assert spelt == _shell(stage, command, "{log}"), stage
+
+
+def _flat_paths(inputs: dict[str, str | list[str]]) -> list[str]:
+    return [p for value in inputs.values() for p in ([value] if isinstance(value, str) else value)]
 
 
 def _sets(data: dict[str, Any], key: str) -> bool:
@@ -362,22 +423,3 @@ def test_job_of_every_stage_has_a_version() -> None:
     assert set(stage_versions.STAGE_VERSIONS) == set(STAGES)
     assert all(isinstance(v, int) and v >= 1 for v in stage_versions.STAGE_VERSIONS.values())
     assert Job("report").parts == ()
-
-
-def test_rule_header_names_the_command_and_every_file_once() -> None:
-    """The train rule's header: its command with the wildcards, its two inputs and two Snakemake outputs as
-    patterns, and the step log it appends to marked as DVC's alone (Snakemake does not declare it)."""
-    cfg = load_config([REPO / f for f in DEFAULT_CONFIG_FILES])
-    lines = rule_header(cfg, "train_policy").splitlines()
-    assert (
-        lines[0]
-        == "# train_policy: acerl train --model {model} --method {method} --seed {seed} --no-progress"
-    )
-    body = "\n".join(lines[1:])
-    for path in ("models/base/{model}", "data/train.jsonl", "runs/{model}/{method}/seed{seed}/final"):
-        assert body.count(path) == 1, path
-    assert [ln for ln in lines if "metrics.jsonl" in ln] == [
-        "#   appends: metrics  runs/{model}/{method}/seed{seed}/metrics.jsonl (DVC output only)"
-    ]
-    report = rule_header(cfg, "report")
-    assert "every metrics/{benchmark}/{model}/{method}/seed{seed}.json" in report

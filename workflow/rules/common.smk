@@ -1,21 +1,22 @@
 # Config loading and validation, and the input functions of all the rules. No pipeline logic lives here;
 # the config schema, the run grid and every path live in the acerl package.
 import os
+import shlex
+from pathlib import Path
 
 from snakemake.logging import logger
 
-from acerl.config import load_config, spec_json, validate
+from acerl.config import BASE_METHOD, load_config, spec_json, validate
 from acerl.pipeline.stages import (
-    job_benchmark_file,
-    job_command,
-    job_inputs,
-    job_log_file,
+    config_args,
+    evaluation_columns,
     job_of,
-    job_outputs,
+    local_data_sources,
+    main_grid_runs,
     models_used,
     param_values,
-    pattern_job,
     portable_path,
+    run_columns,
     split_view_files,
     VIEW_CONFIG_ENV,
 )
@@ -75,41 +76,33 @@ def gres(rule_name):
     return get
 
 
-def log_path(stage):
-    """The rule's log file pattern (the stage table's, from acerl.pipeline.paths)."""
-    return str(job_log_file(ROOT, pattern_job(stage)))
-
-
-def bench_path(stage):
-    """The rule's benchmark TSV pattern, which the report's compute accounting reads for every job."""
-    return str(job_benchmark_file(ROOT, pattern_job(stage)))
-
-
-# ---- the stage table (acerl.pipeline.stages): every rule's input, output and params; the same table writes dvc.yaml
-def stage_input(stage):
-    """The job's named inputs (use with ``unpack``)."""
-    return lambda wildcards: job_inputs(CFG, job_of(stage, wildcards))
-
-
-def stage_output(stage):
-    """The rule's named output patterns; a ``persist`` output (a log the job appends to across resumes) is left
-    out, as Snakemake deletes the outputs of a failed job."""
-    return {
-        o.name: directory(o.path) if o.directory else o.path
-        for o in job_outputs(CFG, pattern_job(stage))
-        if not o.persist
-    }
-
-
-def stage_cmd(stage):
-    return lambda wildcards: job_command(
-        job_of(stage, wildcards), JOB_CONFIG_FILES, ROOT
-    )
+# ---- the stage table (acerl.pipeline.stages) holds every job's files, command and deciding params; the rules spell
+# them out, a test checks they agree (tests/workflow/test_stage_table.py), and the same table writes dvc.yaml.
+# Every command's `--config FILE ...`: a param, so a job whose list of config files changed reruns.
+CONFIG_ARGS = shlex.join(config_args(JOB_CONFIG_FILES))
+# training through verl (its parquet files), not the local trainer
+VERL = CFG.compute.backend == "verl"
 
 
 def stage_params(stage):
     """The values of the config keys that decide the job, and the stage's code version (acerl.stage_versions)."""
     return lambda wildcards: spec_json(param_values(CFG, job_of(stage, wildcards)))
+
+
+def is_tiny(wildcards):
+    """The model is the tiny one, built and SFT'd by prepare_base (models.<model>.source: tiny)."""
+    return CFG.models[wildcards.model].source == "tiny"
+
+
+def local_model_folder(wildcards):
+    """A hub model's local folder (models.<model>.path), if it has one."""
+    model = CFG.models[wildcards.model]
+    return Path(model.path).as_posix() if model.source != "tiny" and model.path else []
+
+
+def evaluates_base(wildcards):
+    """The evaluated run is a base model itself (method "base"), not a trained policy."""
+    return wildcards.method == BASE_METHOD
 
 
 def all_targets():

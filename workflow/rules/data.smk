@@ -1,27 +1,19 @@
-# prepare_data: acerl prepare-data
-#   reads:   nothing
-#   writes:  train       data/train.jsonl
-#            sft         data/sft.jsonl
-#            synth_easy  data/synth_easy.jsonl
-#            synth_hard  data/synth_hard.jsonl
-#            heldout     data/heldout.jsonl
-# prepare_verl_data: acerl prepare-verl-data --model {model}
-#   reads:   train       data/train.jsonl
-#            benchmarks  data/synth_easy.jsonl, data/synth_hard.jsonl
-#   writes:  train       data/verl/{model}/train.parquet
-#            val         data/verl/{model}/val.parquet
-# Inputs, outputs, params: the stage table (acerl.pipeline.stages).
+# The data: training prompts, evaluation benchmarks and the held-out diagnostic set (synthetic, or the real
+# datasets of data.real), and verl's parquet files of each trained model (compute.backend: verl).
 
 
 rule prepare_data:
     input:
-        unpack(stage_input("prepare_data")),
+        sources=local_data_sources(CFG),  # data.real.*.path: local dataset files (none for synthetic data)
     output:
-        **stage_output("prepare_data"),
+        splits=expand("data/{split}.jsonl", split=CFG.data_splits),
+        real_data_report=branch(
+            CFG.data.kind == "real", then="data/real_data_report.json"
+        ),
     log:
-        log_path("prepare_data"),
+        "logs/prepare_data/data.log",
     benchmark:
-        bench_path("prepare_data")
+        "benchmarks/logs/prepare_data/data.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: 1
@@ -29,21 +21,23 @@ rule prepare_data:
         mem_mb=res("prepare_data", "mem_mb"),
         runtime=res("prepare_data", "runtime"),
     params:
-        cmd=stage_cmd("prepare_data"),
+        configs=CONFIG_ARGS,
         decides=stage_params("prepare_data"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "acerl prepare-data {params.configs} --root . > {log} 2>&1"
 
 
 rule prepare_verl_data:
     input:
-        unpack(stage_input("prepare_verl_data")),
+        train="data/train.jsonl",
+        benchmarks=expand("data/{benchmark}.jsonl", benchmark=CFG.benchmark_names),
     output:
-        **stage_output("prepare_verl_data"),
+        train="data/verl/{model}/train.parquet",
+        val="data/verl/{model}/val.parquet",
     log:
-        log_path("prepare_verl_data"),
+        "logs/prepare_verl_data/{model}.log",
     benchmark:
-        bench_path("prepare_verl_data")
+        "benchmarks/logs/prepare_verl_data/{model}.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: 1
@@ -51,7 +45,7 @@ rule prepare_verl_data:
         mem_mb=res("prepare_verl_data", "mem_mb"),
         runtime=res("prepare_verl_data", "runtime"),
     params:
-        cmd=stage_cmd("prepare_verl_data"),
+        configs=CONFIG_ARGS,
         decides=stage_params("prepare_verl_data"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "acerl prepare-verl-data {params.configs} --root . --model {wildcards.model:q} > {log} 2>&1"

@@ -1,20 +1,17 @@
-# diagnose: acerl diagnose --model {model} --method {method} --seed {seed} --no-progress
-#   reads:   final        runs/{model}/{method}/seed{seed}/final
-#            reference    models/base/{model}
-#            heldout      data/heldout.jsonl
-#   writes:  diagnostics  diagnostics/{model}/{method}/seed{seed}.json
 # OEF, overconfidence magnitude and entropy at the diagnostic checkpoints a run saved while training.
 
 
 rule diagnose:
     input:
-        unpack(stage_input("diagnose")),
+        final="runs/{model}/{method}/seed{seed}/final",
+        reference="models/base/{model}",
+        heldout="data/heldout.jsonl",
     output:
-        **stage_output("diagnose"),
+        diagnostics="diagnostics/{model}/{method}/seed{seed}.json",
     log:
-        log_path("diagnose"),
+        "logs/diagnose/{model}/{method}/seed{seed}.log",
     benchmark:
-        bench_path("diagnose")
+        "benchmarks/logs/diagnose/{model}/{method}/seed{seed}.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: res("diagnose", "threads")
@@ -25,7 +22,9 @@ rule diagnose:
         gres=gres("diagnose"),
         tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
     params:
-        cmd=stage_cmd("diagnose"),
+        configs=CONFIG_ARGS,
         decides=stage_params("diagnose"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "acerl diagnose {params.configs} --root ."
+        " --model {wildcards.model:q} --method {wildcards.method:q} --seed {wildcards.seed}"
+        " --no-progress > {log} 2>&1"

@@ -1,26 +1,21 @@
-# sample: acerl sample --model {model} --method {method} --seed {seed} --benchmark {benchmark} --no-progress
-#   reads:   policy       runs/{model}/{method}/seed{seed}/final
-#            problems     data/{benchmark}.jsonl
-#   writes:  generations  generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz
-# grade: acerl grade --model {model} --method {method} --seed {seed} --benchmark {benchmark}
-#   reads:   generations  generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz
-#   writes:  scored       scored/{benchmark}/{model}/{method}/seed{seed}.parquet
-# passk: acerl passk --model {model} --method {method} --seed {seed} --benchmark {benchmark}
-#   reads:   scored   scored/{benchmark}/{model}/{method}/seed{seed}.parquet
-#   writes:  metrics  metrics/{benchmark}/{model}/{method}/seed{seed}.json
-#            curve    metrics/{benchmark}/{model}/{method}/seed{seed}.curve.tsv
 # sample -> grade -> passk for every (benchmark, run), the base models included (method "base").
 
 
 rule sample:
     input:
-        unpack(stage_input("sample")),
+        # the run's final policy; for method "base" the base model itself
+        policy=branch(
+            evaluates_base,
+            then="models/base/{model}",
+            otherwise="runs/{model}/{method}/seed{seed}/final",
+        ),
+        problems="data/{benchmark}.jsonl",
     output:
-        **stage_output("sample"),
+        generations="generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz",
     log:
-        log_path("sample"),
+        "logs/sample/{benchmark}/{model}/{method}/seed{seed}.log",
     benchmark:
-        bench_path("sample")
+        "benchmarks/logs/sample/{benchmark}/{model}/{method}/seed{seed}.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: res("sample", "threads")
@@ -31,21 +26,23 @@ rule sample:
         gres=gres("sample"),
         tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
     params:
-        cmd=stage_cmd("sample"),
+        configs=CONFIG_ARGS,
         decides=stage_params("sample"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "acerl sample {params.configs} --root ."
+        " --model {wildcards.model:q} --method {wildcards.method:q} --seed {wildcards.seed}"
+        " --benchmark {wildcards.benchmark:q} --no-progress > {log} 2>&1"
 
 
 rule grade:
     input:
-        unpack(stage_input("grade")),
+        generations="generations/{benchmark}/{model}/{method}/seed{seed}.jsonl.gz",
     output:
-        **stage_output("grade"),
+        scored="scored/{benchmark}/{model}/{method}/seed{seed}.parquet",
     log:
-        log_path("grade"),
+        "logs/grade/{benchmark}/{model}/{method}/seed{seed}.log",
     benchmark:
-        bench_path("grade")
+        "benchmarks/logs/grade/{benchmark}/{model}/{method}/seed{seed}.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: res("grade", "threads")
@@ -53,21 +50,24 @@ rule grade:
         mem_mb=res("grade", "mem_mb"),
         runtime=res("grade", "runtime"),
     params:
-        cmd=stage_cmd("grade"),
+        configs=CONFIG_ARGS,
         decides=stage_params("grade"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "acerl grade {params.configs} --root ."
+        " --model {wildcards.model:q} --method {wildcards.method:q} --seed {wildcards.seed}"
+        " --benchmark {wildcards.benchmark:q} > {log} 2>&1"
 
 
 rule passk:
     input:
-        unpack(stage_input("passk")),
+        scored="scored/{benchmark}/{model}/{method}/seed{seed}.parquet",
     output:
-        **stage_output("passk"),
+        metrics="metrics/{benchmark}/{model}/{method}/seed{seed}.json",
+        curve="metrics/{benchmark}/{model}/{method}/seed{seed}.curve.tsv",
     log:
-        log_path("passk"),
+        "logs/passk/{benchmark}/{model}/{method}/seed{seed}.log",
     benchmark:
-        bench_path("passk")
+        "benchmarks/logs/passk/{benchmark}/{model}/{method}/seed{seed}.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: 1
@@ -75,7 +75,9 @@ rule passk:
         mem_mb=res("passk", "mem_mb"),
         runtime=res("passk", "runtime"),
     params:
-        cmd=stage_cmd("passk"),
+        configs=CONFIG_ARGS,
         decides=stage_params("passk"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "acerl passk {params.configs} --root ."
+        " --model {wildcards.model:q} --method {wildcards.method:q} --seed {wildcards.seed}"
+        " --benchmark {wildcards.benchmark:q} > {log} 2>&1"

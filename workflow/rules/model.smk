@@ -1,19 +1,23 @@
-# prepare_base: acerl prepare-base --model {model}
-#   reads:   sft         data/sft.jsonl (per model)
-#            benchmarks  data/synth_easy.jsonl, data/synth_hard.jsonl (per model)
-#   writes:  model       models/base/{model}
-# A base model folder per model (the tiny model is built and SFT'd here; hub models linked).
+# A base model folder per model: the tiny model is built and SFT'd here; a hub model is linked.
 
 
 rule prepare_base:
     input:
-        unpack(stage_input("prepare_base")),
+        # What a base model reads depends on its config, so these are input functions: the tiny model
+        # (models.<model>.source: tiny) reads the SFT data and the benchmarks it is scored on; a hub model reads
+        # its local folder (models.<model>.path) if it has one, else nothing.
+        sft=branch(is_tiny, then="data/sft.jsonl"),
+        benchmarks=branch(
+            is_tiny,
+            then=expand("data/{benchmark}.jsonl", benchmark=CFG.evaluation.benchmarks),
+        ),
+        local=local_model_folder,
     output:
-        **stage_output("prepare_base"),
+        model=directory("models/base/{model}"),
     log:
-        log_path("prepare_base"),
+        "logs/prepare_base/{model}.log",
     benchmark:
-        bench_path("prepare_base")
+        "benchmarks/logs/prepare_base/{model}.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: res("prepare_base", "threads")
@@ -24,7 +28,7 @@ rule prepare_base:
         gres=gres("prepare_base"),
         tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
     params:
-        cmd=stage_cmd("prepare_base"),
+        configs=CONFIG_ARGS,
         decides=stage_params("prepare_base"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "acerl prepare-base {params.configs} --root . --model {wildcards.model:q} > {log} 2>&1"

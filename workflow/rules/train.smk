@@ -1,23 +1,25 @@
-# train_policy: acerl train --model {model} --method {method} --seed {seed} --no-progress
-#   reads:   base     models/base/{model}
-#            train    data/train.jsonl
-#   writes:  final    runs/{model}/{method}/seed{seed}/final
-#            live     runs/{model}/{method}/seed{seed}/dvclive
-#   appends: metrics  runs/{model}/{method}/seed{seed}/metrics.jsonl (DVC output only)
-# One (model, method, seed) run. Resumable state lives in runs/.../checkpoints/, which is not a
-# rule output, so Snakemake never deletes it when a job fails or is preempted: a retry resumes from it. The
-# per-step metrics.jsonl is a DVC output (persist) but not a Snakemake one, for the same reason.
+# One (model, method, seed) training run. Resumable state lives in runs/.../checkpoints/, which is not a rule
+# output, so Snakemake never deletes it when a job fails or is preempted: a retry resumes from it. The per-step
+# log runs/{model}/{method}/seed{seed}/metrics.jsonl, which a resumed run appends to, is a DVC output (persist)
+# but not a Snakemake one, for the same reason. With compute.backend: verl the run reads verl's parquet files
+# (rule prepare_verl_data); with the local trainer it writes dvclive/, rebuilt from metrics.jsonl at every start.
 
 
 rule train_policy:
     input:
-        unpack(stage_input("train_policy")),
+        base="models/base/{model}",
+        train="data/train.jsonl",
+        verl_train=branch(VERL, then="data/verl/{model}/train.parquet"),
+        verl_val=branch(VERL, then="data/verl/{model}/val.parquet"),
     output:
-        **stage_output("train_policy"),
+        final=directory("runs/{model}/{method}/seed{seed}/final"),
+        live=branch(
+            not VERL, then=directory("runs/{model}/{method}/seed{seed}/dvclive")
+        ),
     log:
-        log_path("train_policy"),
+        "logs/train_policy/{model}/{method}/seed{seed}.log",
     benchmark:
-        bench_path("train_policy")
+        "benchmarks/logs/train_policy/{model}/{method}/seed{seed}.tsv"
     conda:
         "../envs/acerl.yaml"
     threads: res("train_policy", "threads")
@@ -29,7 +31,10 @@ rule train_policy:
         tasks_per_gpu=0,  # one task, not one per GPU (the plugin's default); docs/cluster.md, "GPUs"
         nodes=res("train_policy", "nodes"),
     params:
-        cmd=stage_cmd("train_policy"),
+        configs=CONFIG_ARGS,
+        # the run's resolved settings (run_spec.json), the grader's time limit, the backend, the code version
         decides=stage_params("train_policy"),
     shell:
-        "exec {params.cmd} > {log} 2>&1"
+        "exec acerl train {params.configs} --root ."
+        " --model {wildcards.model:q} --method {wildcards.method:q} --seed {wildcards.seed}"
+        " --no-progress > {log} 2>&1"

@@ -2,9 +2,11 @@
 
 For every job kind (a Snakemake rule, a family of DVC stages) :data:`TABLE` holds its jobs for a config, and for
 each job its inputs, its outputs (with DVC's metrics and plots), the config keys that decide its result and its
-command: one :class:`StageSpec` per job kind, built by keyword. ``workflow/rules/*.smk`` (``input:``, ``output:``, ``params:``) and :mod:`acerl.dvc` (``deps``,
-``outs``, ``metrics``, ``params``, ``plots``) both read it, so the two tools run the same jobs on the same files
-and rerun them for the same reasons. Paths come from :mod:`acerl.pipeline.paths`, the grid from :class:`acerl.config.Config`.
+command: one :class:`StageSpec` per job kind, built by keyword. ``workflow/rules/*.smk`` spell out its patterns and
+commands (``tests/workflow/test_stage_table.py`` checks each rule and job against it) and take their deciding
+``params:`` from it; :mod:`acerl.dvc` (``deps``, ``outs``, ``metrics``, ``params``, ``plots``) renders
+``dvc.yaml`` from it. So the two tools run the same jobs on the same files and rerun them for the same reasons.
+Paths come from :mod:`acerl.pipeline.paths`, the grid from :class:`acerl.config.Config`.
 
 Deciding keys (:func:`param_keys`) are merged-config key paths; a key stands for its whole subtree. They list
 what changes a job's result and nothing else (docs/sharing.md, "What reruns a job"):
@@ -22,7 +24,6 @@ tools, bumped with a change to ``src/acerl`` that changes what the stage writes.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -212,11 +213,15 @@ REPORT_KEYS = (
 
 
 # ----------------------------------------------------------------------------------------- the files
-def _inputs_prepare_data(cfg: Config, job: Job) -> Inputs:
-    """Local dataset files (``data.real.*.path``) prepare_data reads."""
+def local_data_sources(cfg: Config) -> list[str]:
+    """Local dataset files (``data.real.*.path``) prepare_data reads; none for the synthetic data."""
     real = cfg.data.real if cfg.data.kind == "real" else None
     sources = [] if real is None else [real.train, *real.benchmarks.values()]
-    return {"sources": [Path(s.path).as_posix() for s in sources if s.path is not None]}
+    return [Path(s.path).as_posix() for s in sources if s.path is not None]
+
+
+def _inputs_prepare_data(cfg: Config, job: Job) -> Inputs:
+    return {"sources": local_data_sources(cfg)}
 
 
 def _outputs_prepare_data(cfg: Config, job: Job) -> list[Output]:
@@ -313,6 +318,22 @@ def main_grid_runs(cfg: Config) -> list[Run]:
     """The runs of the study's main grid (``study.main``): the training-dynamics figure's runs."""
     main = cfg.study.main
     return [r for r in cfg.runs() if r.model in main.models and r.method in main.methods]
+
+
+def run_columns(runs: Sequence[Run]) -> dict[str, list[str]]:
+    """The runs' wildcard values column by column: ``expand(pattern, zip, **run_columns(runs))`` in a Snakemake
+    rule names one file per run."""
+    return {
+        "model": [r.model for r in runs],
+        "method": [r.method for r in runs],
+        "seed": [str(r.seed) for r in runs],
+    }
+
+
+def evaluation_columns(cfg: Config) -> dict[str, list[str]]:
+    """:func:`run_columns` of every evaluated (benchmark, run), the benchmark column first."""
+    evaluations = cfg.evaluations()
+    return {"benchmark": [b for b, _ in evaluations], **run_columns([r for _, r in evaluations])}
 
 
 def _outputs_report(cfg: Config, job: Job) -> list[Output]:
@@ -592,60 +613,6 @@ def job_outputs(cfg: Config, job: Job) -> list[Output]:
 def param_keys(cfg: Config, job: Job) -> list[str]:
     """The config keys (merged-config key paths) whose values decide ``job``'s result."""
     return list(dict.fromkeys(spec(job.stage).keys(cfg, job)))
-
-
-def rule_header(cfg: Config, stage: str) -> str:
-    """The comment lines that open ``stage``'s rule in its ``.smk`` file, so that the rule shows its command and
-    files at a glance: the command (beside the invocation's ``--config`` and ``--root``), one line per input,
-    per output (Snakemake's patterns) and per file the job appends to across resumes (a DVC output only,
-    since Snakemake deletes a failed job's outputs)."""
-    pattern = pattern_job(stage)
-    command = job_command(pattern, [], ".").replace(" --root .", "").replace("'", "")
-    outputs = job_outputs(cfg, pattern)
-    sections = [
-        ("reads", _header_reads(cfg, stage) or [("nothing", "")]),
-        ("writes", [(o.name, o.path) for o in outputs if not o.persist]),
-        ("appends", [(o.name, f"{o.path} (DVC output only)") for o in outputs if o.persist]),
-    ]
-    width = max(len(name) for _, items in sections for name, _ in items)
-    lines = [f"# {stage}: {command}"]
-    for label, items in sections:
-        for i, (name, what) in enumerate(items):
-            lines.append(f"#   {label + ':' if i == 0 else '':<9}{name:<{width}}  {what}".rstrip())
-    return "\n".join(lines)
-
-
-def _header_reads(cfg: Config, stage: str) -> list[tuple[str, str]]:
-    """A rule's inputs for its header, ``(name, path)``: the wildcard pattern of a per-job input, ``every
-    <pattern>`` for a study-wide list of many jobs' outputs, the files of a short list of fixed files, the
-    names alone where the inputs depend on the job's values."""
-    try:
-        inputs = job_inputs(cfg, pattern_job(stage))
-    except KeyError:  # the inputs differ per job (a hub model reads nothing; the tiny model its SFT data)
-        per_name: dict[str, dict[str, None]] = {}
-        for job in spec(stage).jobs(cfg):
-            for name, value in job_inputs(cfg, job).items():
-                per_name.setdefault(name, {}).update(
-                    dict.fromkeys([value] if isinstance(value, str) else value)
-                )
-        return [(name, ", ".join(files) + " (per model)") for name, files in per_name.items()]
-    out = []
-    for name, value in inputs.items():
-        if isinstance(value, str):
-            out.append((name, value))
-        elif value:
-            pattern = _producer_pattern(cfg, value)
-            out.append((name, f"every {pattern}" if "{" in pattern else ", ".join(value)))
-    return out
-
-
-def _producer_pattern(cfg: Config, files: Sequence[str]) -> str:
-    """The output pattern of the stage whose jobs write ``files`` (the first file decides)."""
-    for stage in STAGES:
-        for out in job_outputs(cfg, pattern_job(stage)):
-            if re.fullmatch(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(out.path)), files[0]):
-                return out.path
-    return files[0]
 
 
 def pipeline_graph(cfg: Config) -> str:
