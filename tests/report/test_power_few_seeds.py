@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from scipy import stats as sps
@@ -13,6 +15,7 @@ from acerl.report.stat_tables import power_table
 from acerl.report.table_format import to_markdown
 
 N, P = 8, 30
+REPO = Path(__file__).resolve().parents[2]
 COMPARISONS = {"ace_grpo": "grpo"}
 
 
@@ -57,3 +60,26 @@ def test_standardized_effect_and_tost(tmp_path):
     md = to_markdown(power_table(pw, "bench_a", names=NAMES, models=["m_large"], comparisons=COMPARISONS,
                                  margin=0.05))  # fmt: skip
     assert "TOST p (equivalence within ±5)" in md and "Standardized effect" in md
+    assert "post hoc" not in md  # declared by default
+
+
+def test_a_tost_added_after_the_data_is_labelled_post_hoc(capsys):
+    """A study whose TOST was not declared before its data (``report.equivalence_declared: false``, the power
+    study) shows its p as post hoc, in the power table and in the sequential tool's final look."""
+    from acerl.config import load_config
+    from acerl.report.sequential import main as sequential_main
+    from acerl.report.study import report_spec
+
+    pw = power_frame(_problems(range(5)), COMPARISONS, (1, 8), margin=0.05)
+    md = to_markdown(power_table(pw, "bench_a", names=NAMES, models=["m_large"], comparisons=COMPARISONS,
+                                 margin=0.05, tost_declared=False))  # fmt: skip
+    assert "TOST p (equivalence within ±5, post hoc)" in md and "post hoc: not declared before" in md
+    config = [str(REPO / "config" / "config.yaml"), str(REPO / "config" / "power.yaml")]
+    assert report_spec(load_config(config)).equivalence_declared is False
+    args = ["--counts", str(REPO / "docs" / "results" / "power" / "counts.csv"), "--benchmark", "synth_easy",
+            "--k", "32", "--final", "--config", config[0], "--config", config[1]]  # fmt: skip
+    assert sequential_main(args) == 0
+    head = capsys.readouterr().out.split("\n## Every seed", 1)[0]
+    assert "p_tost: equivalence within +-4 points (report.equivalence_margin), post hoc" in head
+    assert sequential_main([*args[:-4], "--config", config[0]]) == 0
+    assert "post hoc" not in capsys.readouterr().out.split("\n## Every seed", 1)[0]

@@ -103,6 +103,12 @@ class ReportConfig(_Model):
         "resolves; the paper's +2.5 (MATH-500, Pass@32) lies inside it, so equivalence at 4 does not exclude "
         "the paper's effect (docs/deviations.md)",
     )
+    equivalence_declared: bool = Field(
+        True,
+        description="whether the TOST against equivalence_margin was declared before the study's data were "
+        "seen; false: the reports that print its p label it post hoc (the power study added it after its final "
+        "look, config/power.yaml)",
+    )
     pilot_seeds: Seeds = Field(
         [],
         description="seeds of the main grid whose results were seen before a sequential design was fixed "

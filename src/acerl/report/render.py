@@ -280,6 +280,7 @@ def render_all(
                         ks=spec.ks,
                         primary=spec.primary,
                         margin=spec.equivalence_margin,
+                        tost_declared=spec.equivalence_declared,
                     ),  # fmt: skip
                 )
         if problems is not None:

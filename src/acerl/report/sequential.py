@@ -239,14 +239,23 @@ def _load(args: argparse.Namespace) -> pd.DataFrame:
     return load_passk_problems(args.metrics)
 
 
-def _config_defaults(paths: Sequence[Path]) -> tuple[list[int], float]:
-    """``report.pilot_seeds`` and ``report.equivalence_margin`` of the merged config files (defaults without)."""
+POST_HOC_TOST = (
+    ", post hoc: not declared before the data were seen (report.equivalence_declared: false), so not a test of "
+    "the design"
+)
+"""What the final look says of its TOST p where the study did not declare it beforehand."""
+
+
+def _config_defaults(paths: Sequence[Path]) -> tuple[list[int], float, bool]:
+    """``report.pilot_seeds``, ``report.equivalence_margin`` and ``report.equivalence_declared`` of the merged
+    config files (defaults without)."""
     if not paths:
-        return [], 4.0
+        return [], 4.0, True
     from acerl.config import load_config
 
     cfg = load_config(paths)
-    return list(cfg.report.pilot_seeds), float(cfg.report.equivalence_margin)
+    report = cfg.report
+    return list(report.pilot_seeds), float(report.equivalence_margin), bool(report.equivalence_declared)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     design = SequentialDesign(target=args.target / 100.0, max_seeds=args.max_seeds, stage1=args.stage1)
     try:
-        pilot, margin = _config_defaults(args.config)
+        pilot, margin, declared = _config_defaults(args.config)
     except UserError as err:
         print(
             f"acerl report sequential: {str(err).splitlines()[0]} (an overlay such as config/power.yaml goes over "
@@ -309,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for warning in seen_warnings(args.seen, per_seed, args.benchmark, pilot):
         print(f"acerl report sequential: warning: {warning}", file=sys.stderr)
-    _print_look(look, args, design, margin)
+    _print_look(look, args, design, margin, declared)
     _print_seeds(per_seed, pilot, design)
     if args.figure is not None:
         print(f"\nStrip plot: {strip_plot(per_seed, args.figure, k=args.k, benchmark=args.benchmark)}")
@@ -326,7 +335,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_look(
-    look: pd.DataFrame, args: argparse.Namespace, design: SequentialDesign, margin: float
+    look: pd.DataFrame,
+    args: argparse.Namespace,
+    design: SequentialDesign,
+    margin: float,
+    declared: bool = True,
 ) -> None:
     shown = _points(look, ("delta", "ci_low", "ci_high", "sim_low", "sim_high", "sd_diff", "sd_floor",
                            "sd_plan", "mde"))  # fmt: skip
@@ -338,7 +351,8 @@ def _print_look(
               "error rate over both looks stays at most "
               f"{design.alpha_interim + design.alpha_final:g}); the interval is at the calibrated level "
               "(`level`), sim_low/sim_high hold for both comparisons together; p_tost: equivalence within "
-              f"+-{margin:g} points (report.equivalence_margin); p_paired, p_signflip: naive, for reading.\n")  # fmt: skip
+              f"+-{margin:g} points (report.equivalence_margin){POST_HOC_TOST if not declared else ''}; p_paired, "
+              "p_signflip: naive, for reading.\n")  # fmt: skip
     else:
         print(f"## Interim look: Pass@{args.k} on {args.benchmark} (points)\n")
         print(f"The interval is at the interim's level 1 - {design.alpha_interim:g} (the level its efficacy stop "

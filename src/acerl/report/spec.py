@@ -116,6 +116,8 @@ class ReportSpec:
         primary: the primary endpoint ``(benchmark, k)`` of the significance and power tables' multiplicity
             correction (``None``: every table is one family of secondary tests).
         equivalence_margin: the power tables' TOST margin (a fraction; ``report.equivalence_margin / 100``).
+        equivalence_declared: the TOST was declared before the data (``report.equivalence_declared``); if not,
+            the power tables label its p post hoc.
         pilot_seeds: seeds whose results were seen before the design (``report.pilot_seeds``): the per-seed
             view marks them and the stage table adds the estimate without them.
         stage1_seeds: a sequential design's first stage (``report.stage1_seeds``; ``None``: one stage).
@@ -136,6 +138,7 @@ class ReportSpec:
     penalty_alpha: float = 1.0
     primary: tuple[str, int] | None = None
     equivalence_margin: float = 0.04
+    equivalence_declared: bool = True
     pilot_seeds: tuple[int, ...] = ()
     stage1_seeds: int | None = None
     methods: MethodsComparison | None = None

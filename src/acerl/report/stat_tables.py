@@ -153,6 +153,7 @@ def power_table(
     name: str | None = None,
     scale: float = 100.0,
     margin: float = 0.04,
+    tost_declared: bool = True,
 ) -> Table:
     """ACE vs its baseline on one benchmark with the power of the design (:func:`acerl.report.power.power_frame`).
 
@@ -160,7 +161,7 @@ def power_table(
     p-value Holm-adjusted by :func:`holm_by_family` (bold where the adjusted ``p < alpha_level``); the interval
     with seeds and problems both random ("n/a" with one seed); the minimal detectable effect (two-sided
     ``alpha_level``, ``power``); the standardized effect ``d_z``; the TOST p of equivalence within ``margin``
-    (a fraction; ``pw`` computed with the same margin; unadjusted).
+    (a fraction; ``pw`` computed with the same margin; unadjusted; labelled post hoc unless ``tost_declared``).
 
     Raises:
         MissingData: no comparison for this benchmark.
@@ -193,7 +194,7 @@ def power_table(
         (f"MDE ($\\alpha$ = {alpha_level:g}, power {power:g})", lambda r: Cell(value=r.mde * scale)),
         ("Standardized effect ($\\Delta$ / SD across seeds)", lambda r: Cell(raw=number_text(r.dz, 2, True)) if finite(r.dz) else Cell()),
         (
-            f"TOST p (equivalence within ±{scale * margin:g})",
+            f"TOST p (equivalence within ±{scale * margin:g}{'' if tost_declared else ', post hoc'})",
             lambda r: Cell(raw="".join(p_parts(r.p_tost)).lstrip("=")) if finite(r.p_tost) else Cell(),
         ),
     )  # fmt: skip
@@ -224,11 +225,12 @@ def power_table(
             "no test: the paired t, its p-value, the interval with seeds and problems random and the MDE "
             "need >= 2 seeds"
         )
+    tost_note = "" if tost_declared else "; post hoc: not declared before the data were seen"
     caption = (
         f"Power of ACE vs its baseline on {names.benchmark(benchmark)} ({design}): difference in Pass@$k$ "
         f"(points) paired by seed with its t interval and p-value, the interval with seeds and problems "
         f"both random, the minimal detectable effect (MDE) of this design, the standardized effect and the "
-        f"TOST p of equivalence within ±{scale * margin:g} points (unadjusted); {note}; bold = adjusted "
+        f"TOST p of equivalence within ±{scale * margin:g} points (unadjusted{tost_note}); {note}; bold = adjusted "
         f"$p < {alpha_level:g}$."
     )
     name = name or f"power_{benchmark}"

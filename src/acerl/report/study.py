@@ -129,6 +129,7 @@ def report_spec(cfg: Config) -> ReportSpec:
         penalty_alpha=ace_alphas[0] if ace_alphas else 1.0,
         primary=cfg.primary_endpoint,
         equivalence_margin=cfg.report.equivalence_margin / 100.0,
+        equivalence_declared=cfg.report.equivalence_declared,
         pilot_seeds=tuple(cfg.report.pilot_seeds),
         stage1_seeds=cfg.report.stage1_seeds,
         methods=cfg.report.methods,
