@@ -1,6 +1,7 @@
 """One stage table (acerl.pipeline.stages) feeds Snakemake and DVC: both tools see the same jobs, files and deciding params,
 and a changed key reruns the same jobs in both (Snakemake's params trigger, ``dvc status``). The rules spell out the
-table's patterns and commands; the tests here check the rules as written and every job of two grids against it."""
+table's patterns and commands; the tests here check the rules as written, and every job of the default, CI-scale
+and paper grids, against it."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from acerl.pipeline.stages import (
 
 SMK_API = Path(__file__).with_name("smk_api.py")
 GRIDS = {
+    "default": ("config/config.yaml",),
     "test": ("config/config.yaml", "config/test.yaml"),
     "paper": ("config/config.yaml", "config/paper.yaml"),
 }
@@ -71,8 +73,9 @@ def _dvc_param_keys(stage: dict[str, Any]) -> dict[str, list[str]]:
 # ------------------------------------------------------------------------------------------- agreement
 @pytest.mark.parametrize("grid", list(GRIDS))
 def test_snakemake_and_dvc_see_the_same_jobs_files_and_params(tmp_path: Path, grid: str) -> None:
-    """Every job of the CI-scale and paper grids: Snakemake's DAG (its Python API) and the generated dvc.yaml
-    have the same jobs, commands, inputs, outputs and deciding keys, and the same code version."""
+    """Every job of the default, CI-scale and paper grids: Snakemake's DAG (its Python API) and the generated
+    dvc.yaml have the same jobs, commands, inputs, outputs and deciding keys, and the same code version; each
+    Snakemake job runs the table's command (``job_command``) into the table's log."""
     files = GRIDS[grid]
     wd = copy_workflow(tmp_path)
     smk = smk_api(wd, "jobs", *files[1:])
