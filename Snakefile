@@ -2,7 +2,8 @@
 #   snakemake -c2 all                                              embedded default (CPU, minutes)
 #   snakemake --profile slurm --configfile=config/paper.yaml all   the paper's grid on a SLURM cluster, once
 #       scripts/install_slurm_profile.sh installed the site profile (or: make paper, which checks it first)
-# Every rule calls the `acerl` CLI; paths come from acerl.pipeline.paths; the config is validated by acerl.config.
+# Every rule shows its path patterns and the `acerl` command it runs; tests/workflow/test_stage_table.py holds them to
+# the stage table (acerl.pipeline.stages), which dvc.yaml is written from. acerl.config validates the config.
 from snakemake.utils import min_version
 
 min_version("9.0")
