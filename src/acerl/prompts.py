@@ -49,7 +49,8 @@ def _chat(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) -> str:
             "this prompt template needs a tokenizer that carries a chat template "
             "(tokenizer.chat_template is missing); use template 'plain' for models without one"
         )
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    text: str = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    return text
 
 
 @register_template("plain")

@@ -83,7 +83,8 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
 def response_text(tokenizer: Any, token_ids: Sequence[int], stopped: bool) -> str:
     """Decoded text of a response: the final EOS (when ``stopped``) and special tokens are left out."""
     ids = list(token_ids[:-1]) if stopped else list(token_ids)
-    return tokenizer.decode(ids, skip_special_tokens=True)
+    text: str = tokenizer.decode(ids, skip_special_tokens=True)
+    return text
 
 
 def eos_pad_ids(tokenizer: Any) -> tuple[int, int]:

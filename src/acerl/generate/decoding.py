@@ -60,7 +60,8 @@ def _hf_buffer_layer() -> type:
     """:class:`acerl.models.lean.BufferKVLayer` as a transformers cache layer (for transformers models)."""
     from transformers.cache_utils import DynamicLayer
 
-    class _BufferLayer(BufferKVLayer, DynamicLayer):
+    # DynamicLayer's __init_subclass__ (its layer-type registry) is unannotated
+    class _BufferLayer(BufferKVLayer, DynamicLayer):  # type: ignore[no-untyped-call]
         def __init__(self, capacity: int) -> None:
             DynamicLayer.__init__(self)
             BufferKVLayer.__init__(self, capacity)
@@ -136,7 +137,8 @@ class HFDecoder:
             [attention_mask, attention_mask.new_ones(attention_mask.shape[0], self.capacity - self.width)],
             dim=-1,
         )
-        return out.logits[:, -1, :]
+        logits: Tensor = out.logits[:, -1, :]
+        return logits
 
     def expand(self, n: int) -> None:
         if n > 1:
@@ -152,7 +154,8 @@ class HFDecoder:
             past_key_values=self.cache,
             use_cache=True,
         )
-        return out.logits[:, -1, :]
+        logits: Tensor = out.logits[:, -1, :]
+        return logits
 
     def select(self, keep: Tensor) -> None:
         self.cache.batch_select_indices(keep)
@@ -215,9 +218,11 @@ class _Layer:
 
     def mlp_out(self, x: Tensor) -> Tensor:
         if self.w_gate_up is None:
-            return self.mlp(x)
+            out: Tensor = self.mlp(x)
+            return out
         gate, up = F.linear(x, self.w_gate_up).chunk(2, dim=-1)
-        return self.down(self.act(gate) * up)
+        out = self.down(self.act(gate) * up)
+        return out
 
 
 def _rms_norm(module: torch.nn.Module, x: Tensor) -> Tensor:
@@ -226,7 +231,8 @@ def _rms_norm(module: torch.nn.Module, x: Tensor) -> Tensor:
     eps = getattr(module, "variance_epsilon", None)
     if type(module).__name__.endswith("RMSNorm") and eps is not None and x.dtype == torch.float32:
         return F.rms_norm(x, (x.shape[-1],), cast(Tensor, module.weight), eps)
-    return module(x)
+    out: Tensor = module(x)
+    return out
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -310,7 +316,8 @@ class LlamaFamilyDecoder(HFDecoder):
             h = h + layer.o_proj(self._attention(layer, q, k, v))[:, None, :]
             h = h + layer.mlp_out(_rms_norm(layer.norm2, h))
         lm_head = cast(torch.nn.Module, self.model.lm_head)
-        return lm_head(_rms_norm(self.inner.norm, h))[:, -1, :]
+        logits: Tensor = lm_head(_rms_norm(self.inner.norm, h))[:, -1, :]
+        return logits
 
 
 def make_decoder(model: torch.nn.Module, capacity: int, *, lean: bool = True) -> Decoder:

@@ -371,7 +371,7 @@ def _response_logits(
                 use_cache=True,
                 logits_to_keep=1,
             )
-            first = out.logits[:, -1:, :][inverse]  # predicts response token 0
+            first: Tensor = out.logits[:, -1:, :][inverse]  # predicts response token 0
             if t_len == 1:
                 return first
             cache.batch_select_indices(inverse)
@@ -391,7 +391,8 @@ def _response_logits(
         use_cache=False,
         logits_to_keep=t_len + 1,
     )
-    return out.logits[:, :-1, :]  # position P-1+t predicts response token t
+    logits: Tensor = out.logits[:, :-1, :]  # position P-1+t predicts response token t
+    return logits
 
 
 def response_logprobs(

@@ -70,7 +70,8 @@ def folder_stamp(folder: Path | str) -> list[list[Any]]:
 
 def _canonical(obj: Mapping[str, Any]) -> dict[str, Any]:
     """JSON round-trip (tuples become lists) so a manifest compares equal to the one read back from disk."""
-    return json.loads(json.dumps(obj, sort_keys=True))
+    canonical: dict[str, Any] = json.loads(json.dumps(obj, sort_keys=True))
+    return canonical
 
 
 def _settings(manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -78,7 +78,8 @@ def parse_boxed(text: str, configs: list[Any], mv_timeout_s: int) -> list[Any]:
     suffix = _PERCENT_SUFFIX.search(text)
     number = text[: suffix.start()] if suffix is not None else ""
     if suffix is None or not number.strip():
-        return parse(boxed(text), configs, parsing_timeout=mv_timeout_s)
+        parsed: list[Any] = parse(boxed(text), configs, parsing_timeout=mv_timeout_s)
+        return parsed
     from latex2sympy2_extended.latex2sympy2 import convert_to_pct
     from sympy import Number
 

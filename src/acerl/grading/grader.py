@@ -116,7 +116,7 @@ class Grader:
         self.retry_factor = retry_factor
         self._mp_context: Literal["forkserver", "spawn"] = mp_context
         self._retry_pool: WorkerPool | None = None
-        self._retry_finalizer: weakref.finalize | None = None
+        self._retry_finalizer: weakref.finalize[[], Grader] | None = None
         self.progress = progress
         self.stats = GraderStats()
         self._cache_size = cache_size

@@ -229,7 +229,8 @@ class LeanAttention(nn.Module):
                 attn_mask=mask, dropout_p=0.0, scale=self.scaling, is_causal=False,
             )  # fmt: skip
         out = out.transpose(1, 2).contiguous()
-        return self.o_proj(out.reshape(*input_shape, -1).contiguous())
+        projected: Tensor = self.o_proj(out.reshape(*input_shape, -1).contiguous())
+        return projected
 
 
 class LeanMLP(nn.Module):
@@ -243,7 +244,8 @@ class LeanMLP(nn.Module):
         self.act_fn = nn.SiLU()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        out: Tensor = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class LeanDecoderLayer(nn.Module):

@@ -143,7 +143,7 @@ def teacher_forced_eval(
     ``response_nll`` is the mean NLL per response token.
     """
     was_training = model.training
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # PreTrainedModel.eval is unannotated
     exact, nll, tokens = 0, 0.0, 0
     try:
         for start in range(0, len(rows), batch_size):
@@ -228,7 +228,7 @@ def train_sft(
             window = []
             bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr_at(step, cfg):.2e}")
             logger.info("sft step %d/%d loss %.4f lr %.2e", step + 1, cfg.steps, mean, lr_at(step, cfg))
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # PreTrainedModel.eval is unannotated
     return curve
 
 

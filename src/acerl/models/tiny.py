@@ -41,7 +41,7 @@ def build_tiny_model(
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        model = LlamaForCausalLM(llama_config(cfg, tokenizer))
+        model = LlamaForCausalLM(llama_config(cfg, tokenizer))  # type: ignore[no-untyped-call]  # unannotated
     finally:
         torch.random.set_rng_state(generator_state)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -44,7 +44,7 @@ def build_char_tokenizer(charset: str = CHARSET, model_max_length: int = 256) ->
     backend.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
     )
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' constructor is unannotated
         tokenizer_object=backend,
         bos_token=BOS,
         eos_token=EOS,
@@ -122,10 +122,12 @@ class LeanTokenizer:
         return [self.convert_tokens_to_ids(t) for t in tokens]  # type: ignore[misc]  # an int per str token
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        text: str = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return text
 
     def __len__(self) -> int:
-        return self.backend.get_vocab_size(with_added_tokens=True)
+        size: int = self.backend.get_vocab_size(with_added_tokens=True)
+        return size
 
     def save_pretrained(self, out_dir: Path | str) -> Any:
         from huggingface_hub.constants import is_offline_mode

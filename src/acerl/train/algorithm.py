@@ -272,7 +272,7 @@ def update_policy(
                 loss = _loss(
                     settings, stats, fwd.logprobs, old_logprobs[rows, :t], adv[rows, :t], ref, lm, agg
                 )
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
             _optimizer_step(state, settings, stats)
     return stats.metrics()
 
@@ -285,7 +285,9 @@ def _mini_batches(
     if first is not None:
         return [first.rows] if bool(loss_mask[first.rows].any()) else []
     rows = _update_rows(loss_mask.shape[0], advantages, loss_mask.device)
-    return [m for m in rows.split(settings.hyper.mini_batch_size * settings.hyper.group_size) if m.numel()]
+    return [
+        m for m in torch.split(rows, settings.hyper.mini_batch_size * settings.hyper.group_size) if m.numel()
+    ]
 
 
 def _update_rows(n: int, out: AdvantageOutput, device: torch.device) -> Tensor:

@@ -255,7 +255,7 @@ def read_trainer_state(path: Path) -> dict[str, Any]:
     """The trainer state of checkpoint folder ``path`` (step, run spec, ...) without loading any weights; the
     run spec as this code writes it (:func:`acerl.config.settings.without_resource_keys`)."""
     with reading(path / STATE_FILE, _REMAKE, _ERRORS, delete=path):
-        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+        state: dict[str, Any] = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and isinstance(state.get("spec"), str):
         state["spec"] = spec_json(without_resource_keys(json.loads(state["spec"])))
     return state

@@ -35,7 +35,7 @@ def micro_batches(
     than the budget forms a micro-batch of its own. The gradient accumulated over micro-batches is the same
     however they are cut (the losses are aggregated with mini-batch counts), so this is a memory setting."""
     if max_tokens is None:
-        return list(rows.split(max_rows))
+        return list(torch.split(rows, max_rows))
     p = batch.prompt_length
     prompt_len = batch.attention_mask[rows, :p].sum(dim=-1).tolist()
     response_len = batch.response_mask[rows].sum(dim=-1).tolist()

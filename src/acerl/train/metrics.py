@@ -49,7 +49,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _live(live_dir: Path) -> Any:
-    from dvclive import Live
+    from dvclive.live import Live
 
     class _IsolatedLive(Live):
         """dvclive without the DVC/Git repository lookup (see the module docstring)."""
