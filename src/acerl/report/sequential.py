@@ -352,11 +352,12 @@ def _print_look(
               f"{design.alpha_interim + design.alpha_final:g}); the interval is at the calibrated level "
               "(`level`), sim_low/sim_high hold for both comparisons together; p_tost: equivalence within "
               f"+-{margin:g} points (report.equivalence_margin){POST_HOC_TOST if not declared else ''}; p_paired, "
-              "p_signflip: naive, for reading.\n")  # fmt: skip
+              "p_signflip: naive, for reading. Every interval holds the benchmark's problems fixed.\n")  # fmt: skip
     else:
         print(f"## Interim look: Pass@{args.k} on {args.benchmark} (points)\n")
         print(f"The interval is at the interim's level 1 - {design.alpha_interim:g} (the level its efficacy stop "
-              f"spends); efficacy at Holm p < {design.alpha_interim:g}. Not the design's answer.\n")  # fmt: skip
+              f"spends); efficacy at Holm p < {design.alpha_interim:g}. Not the design's answer. The interval holds "
+              "the benchmark's problems fixed.\n")  # fmt: skip
     print(shown.to_markdown(index=False, floatfmt=".3f"))
 
 
