@@ -35,6 +35,7 @@ MEASURED_DOCS = (
     "docs/algorithms.md",
     "docs/benchmarks.md",
     "docs/cluster.md",
+    "docs/core.md",
     "docs/deviations.md",
     "docs/evaluation.md",
     "docs/extending.md",
