@@ -118,6 +118,12 @@ def _tail(log: Path, n: int = 6000) -> str:
 
 KILLED = "grpo"  # the run killed with SIGKILL after its step-2 checkpoint and resumed
 KILL_AFTER = 2
+# verl's training dataloader in worker processes (the product's path, verl's default 8) for the killed run and its
+# uninterrupted twin; the DAPO family's runs load in the trainer's process. Two workers, so that the saved state
+# holds whose turn is next. The twin needs them too: torchdata's loader shuffles differently with workers than
+# without (docs/verl.md, "Steps"), so the twin comparison holds only between loaders of one kind
+DATALOADER_WORKERS = 2
+WITH_WORKERS = (KILLED, "ace_grpo")
 
 
 def _train_and_kill_after_checkpoint(
@@ -225,8 +231,10 @@ def study(request, tmp_path_factory, prepared_study: Path) -> Study:
     s.wall["prepare"] = time.monotonic() - t0
     for method in selected_methods(request.session.items):
         t0 = time.monotonic()
+        workers = DATALOADER_WORKERS if method in WITH_WORKERS else 0
         menv = {
             **env,
+            **verl_cpu_loop.cpu_env(root, dataloader_workers=workers, name=f"_{method}"),
             verl_cpu_loop.ROLLOUT_LOG_ENV: str(root / f"rollout_{method}.jsonl"),
             verl_cpu_loop.ADV_DUMP_ENV: str(root / f"adv_{method}"),
         }
@@ -557,14 +565,41 @@ def test_resume_restores_optimizer_and_scheduler(study: Study) -> None:
 
 @reads_runs(KILLED, "ace_grpo")
 def test_resumed_run_keeps_the_data_order(study: Study) -> None:
-    """verl restores its dataloader from ``data.pt``: the killed-and-resumed GRPO run generated for the same
-    prompts at every step as the uninterrupted ACE-GRPO run (same seed, same batch size, no dynamic sampling)."""
+    """verl restores its dataloader from ``data.pt``, here with worker processes (``DATALOADER_WORKERS``, whose
+    per-worker state the checkpoint holds): the killed-and-resumed GRPO run generated for the same prompts at
+    every step as the uninterrupted ACE-GRPO run (same seed, same batch size, same workers, no dynamic
+    sampling); across the kill no prompt was repeated or skipped, and whatever the killed attempt had started of
+    step 3 the resumed attempt generated again for the same prompts."""
     killed = _prompts_by_version(study.rollout_log(KILLED))
     straight = _prompts_by_version(study.rollout_log("ace_grpo"))
     assert sorted(killed) == sorted(straight) == list(range(STEPS))
     for version in range(STEPS):
         assert killed[version] == straight[version], version
     assert killed[0] != killed[1] != killed[2]
+    # each step: PROMPTS_PER_STEP prompts x GROUP_SIZE rollouts, no prompt in two steps (one epoch)
+    group, per_step = verl_cpu_loop.GROUP_SIZE, verl_cpu_loop.PROMPTS_PER_STEP
+    for version, prompts in killed.items():
+        counts = {p: prompts.count(p) for p in prompts}
+        assert len(counts) == per_step and set(counts.values()) == {group}, (version, counts)
+    assert len({p for prompts in killed.values() for p in prompts}) == STEPS * per_step
+    # the killed attempt's own rollouts of step 3 (if it had started them): the resumed attempt's prompts
+    records = study.rollout_log(KILLED)
+    inits = [i for i, r in enumerate(records) if r["event"] == "load" and r["source"] == "init"]
+    started = {
+        r["prompt"]
+        for r in records[: inits[1]]
+        if r["event"] == "generate" and r["global_steps"] == KILL_AFTER
+    }
+    assert started <= set(killed[KILL_AFTER]), (started, killed[KILL_AFTER])
+    # the loader really ran in workers, before the kill and after the resume: verl's checkpoints hold the
+    # multiprocess loader's state, one snapshot per worker
+    for method in WITH_WORKERS:
+        argv = json.loads((study.run_dir(method) / "verl_command.json").read_text())["argv"]
+        assert f"data.dataloader_num_workers={DATALOADER_WORKERS}" in argv, method
+    for step in (KILL_AFTER, STEPS):
+        data = study.run_dir(KILLED) / "checkpoints" / f"global_step_{step}" / "data.pt"
+        state = torch.load(data, weights_only=False)
+        assert len(state["_snapshot"]["_worker_snapshots"]) == DATALOADER_WORKERS, (step, state)
 
 
 @pytest.mark.parametrize("method", methods(*METHODS))
