@@ -20,9 +20,16 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "gate.yaml"]
 BASES = ("tiny_b0", "tiny_b1", "tiny_b2", "tiny_b3")
 N = 32
+SEEDS = tuple(load_config(CONFIGS).study.main.seeds)  # the gate's declared training seeds
 
 
-def problems(sharpen: float = 1.6, floor: float = 0.2, seed: int = 0, n_problems: int = 40) -> pd.DataFrame:
+def problems(
+    sharpen: float = 1.6,
+    floor: float = 0.2,
+    seed: int = 0,
+    n_problems: int = 40,
+    seeds: tuple[int, ...] = SEEDS,
+) -> pd.DataFrame:
     """Counts of a testbed where GRPO sharpens (solved problems' rate x ``sharpen``) and narrows (problems the
     base solves less often than ``floor`` are lost), and the control keeps every problem (rate x 1.2)."""
     rng = np.random.default_rng(seed)
@@ -31,8 +38,8 @@ def problems(sharpen: float = 1.6, floor: float = 0.2, seed: int = 0, n_problems
         p = rng.beta(0.6, 1.2, n_problems)
         arms = {
             "base": {None: p},
-            "grpo": {s: np.where(p < floor, 0.0, np.minimum(1.0, sharpen * p)) for s in (0, 1)},
-            "grpo_kl": {s: np.minimum(1.0, 1.2 * p) for s in (0, 1)},
+            "grpo": {s: np.where(p < floor, 0.0, np.minimum(1.0, sharpen * p)) for s in seeds},
+            "grpo_kl": {s: np.minimum(1.0, 1.2 * p) for s in seeds},
         }
         for method, runs in arms.items():
             for s, rate in runs.items():
@@ -64,9 +71,13 @@ def _by_hand(df: pd.DataFrame, model: str, method: str, k: int) -> float:
     return float(np.mean(per_seed))
 
 
-def test_each_criterion_is_the_mean_of_per_base_differences_with_a_t_interval_over_bases() -> None:
-    cfg = load_config(CONFIGS)
-    df = problems()
+def test_each_criterion_is_the_mean_of_per_base_differences_with_a_t_interval_over_bases(
+    tmp_path: Path,
+) -> None:
+    two_seeds = tmp_path / "two_seeds.yaml"  # a design with two seeds a base: methods are averaged over seeds
+    two_seeds.write_text("study:\n  main: {seeds: [0, 1]}\n")
+    cfg = load_config([*CONFIGS, two_seeds])
+    df = problems(seeds=(0, 1))
     table = per_base(df, cfg, ks=[1, 32])
     sharp = [_by_hand(df, b, "grpo", 1) - _by_hand(df, b, "base", 1) for b in BASES]
     narrow = [_by_hand(df, b, "base", 32) - _by_hand(df, b, "grpo", 32) for b in BASES]
