@@ -41,8 +41,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("acerl.config",),
     # the one resolved run (acerl.config.settings.resolve)
     ("acerl.config.settings",),
-    # what the config derives: paths, torch/device settings; the SLURM profile check; AdamW and its LR schedules
-    ("acerl.pipeline.paths", "acerl.pipeline.runtime", "acerl.pipeline.cluster", "acerl.optim"),
+    # what the config derives: paths, torch/device settings and the fast-paths switch; the SLURM profile check
+    ("acerl.pipeline.paths", "acerl.pipeline.runtime", "acerl.pipeline.cluster"),
+    # AdamW and its LR schedules (torch's or the fast path's, as the job's switch says)
+    ("acerl.optim",),
     # the stage table (its jobs' files come from acerl.pipeline.paths)
     ("acerl.pipeline.stages",),
     # the pure parts: algorithms, grading, datasets, base models

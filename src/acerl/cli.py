@@ -121,11 +121,20 @@ def _seed(flag: str, seed: int) -> int:
 
 
 def _threads(cfg: Config) -> int:
+    """Set this job's torch threads and its fast paths from ``cfg`` (a job that loads a model)."""
     from acerl.pipeline.runtime import configure_torch, job_threads
 
+    _fast_paths(cfg)
     n = job_threads(cfg.compute.threads(), cfg.compute.device)
     configure_torch(n)
     return n
+
+
+def _fast_paths(cfg: Config) -> None:
+    """``compute.fast_paths`` for this process (:func:`acerl.pipeline.runtime.fast_paths`)."""
+    from acerl.pipeline.runtime import set_fast_paths
+
+    set_fast_paths(cfg.compute.fast_paths)
 
 
 # -------------------------------------------------------------------------------------------- commands
@@ -194,6 +203,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     run = _run(args, cfg)
     from acerl.trainers import TrainOptions, train_from_config
 
+    _fast_paths(cfg)
     options = TrainOptions(
         progress=not args.no_progress,
         device=args.device,

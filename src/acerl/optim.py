@@ -1,18 +1,19 @@
-"""AdamW and its LR schedule without ``torch.optim``'s ``Optimizer`` base class.
+"""The local trainer's optimizer (Alg. 1 line 13: "Update theta") and its LR schedule.
 
-:class:`AdamW` is ``torch.optim.AdamW`` with ``foreach=False`` (its single-tensor update, the path torch takes for
-CPU parameters anyway) and :class:`StepSchedule` is ``torch.optim.lr_scheduler.LambdaLR``. Why not torch's own:
-``torch.optim.Optimizer``'s constructor imports ``torch._dynamo``, CPU time paid in every job that builds an
-optimizer (the measured cost: docs/benchmarks.md, "Imports a job does not need"). The arithmetic is
-torch's, operation for operation, and so are the ``state_dict`` formats: checkpoints move between these classes
-and torch's in both directions. ``tests/test_optim.py`` checks both against torch bit for bit, so an upgrade of
-torch that changes its update fails there, not silently in a study.
+The plain path, what a reader should read first: :func:`build_optimizer` returns ``torch.optim.AdamW(params, lr,
+betas, eps, weight_decay, foreach=False)`` and ``torch.optim.lr_scheduler.LambdaLR(optimizer, factor)``, the
+factor of the training step coming from :func:`lr_factor` (stepped once per training step, as verl's actor does).
+The schedules match verl's ``get_constant_schedule_with_warmup`` and ``get_cosine_schedule_with_warmup``
+(``min_lr_ratio=0``, half a cosine, 0-indexed steps). ``foreach=False`` is torch's own choice for CPU parameters,
+written out so that a GPU run computes the same single-tensor update.
 
-:func:`build_optimizer` builds the local trainer's pair (Alg. 1 line 13: "Update theta") from the model's
-:class:`acerl.config.TrainHyper` (``lr``, ``betas``, ``weight_decay``); the schedule multiplies ``lr`` by a factor
-of the training step (stepped once per training step, as verl's actor does). The schedules match verl's
-``get_constant_schedule_with_warmup`` and ``get_cosine_schedule_with_warmup`` (``min_lr_ratio=0``, half a
-cosine, 0-indexed steps).
+The fast path (``compute.fast_paths``, on by default: :func:`acerl.pipeline.runtime.fast_paths`) swaps in
+:class:`AdamW` and :class:`StepSchedule`, the same two without ``torch.optim``'s ``Optimizer`` base class, whose
+constructor imports ``torch._dynamo``: CPU time paid in every job that builds an optimizer (the measured cost:
+docs/benchmarks.md, "Imports a job does not need"). The arithmetic is torch's, operation for operation, and so
+are the ``state_dict`` formats: checkpoints move between these classes and torch's in both directions.
+``tests/test_optim.py`` checks both against torch bit for bit, so an upgrade of torch that changes its update
+fails there, not silently in a study; ``tests/models/test_fast_paths.py`` checks the switch end to end.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ import torch
 from torch import Tensor
 
 from acerl.config import TrainHyper
+from acerl.pipeline.runtime import fast_paths
 
 __all__ = [
     "ADAM_EPS",
     "LR_SCHEDULES",
     "AdamW",
+    "Schedule",
     "StepSchedule",
+    "TrainOptimizer",
+    "adamw",
     "build_optimizer",
     "constant_with_warmup",
     "cosine_with_warmup",
@@ -290,12 +295,42 @@ def lr_factor(schedule: str, step: int, warmup_steps: int, total_steps: int) -> 
     return fn(step, warmup_steps, total_steps)
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], hyper: TrainHyper) -> tuple[AdamW, StepSchedule]:
-    """AdamW over ``params`` and its LR schedule (stepped once per training step)."""
-    optimizer = AdamW(
-        list(params), lr=hyper.lr, betas=hyper.betas, eps=ADAM_EPS, weight_decay=hyper.weight_decay
-    )
+TrainOptimizer = AdamW | torch.optim.AdamW
+"""What :func:`adamw` returns: torch's AdamW (plain path) or :class:`AdamW` (fast path)."""
+Schedule = StepSchedule | torch.optim.lr_scheduler.LambdaLR
+"""What :func:`build_optimizer` pairs with it: ``LambdaLR`` (plain path) or :class:`StepSchedule` (fast path)."""
+
+
+def adamw(
+    params: Iterable[torch.nn.Parameter],
+    *,
+    lr: float,
+    betas: tuple[float, float],
+    weight_decay: float,
+    eps: float = ADAM_EPS,
+) -> TrainOptimizer:
+    """AdamW over ``params``: ``torch.optim.AdamW`` (single-tensor update), or with the fast paths on the same
+    update in :class:`AdamW`."""
+    params = list(params)
+    if not fast_paths():
+        return torch.optim.AdamW(
+            params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False
+        )
+    return AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter], hyper: TrainHyper
+) -> tuple[TrainOptimizer, Schedule]:
+    """AdamW over ``params`` and its LR schedule (stepped once per training step): ``torch.optim.AdamW`` and
+    ``LambdaLR``, or with the fast paths on :class:`AdamW` and :class:`StepSchedule` (the module docstring)."""
+    optimizer = adamw(params, lr=hyper.lr, betas=hyper.betas, weight_decay=hyper.weight_decay)
     schedule, warmup, total = hyper.lr_schedule, hyper.warmup_steps, hyper.total_steps
     lr_factor(schedule, 0, warmup, total)  # validate the name now
-    scheduler = StepSchedule(optimizer, lambda step: lr_factor(schedule, step, warmup, total))
-    return optimizer, scheduler
+
+    def factor(step: int) -> float:
+        return lr_factor(schedule, step, warmup, total)
+
+    if isinstance(optimizer, torch.optim.AdamW):
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return optimizer, StepSchedule(optimizer, factor)

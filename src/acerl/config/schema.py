@@ -661,6 +661,14 @@ class ComputeConfig(_Model):
         description="local trainer: recompute each decoder layer's activations in the backward pass (less "
         "memory, one more forward per update; same gradients up to float rounding)",
     )
+    fast_paths: bool = Field(
+        True,
+        description="local trainer, HF sampler and SFT: the lean Llama and tokenizer where they are exact, AdamW "
+        "without torch.optim's base class and the Llama-family decode step; false runs the plain path they "
+        "optimise (transformers' AutoModelForCausalLM, torch.optim.AdamW, the model's forward per sampled token). "
+        "Training steps agree bit for bit; the decode step rounds differently, which can move a draw at top-p < 1. "
+        "Not in the run spec, like gradient_checkpointing (docs/training.md, 'Fast paths')",
+    )
     max_tokens_per_micro_batch: int | None = Field(
         None,
         ge=1,

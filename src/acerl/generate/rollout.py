@@ -38,6 +38,7 @@ from torch import Tensor
 
 from acerl.algos.losses import entropy_from_logits, token_logprobs
 from acerl.generate.decoding import make_decoder, new_dynamic_cache
+from acerl.pipeline.runtime import fast_paths
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ def sample_batch(
     pad_id: int,
     generator: torch.Generator | None = None,
     compact_below: int = 4,
-    lean: bool = True,
+    lean: bool | None = None,
 ) -> RolloutBatch:
     """Sample ``n`` responses per prompt with a KV cache (rows ordered prompt-major: row ``i * n + j``).
 
@@ -251,7 +252,8 @@ def sample_batch(
         generator: seeded random source (on the model's device); ``None`` uses torch's global one.
         compact_below: drop finished rows when they are at least ``1 / compact_below`` of the cache rows.
         lean: decode Llama-family models with :class:`acerl.generate.decoding.LlamaFamilyDecoder` (the model's
-            own weights without a transformers forward call per token); ``False`` calls the forward per token.
+            own weights without a transformers forward call per token); ``False`` calls the forward per token
+            (the plain path); ``None``: the job's ``compute.fast_paths`` (:func:`acerl.pipeline.runtime.fast_paths`).
 
     Returns:
         :class:`RolloutBatch` with B = B0 * n rows.
@@ -267,7 +269,7 @@ def sample_batch(
         pad_id,
         generator,
         compact_below,
-        lean,
+        fast_paths() if lean is None else lean,
     )
     # clone outside inference mode: inference tensors cannot take part in autograd (the trainer's loss)
     return RolloutBatch(*(getattr(batch, f.name).clone() for f in dataclasses.fields(batch)))

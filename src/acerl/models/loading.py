@@ -5,38 +5,34 @@
 tiny Llama and character tokenizer: a float32 ``LlamaForCausalLM`` with the default RoPE and no biases; a
 ``tokenizers`` tokenizer without chat template), so those jobs never import transformers' modelling code; any
 other folder (the paper's Qwen and Llama checkpoints, a model in bf16) loads with ``AutoModelForCausalLM`` and
-``AutoTokenizer`` as before. ``ACERL_LEAN_MODEL=0`` in the environment loads everything with transformers (same
-results, slower start).
+``AutoTokenizer`` as before. With the fast paths off (``compute.fast_paths: false``, or ``ACERL_LEAN_MODEL=0`` in
+the environment: :func:`acerl.pipeline.runtime.fast_paths`) everything loads with transformers (same results,
+slower start).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from acerl.errors import BadInputError, fix_command, reading
+from acerl.errors import fix_command, reading
 from acerl.pipeline import paths
+from acerl.pipeline.runtime import FAST_PATHS_ENV, fast_paths
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["LEAN_ENV", "lean_enabled", "lean_model_reason", "load_model_folder", "load_tokenizer"]
 
-LEAN_ENV = "ACERL_LEAN_MODEL"
+LEAN_ENV = FAST_PATHS_ENV
 
 
 def lean_enabled() -> bool:
-    """Whether the lean loader may be used (``ACERL_LEAN_MODEL`` unset, or anything but ``0``)."""
-    value = os.environ.get(LEAN_ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise BadInputError(
-            f"{LEAN_ENV}={value!r}: set it to 1 (lean loader where exact) or 0 (always transformers)"
-        )
-    return value == "1"
+    """Whether the lean loader may be used: this job's fast paths are on (:func:`acerl.pipeline.runtime.fast_paths`)."""
+    return fast_paths()
 
 
 def lean_model_reason(folder: Path, dtype: torch.dtype = torch.float32) -> str | None:
@@ -69,7 +65,7 @@ def load_model_folder(
 ) -> tuple[torch.nn.Module, Any]:
     """``(model, tokenizer)`` of a local model folder, the model on ``device`` in eval mode."""
     folder = Path(folder)
-    reason = lean_model_reason(folder, dtype) if lean_enabled() else f"{LEAN_ENV}=0"
+    reason = lean_model_reason(folder, dtype) if lean_enabled() else "fast paths off"
     tokenizer = load_tokenizer(folder)
     from safetensors import SafetensorError
 

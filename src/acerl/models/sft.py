@@ -31,7 +31,7 @@ import acerl.pipeline.io
 from acerl.config.sections import SFTConfig, TinyModelConfig
 from acerl.models.tiny import build_tiny_model, count_parameters
 from acerl.models.tokenizer import build_char_tokenizer
-from acerl.optim import AdamW
+from acerl.optim import adamw
 from acerl.pipeline.io import read_jsonl
 from acerl.prompts import build_prompt
 
@@ -206,7 +206,7 @@ def train_sft(
         raise ValueError("no SFT rows")
     examples = [encode_example(tokenizer, r["problem"], r["solution"], cfg.template) for r in rows]
     batches = shuffled_batches(len(examples), cfg.batch_size, seed)
-    optimizer = AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    optimizer = adamw(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     model.train()
     curve: list[tuple[int, float]] = []
     window: list[float] = []

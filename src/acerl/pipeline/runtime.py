@@ -3,17 +3,57 @@ samplers and the benchmarks)."""
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-__all__ = ["PRECISIONS", "RESULT_THREADS", "autocast", "configure_torch", "job_threads", "resolve_device"]
+from acerl.errors import BadInputError
+
+__all__ = [
+    "FAST_PATHS_ENV",
+    "PRECISIONS",
+    "RESULT_THREADS",
+    "autocast",
+    "configure_torch",
+    "fast_paths",
+    "job_threads",
+    "resolve_device",
+    "set_fast_paths",
+]
 
 PRECISIONS = ("fp32", "bf16")
 
 RESULT_THREADS = 1
 """torch's intra-op threads wherever a job computes a result on the CPU (the SFT of a tiny base, training,
 sampling, diagnostics): one, whatever cores the job holds (docs/training.md, "Threads")."""
+
+
+FAST_PATHS_ENV = "ACERL_LEAN_MODEL"
+"""``0`` in the environment turns the fast paths off for every job of the process tree, whatever the config says
+(``benchmarks/bench_run.py`` runs whole studies both ways with it; ``1`` or unset leaves ``compute.fast_paths``)."""
+
+_fast_paths = True
+
+
+def set_fast_paths(on: bool) -> None:
+    """This job's ``compute.fast_paths`` (the CLI sets it from the config before a job loads a model)."""
+    global _fast_paths
+    _fast_paths = bool(on)
+
+
+def fast_paths() -> bool:
+    """Whether this job takes the fast paths (``compute.fast_paths``, on unless set off; ``ACERL_LEAN_MODEL=0``
+    turns them off): the lean Llama and tokenizer (:mod:`acerl.models.loading`), :class:`acerl.optim.AdamW`
+    and the Llama-family decode step (:mod:`acerl.generate.decoding`). Off, a job runs the plain path they
+    optimise: transformers' ``AutoModelForCausalLM``/``AutoTokenizer``, ``torch.optim.AdamW`` with ``LambdaLR``,
+    and the model's forward per sampled token (docs/training.md, "Fast paths")."""
+    value = os.environ.get(FAST_PATHS_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise BadInputError(
+            f"{FAST_PATHS_ENV}={value!r}: set it to 1 (compute.fast_paths decides) or 0 (the plain path)"
+        )
+    return _fast_paths and value == "1"
 
 
 def job_threads(requested: int, device: str) -> int:

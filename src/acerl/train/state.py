@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from acerl.optim import AdamW, StepSchedule
+from acerl.optim import Schedule, TrainOptimizer
 from acerl.train.data import PromptStream
 
 __all__ = ["TrainState"]
@@ -20,8 +20,8 @@ class TrainState:
     model: torch.nn.Module
     ref_model: torch.nn.Module | None
     tokenizer: Any
-    optimizer: AdamW
-    scheduler: StepSchedule
+    optimizer: TrainOptimizer
+    scheduler: Schedule
     generator: torch.Generator
     stream: PromptStream
     fill_stream: PromptStream  # dynamic sampling's extra batches (the main stream gives each step's first)
