@@ -2,7 +2,9 @@
 :data:`MAX_LINES` lines.
 
 Imports are read with ``ast`` from every module of ``src/acerl``, function-level and ``TYPE_CHECKING`` ones
-included (a lazy import is still an arrow). A module belongs to the unit with the longest matching name
+included (a lazy import is still an arrow), and so are imports by name: ``importlib.import_module`` /
+``__import__`` of a constant or an f-string starting with ``acerl.``, and, in a module that imports by name, every
+string constant that names a module of the package (``BUILTIN_PLUGINS = ("acerl.algos.decomposed", ...)``). A module belongs to the unit with the longest matching name
 (``acerl.models.tiny`` belongs to ``acerl.models``); a unit may import its own modules and any unit of a lower layer,
 never one of its own layer or above. ``__main__`` modules are entry points, above the CLI they call.
 """
@@ -76,11 +78,48 @@ def modules(src: Path = SRC) -> dict[str, Path]:
     return {module_name(p, src): p for p in sorted((src / PACKAGE).rglob("*.py"))}
 
 
+_IMPORT_BY_NAME = ("import_module", "__import__")
+
+
+def _imports_by_name(node: ast.Call) -> bool:
+    """``importlib.import_module(...)``, ``import_module(...)`` or ``__import__(...)``."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in _IMPORT_BY_NAME
+
+
+def _literal_module(arg: ast.expr) -> str | None:
+    """The module a constant names, or the fixed head of an f-string (``f"acerl.algos.{x}"`` -> acerl.algos)."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr):
+        head = ""
+        for part in arg.values:
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                break
+            head += part.value
+        return head.rstrip(".") or None
+    return None
+
+
 def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules ``name`` imports anywhere in its file (``from acerl import paths`` -> acerl.paths)."""
+    """The project modules ``name`` imports anywhere in its file (``from acerl import paths`` -> acerl.paths),
+    by an import statement or by name (module docstring)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _imports_by_name(n)]
+    for call in calls:
+        target = _literal_module(call.args[0]) if call.args else None
+        if target is not None:
+            out.add(target)
+    if calls:  # the names it may import: any constant naming a module of the package
+        out.update(
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in known
+        )
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -109,8 +148,16 @@ def layer_of(module: str) -> tuple[int, str]:
     return best
 
 
-# Upward arrows allowed by name, each with its reason (a cycle that is one concept split over two files).
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
+# Upward arrows allowed by name, each with its reason.
+_BUILTIN_PLUGIN = (
+    "acerl's own methods beyond GRPO and ACE are loaded as a user's plugin is: imported by name when a config "
+    "names one of their estimators or losses (acerl.config.plugins.BUILTIN_PLUGINS), so validating a config that "
+    "names none of them never imports torch; the import registers their parameter classes into the config's tables"
+)
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("acerl.config.plugins", "acerl.algos.decomposed"): _BUILTIN_PLUGIN,
+    ("acerl.config.plugins", "acerl.algos.covariance"): _BUILTIN_PLUGIN,
+}
 
 
 def upward_imports(src: Path = SRC) -> list[str]:
@@ -166,6 +213,56 @@ def test_the_import_reader_sees_lazy_relative_and_package_imports(tmp_path):
     }
     assert layer_of("acerl.report.io")[0] > layer_of("acerl.pipeline.io")[0]
     assert any("acerl.pipeline.io (layer 1) imports acerl.report" in b for b in upward_imports(tmp_path))
+
+
+def test_the_import_reader_sees_imports_by_name(tmp_path):
+    pkg = tmp_path / PACKAGE
+    for folder in ("algos", "config"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "algos" / "extra.py").write_text("")
+    (pkg / "config" / "a.py").write_text(
+        'import importlib\ndef f(x):\n    importlib.import_module(f"acerl.algos.{x}")\n'
+    )
+    (pkg / "config" / "b.py").write_text('def f():\n    __import__("acerl.algos.extra")\n')
+    (pkg / "config" / "c.py").write_text(
+        'from importlib import import_module\nNAMES = ("acerl.algos.extra",)\n'
+        "def f():\n    for n in NAMES:\n        import_module(n)\n"
+    )
+    (pkg / "config" / "d.py").write_text('NAME = "acerl.algos.extra"  # a string, not an import\n')
+    known = set(modules(tmp_path))
+    config = pkg / "config"
+    assert imported_modules("acerl.config.a", config / "a.py", known) == {"acerl.algos"}
+    assert imported_modules("acerl.config.b", config / "b.py", known) == {"acerl.algos.extra"}
+    assert imported_modules("acerl.config.c", config / "c.py", known) == {"acerl.algos.extra"}
+    assert imported_modules("acerl.config.d", config / "d.py", known) == set()
+    bad = upward_imports(tmp_path)
+    assert sum("acerl.config." in b and "imports acerl.algos" in b for b in bad) == 3, bad
+
+
+def reaches(start: str, goal: str, src: Path = SRC) -> bool:
+    """Whether module ``start`` imports ``goal``, directly or through other project modules (not along the
+    arrows of :data:`ALLOWED_UPWARD`: the plugin modules a config loads by name register into the schema)."""
+    mods = modules(src)
+    seen, todo = {start}, [start]
+    while todo:
+        name = todo.pop()
+        for target in imported_modules(name, mods[name], set(mods)):
+            if target == goal:
+                return True
+            if target in mods and target not in seen and (name, target) not in ALLOWED_UPWARD:
+                seen.add(target)
+                todo.append(target)
+    return False
+
+
+def test_the_config_schema_loads_plugins_one_way():
+    """The schema loads the plugins (an unknown estimator or loss name); the plugin loader must not import the
+    schema back (its error is :class:`acerl.errors.ConfigError`), so the two modules are no import circle. The
+    methods it loads do import the schema: they register their parameter classes there, as a user's plugin does."""
+    assert reaches("acerl.config.schema", "acerl.config.plugins")
+    assert not reaches("acerl.config.plugins", "acerl.config.schema")
 
 
 def oversized(src: Path = SRC) -> list[str]:

@@ -48,6 +48,14 @@ class UserError(Exception):
     kind: str = "error"
 
 
+class ConfigError(UserError, ValueError):
+    """A config file is invalid; the message names the file and the key path (re-exported as
+    :class:`acerl.config.ConfigError`)."""
+
+    exit_code = 2
+    kind = "config error"
+
+
 class MissingInputError(UserError, FileNotFoundError):
     """A file or folder a stage reads is absent (an earlier stage has not run)."""
 

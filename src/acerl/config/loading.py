@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from acerl.config.root import Config
-from acerl.config.schema import ESTIMATORS, POLICY_LOSSES, ConfigError
+from acerl.config.schema import ESTIMATORS, POLICY_LOSSES
+from acerl.errors import ConfigError
 
 
 def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,8 @@ import importlib
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
+from acerl.errors import ConfigError
+
 __all__ = [
     "BUILTIN_PLUGINS",
     "ENTRY_POINT_GROUP",
@@ -41,8 +43,6 @@ def import_plugins(modules: Sequence[str]) -> None:
         try:
             importlib.import_module(name)
         except ImportError as e:
-            from acerl.config.schema import ConfigError
-
             raise ConfigError(
                 f"plugins[{i}]: cannot import {name!r} ({e}); put its folder on PYTHONPATH "
                 f"(PYTHONPATH=path/to/dir acerl config) or install its package"

@@ -31,14 +31,7 @@ from pydantic import (
 )
 
 from acerl.config.sections import SFTConfig, SyntheticParams, TinyModelConfig
-from acerl.errors import UserError
-
-
-class ConfigError(UserError, ValueError):
-    """A config file is invalid; the message names the file and the key path."""
-
-    exit_code = 2
-    kind = "config error"
+from acerl.errors import ConfigError as ConfigError  # re-exported: acerl.config.ConfigError
 
 
 class _Model(BaseModel):
