@@ -86,6 +86,9 @@ def train_verl(cfg: Config, run: Run, root: Path, options: TrainOptions) -> Path
             f"{flags}: local-trainer options, not read by compute.backend: verl; drop them "
             "(verl takes its device and threads from compute.resources)"
         )
+    from acerl.verl_backend import require_verl
+
+    require_verl()  # the core install has no verl: one line naming the fix, before anything is written
     from acerl.verl_backend.launcher import train_run_verl
 
     return train_run_verl(cfg, run, root)

@@ -6,8 +6,17 @@
   checkpoint export to Hugging Face folders.
 - :mod:`acerl.verl_backend.checkpoints`: the diagnostic-snapshot checkpoint callback and model-merger calls.
 
-Importing this package does not import verl.
+Importing this package does not import verl. verl and Ray are the ``verl`` extra (``pip install -e .[verl]``; with
+vLLM on a GPU cluster: the GPU lock, ``requirements/gpu.txt``). The core and the embedded default install without
+them, and :func:`require_verl` turns a verl run without them into a one-line error.
 """
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from acerl.errors import UserError
 
 PLUGIN_MODULE = "acerl.verl_backend.plugin"
 GEN_BATCH_KEY = "trainer.acerl.gen_batch_size"
@@ -29,10 +38,33 @@ def estimator_params_key(name: str) -> str:
     return f"algorithm.{TYPED_PARAMS_SECTIONS.get(name, 'estimator_params')}"
 
 
+class VerlMissingError(UserError):
+    """``compute.backend: verl`` in an environment without verl (the core install, ``pip install -e .``)."""
+
+    kind = "verl not installed"
+
+
+def require_verl(find_spec: Callable[[str], Any] | None = None) -> None:
+    """Raise :class:`VerlMissingError`, naming the fix, unless verl is importable (found without importing it)."""
+    find = find_spec or importlib.util.find_spec
+    try:
+        found = find("verl") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise VerlMissingError(
+            f"compute.backend: verl needs verl 0.9.1, which {sys.executable} cannot import: install the verl "
+            "layer with `pip install -e .[verl]` (on a GPU cluster the GPU lock: `python scripts/install_lock.py "
+            ".venv requirements/gpu.txt`), or `make setup`, or set compute.backend: local"
+        )
+
+
 __all__ = [
     "GEN_BATCH_KEY",
     "PLUGIN_MODULE",
     "TYPED_PARAMS_SECTIONS",
     "VERL_BUILTIN_ESTIMATORS",
+    "VerlMissingError",
     "estimator_params_key",
+    "require_verl",
 ]
