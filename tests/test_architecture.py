@@ -54,6 +54,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("acerl.generate",),
     # the pipeline steps
     ("acerl.evaluate", "acerl.train"),
+    # the stage table's check that the inputs a new training reuses were made for the config: above the trainer,
+    # which does not read the stage table (the backends' dispatcher hands it over; the verl launcher calls it)
+    ("acerl.pipeline.reuse",),
     ("acerl.diagnostics", "acerl.verl_backend"),
     # the trainer backends' registry (compute.backend -> acerl.train | acerl.verl_backend)
     ("acerl.trainers",),

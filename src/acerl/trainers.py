@@ -11,6 +11,7 @@ each backend is imported when it is called, so importing this module loads neith
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -58,20 +59,28 @@ TRAINERS: Registry[Trainer] = Registry("trainer backend")
 @TRAINERS.register("local")
 def train_local(cfg: Config, run: Run, root: Path, options: TrainOptions) -> Path:
     """The in-repo trainer (:func:`acerl.train.train_run`, which resolves the device and configures torch) on
-    ``options.device`` (default ``compute.device``) with ``options.threads`` torch threads (default
-    ``compute.torch_threads``)."""
+    the run's :class:`~acerl.config.settings.RunSettings` (the options' overrides applied), on ``options.device``
+    (default ``compute.device``) with ``options.threads`` torch threads (default ``compute.torch_threads``). The
+    stage table's check of the reused ``data/`` and base model
+    (:func:`acerl.pipeline.reuse.check_reused_inputs`) is handed to it, to run before a new training starts."""
+    from acerl.config.settings import resolve
+    from acerl.pipeline.reuse import check_reused_inputs
     from acerl.train import train_run
 
-    return train_run(
+    settings = resolve(
         cfg,
         run,
+        reference=options.reference,
+        ref_ema_decay=options.ref_ema_decay,
+        old_logprobs=options.old_logprobs,
+    )
+    return train_run(
+        settings,
         root,
         device=options.device or cfg.compute.device,
         threads=options.threads if options.threads is not None else cfg.compute.threads(),
         progress=options.progress,
-        reference=options.reference,
-        ref_ema_decay=options.ref_ema_decay,
-        old_logprobs=options.old_logprobs,
+        check_inputs=partial(check_reused_inputs, cfg, root, run),
     )
 
 

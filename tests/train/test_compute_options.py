@@ -31,7 +31,7 @@ RUN = Run("tiny", "ace_grpo", 0)
 
 def _train(root: Path, *extra: str, device: str = "cpu") -> dict[str, torch.Tensor]:
     cfg = make_config("models.tiny.train.total_steps=1", *extra)
-    final = train_run(cfg, RUN, root, device=device, verifier=DigitVerifier(), progress=False)
+    final = train_run(resolve(cfg, RUN), root, device=device, verifier=DigitVerifier(), progress=False)
     return load_file(str(final / "model.safetensors"))
 
 

@@ -17,6 +17,7 @@ from support.device_mixing import MODEL_DEVICE, DeviceMixingMode
 from trainer_fixtures import DigitVerifier, make_config
 
 from acerl.config import Run
+from acerl.config.settings import resolve
 from acerl.pipeline import paths
 from acerl.train import train_run
 
@@ -37,10 +38,9 @@ DEVICE = str(MODEL_DEVICE)
 def test_training_steps_keep_every_tensor_on_the_model_device(
     tiny_root: Path, method: str, extra: tuple[str, ...]
 ) -> None:
-    cfg = make_config("models.tiny.train.total_steps=2", *extra)
+    settings = resolve(make_config("models.tiny.train.total_steps=2", *extra), Run("tiny", method, 0))
     with DeviceMixingMode() as mode:
-        final = train_run(cfg, Run("tiny", method, 0), tiny_root, device=DEVICE, verifier=DigitVerifier(),
-                          progress=False)  # fmt: skip
+        final = train_run(settings, tiny_root, device=DEVICE, verifier=DigitVerifier(), progress=False)
     assert (final / "config.json").is_file()
     assert mode.checked > 1000  # the whole step ran under the mode
 

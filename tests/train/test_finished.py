@@ -11,16 +11,18 @@ from trainer_fixtures import REPO, TRAIN_OVERRIDES, DigitVerifier, make_config
 
 from acerl.cli import main
 from acerl.config import Run
+from acerl.config.settings import resolve
 from acerl.pipeline import paths
 from acerl.pipeline.stages import Job, record_params
 from acerl.train import train_run
 from acerl.train.finished import FINAL_SPEC_FILE, StaleFinalError, StaleInputError, spec_differences
+from acerl.trainers import TrainOptions, train_from_config
 
 RUN = Run("tiny", "grpo", 0)
 
 
 def _train(root: Path, verifier: DigitVerifier, *extra: str) -> Path:
-    return train_run(make_config(*extra), RUN, root, verifier=verifier, progress=False)
+    return train_run(resolve(make_config(*extra), RUN), root, verifier=verifier, progress=False)
 
 
 def test_a_final_policy_of_other_settings_is_not_the_requested_run(tiny_root: Path, verifier: DigitVerifier):
@@ -76,13 +78,16 @@ def test_spec_differences_name_each_leaf():
 
 def test_data_or_a_base_model_made_for_another_config_is_not_reused(tiny_root: Path, verifier: DigitVerifier):
     """``data/`` and ``models/base/<model>/`` made by another config used to be trained on without a word; the
-    params their preparation recorded are now checked (folders without a record, as older code made, are not)."""
+    params their preparation recorded are now checked (folders without a record, as older code made, are not).
+    The check reads the stage table, so the trainer does not make it: ``acerl train``'s dispatcher
+    (:func:`acerl.trainers.train_from_config`) hands it to :func:`acerl.train.train_run`."""
     made = make_config()
     record_params(made, tiny_root, Job("prepare_data"))
     record_params(made, tiny_root, Job("prepare_base", "tiny"))
     other_data = make_config("models.tiny.train.total_steps=1", "data.synthetic.seed=7")
+    options = TrainOptions(progress=False, device="cpu")
     with pytest.raises(StaleInputError) as e:
-        train_run(other_data, RUN, tiny_root, verifier=verifier, progress=False)
+        train_from_config(other_data, RUN, tiny_root, options)
     assert str(e.value) == (
         f"{tiny_root / 'data'} was made for another config than the requested run tiny/grpo/seed0 (acerl_params.json: "
         "data.synthetic.seed: 0 vs 7): rebuild it with `acerl prepare-data`, or give the config that made it"
@@ -91,7 +96,7 @@ def test_data_or_a_base_model_made_for_another_config_is_not_reused(tiny_root: P
     with pytest.raises(
         StaleInputError, match=r"models/base/tiny was made .*models\.tiny\.sft\.lr: \(absent\) vs 0\.01\)"
     ):
-        train_run(other_base, RUN, tiny_root, verifier=verifier, progress=False)
+        train_from_config(other_base, RUN, tiny_root, options)
     assert verifier.calls == 0 and not paths.policy_dir(tiny_root, RUN).exists()
     assert _train(
         tiny_root, verifier, "models.tiny.train.total_steps=1"

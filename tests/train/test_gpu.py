@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 
 from acerl.config import Run, load_config
+from acerl.config.settings import resolve
 from acerl.pipeline import paths
 from acerl.train import train_run
 from acerl.train.checkpoint import LATEST_FILE, list_checkpoints
@@ -58,7 +59,7 @@ def test_training_sampling_and_diagnostics_on_cuda(tiny_root: Path, extra: tuple
 
     cfg = make_config("models.tiny.train.total_steps=2", *extra)
     run = Run("tiny", "ace_dapo", 0)  # ACE, reference model, dynamic sampling, overlong shaping
-    final = train_run(cfg, run, tiny_root, device="cuda", verifier=DigitVerifier(), progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, device="cuda", verifier=DigitVerifier(), progress=False)
     records = read_jsonl_records(paths.train_metrics_file(tiny_root, run))
     assert [r["step"] for r in records] == [1, 2]
     assert all(np.isfinite(r["train/reward_mean"]) for r in records)

@@ -60,7 +60,7 @@ def _no_timing(records: list[dict]) -> list[dict]:
 def test_one_step_changes_weights_and_logs_every_metric(tiny_root: Path, verifier: DigitVerifier):
     cfg = make_config("models.tiny.train.total_steps=1")
     run = Run("tiny", "ace_grpo", 0)
-    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     assert final == paths.policy_dir(tiny_root, run)
     before, after = _weights(paths.base_model_dir(tiny_root, "tiny")), _weights(final)
     assert before.keys() == after.keys()
@@ -98,7 +98,9 @@ def test_ace_alpha_zero_is_grpo_bitwise(tmp_path: Path, tiny_root_template: Path
         root = tmp_path / method
         shutil.copytree(tiny_root_template, root)
         cfg = make_config("models.tiny.train.total_steps=2", *extra)
-        final = train_run(cfg, Run("tiny", method, 0), root, verifier=DigitVerifier(), progress=False)
+        final = train_run(
+            resolve(cfg, Run("tiny", method, 0)), root, verifier=DigitVerifier(), progress=False
+        )
         weights[method] = _weights(final)
         records[method] = _no_timing(
             read_jsonl_records(paths.train_metrics_file(root, Run("tiny", method, 0)))
@@ -202,7 +204,7 @@ def test_dynamic_sampling_gives_up_after_max_batches(tiny_root: Path, cap: tuple
         f"families.dapo.dynamic_sampling.gen_batch_factor={cap[1]}",
     )
     run = Run("tiny", "dapo", 0)
-    final = train_run(cfg, run, tiny_root, verifier=NeverCorrect(), progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=NeverCorrect(), progress=False)
     before, after = _weights(paths.base_model_dir(tiny_root, "tiny")), _weights(final)
     assert all(torch.equal(before[k], after[k]) for k in before)  # nothing to learn from: no update
     (record,) = read_jsonl_records(paths.train_metrics_file(tiny_root, run))
@@ -254,7 +256,9 @@ def test_ema_reference_moves_and_is_checkpointed(tiny_root: Path, verifier: Digi
 
     cfg = make_config("models.tiny.train.total_steps=2")
     run = Run("tiny", "grpo", 0)
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False, reference="ema", ref_ema_decay=0.5)
+    train_run(
+        resolve(cfg, run, reference="ema", ref_ema_decay=0.5), tiny_root, verifier=verifier, progress=False
+    )
     ckpt = find_latest(paths.checkpoints_dir(tiny_root, run))
     ref, policy = load_file(str(ckpt / "ref.safetensors")), load_file(str(ckpt / "model.safetensors"))
     base = _weights(paths.base_model_dir(tiny_root, "tiny"))
@@ -269,7 +273,7 @@ def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier, caplog
     run = Run("tiny", "grpo", 1)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="acerl.train.run"):
-        final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+        final = train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     messages = [r.getMessage() for r in caplog.records]
     assert messages[0].startswith("tiny/grpo/seed1: step 1/1 reward "), messages
     assert messages[1:] == [
@@ -279,7 +283,7 @@ def test_finished_run_is_a_noop(tiny_root: Path, verifier: DigitVerifier, caplog
     calls = verifier.calls
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="acerl.train.run"):
-        assert train_run(cfg, run, tiny_root, verifier=verifier, progress=False) == final
+        assert train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False) == final
     assert verifier.calls == calls
     assert {p: p.stat().st_mtime_ns for p in paths.run_dir(tiny_root, run).rglob("*")} == stamp
     assert [r.getMessage() for r in caplog.records] == [
@@ -294,7 +298,7 @@ def test_a_final_folder_without_its_config_is_not_a_finished_run(tiny_root: Path
     run = Run("tiny", "grpo", 1)
     final = paths.policy_dir(tiny_root, run)
     final.mkdir(parents=True)
-    assert train_run(cfg, run, tiny_root, verifier=verifier, progress=False) == final
+    assert train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False) == final
     assert (
         verifier.calls > 0 and (final / "config.json").is_file() and (final / "model.safetensors").is_file()
     )
@@ -310,7 +314,7 @@ def test_bad_settings_fail_early(tiny_root: Path):
     cfg = make_config("models.tiny.train.max_prompt_length=8", "models.tiny.train.total_steps=1")
     too_long = rf"^{paths.data_file(tiny_root, 'train')}: row .+ has a \d+-token prompt, longer than max_prompt_length=8 "
     with pytest.raises(ValueError, match=too_long):  # names the file, the row and the key to change
-        train_run(cfg, Run("tiny", "grpo", 0), tiny_root, verifier=DigitVerifier(), progress=False)
+        train_run(resolve(cfg, Run("tiny", "grpo", 0)), tiny_root, verifier=DigitVerifier(), progress=False)
 
 
 def test_reference_logprobs_equal_policy_logprobs_before_training(tmp_path: Path):
@@ -509,12 +513,12 @@ def test_actor_stats_average_per_optimizer_step_and_entropy_per_response_token()
 
 
 def test_the_trainer_overrides_reach_the_run(tiny_root: Path, verifier: DigitVerifier):
-    """``train_run``'s ``reference``, ``ref_ema_decay`` and ``old_logprobs`` arguments override the config: the
+    """``resolve``'s ``reference``, ``ref_ema_decay`` and ``old_logprobs`` arguments override the config: the
     written run spec (the run's cache identity) carries them, in canonical JSON."""
     cfg = make_config("models.tiny.train.total_steps=1")
     run = Run("tiny", "grpo", 2)
     overrides = {"reference": "ema", "ref_ema_decay": 0.25, "old_logprobs": "rollout"}
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False, **overrides)
+    train_run(resolve(cfg, run, **overrides), tiny_root, verifier=verifier, progress=False)
     text = paths.run_spec_file(tiny_root, run).read_text()
     spec = json.loads(text)
     assert spec["trainer"] == overrides
@@ -540,7 +544,7 @@ def test_a_run_without_a_verifier_grades_with_the_configured_grader(tiny_root: P
     monkeypatch.setattr(acerl.grading, "Grader", Recorded)
     cfg = make_config("models.tiny.train.total_steps=1", "grading.timeout_s=7", "grading.workers=1")
     run = Run("tiny", "grpo", 0)
-    train_run(cfg, run, tiny_root, progress=False)
+    train_run(resolve(cfg, run), tiny_root, progress=False)
     (grader,) = built
     assert (grader.timeout_s, grader._pool.n_workers) == (7.0, 1)
     assert grader._pool.worker_pids() == []  # closed with the run

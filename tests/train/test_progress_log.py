@@ -10,6 +10,7 @@ import pytest
 from trainer_fixtures import DigitVerifier, make_config
 
 from acerl.config import Run
+from acerl.config.settings import resolve
 from acerl.pipeline import paths
 from acerl.train import train_run
 from acerl.train.metrics import read_metrics
@@ -22,7 +23,7 @@ def test_one_log_line_per_step_without_the_bar(
     cfg = make_config("models.tiny.train.total_steps=2")
     run = Run("tiny", "grpo", 1)
     with caplog.at_level(logging.INFO, logger="acerl.train.run"):
-        train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+        train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     records = read_metrics(paths.train_metrics_file(tiny_root, run))
     lines = [r.getMessage() for r in caplog.records if ": step " in r.getMessage()]
     assert lines == [step_line(run.id, r["step"], 2, r) for r in records]

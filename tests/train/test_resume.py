@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from trainer_fixtures import DigitVerifier, make_config, read_jsonl_records
 
 from acerl.config import Run
+from acerl.config.settings import resolve
 from acerl.errors import BadInputError
 from acerl.pipeline import paths
 from acerl.train import PREEMPTED_EXIT_CODE, train_run
@@ -35,7 +36,7 @@ def _train_in_child(root: Path, method: str, delay: float) -> None:
     from train_worker import SlowVerifier
 
     cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
-    train_run(cfg, Run("tiny", method, 0), root, verifier=SlowVerifier(delay), progress=False)
+    train_run(resolve(cfg, Run("tiny", method, 0)), root, verifier=SlowVerifier(delay), progress=False)
 
 
 def _start(root: Path, method: str, delay: float = 0.05) -> multiprocessing.Process:
@@ -65,13 +66,13 @@ def _uninterrupted(tmp_path: Path, template: Path, method: str) -> tuple[dict, l
     root = tmp_path / "reference"
     shutil.copytree(template, root)
     cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
-    final = train_run(cfg, Run("tiny", method, 0), root, verifier=DigitVerifier(), progress=False)
+    final = train_run(resolve(cfg, Run("tiny", method, 0)), root, verifier=DigitVerifier(), progress=False)
     return load_file(str(final / "model.safetensors")), _records(root, Run("tiny", method, 0))
 
 
 def _resume_in_process(root: Path, method: str) -> tuple[dict, list[dict]]:
     cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
-    final = train_run(cfg, Run("tiny", method, 0), root, verifier=DigitVerifier(), progress=False)
+    final = train_run(resolve(cfg, Run("tiny", method, 0)), root, verifier=DigitVerifier(), progress=False)
     return load_file(str(final / "model.safetensors")), _records(root, Run("tiny", method, 0))
 
 
@@ -151,9 +152,9 @@ def test_an_ema_reference_is_restored_on_resume(
     reference is the checkpoint's moved EMA (ACE's confidences and the KL use it), not the base model again."""
     run = Run("tiny", "ace_grpo", 0)
     cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={STEPS}")
-    ema = {"reference": "ema", "ref_ema_decay": 0.5, "progress": False}
+    settings = resolve(cfg, run, reference="ema", ref_ema_decay=0.5)
     with pytest.raises(TrainingPreempted) as preempted:
-        train_run(cfg, run, tiny_root, verifier=_SigtermAtCall(2), **ema)
+        train_run(settings, tiny_root, verifier=_SigtermAtCall(2), progress=False)
     assert (preempted.value.step, preempted.value.signum, preempted.value.code) == (2, signal.SIGTERM, 75)
     assert (
         str(preempted.value)
@@ -161,13 +162,13 @@ def test_an_ema_reference_is_restored_on_resume(
     )
     assert [step for step, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
     with caplog.at_level(logging.INFO, logger="acerl.train.run"):
-        final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), **ema)
+        final = train_run(settings, tiny_root, verifier=DigitVerifier(), progress=False)
     ckpt = paths.checkpoints_dir(tiny_root, run) / "step_000002"
     assert f"resuming from {ckpt} (step 2)" in [r.getMessage() for r in caplog.records]
     resumed = load_file(str(final / "model.safetensors")), _records(tiny_root, run)
     reference = tmp_path / "reference"
     shutil.copytree(tiny_root_template, reference)
-    final = train_run(cfg, run, reference, verifier=DigitVerifier(), **ema)
+    final = train_run(settings, reference, verifier=DigitVerifier(), progress=False)
     _assert_same((load_file(str(final / "model.safetensors")), _records(reference, run)), resumed)
 
 
@@ -190,7 +191,7 @@ def test_a_signal_after_the_checkpoint_decision_stops_at_a_checkpoint(
 
     monkeypatch.setattr(run_module, "step_line", signalling_line)
     with pytest.raises(TrainingPreempted) as preempted:
-        train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+        train_run(resolve(cfg, run), tiny_root, verifier=DigitVerifier(), progress=False)
     assert preempted.value.step == 2
     assert [step for step, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
 
@@ -202,7 +203,7 @@ def test_checkpoints_and_diagnostic_snapshots_fall_on_their_steps(tiny_root: Pat
     final policy."""
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=3", "models.tiny.train.save_every=2")
-    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     assert [s for s, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2, 3]
     steps = (0, 2, 3)
     assert sorted(p.name for p in paths.diag_dir(tiny_root, run).iterdir()) == [
@@ -221,7 +222,7 @@ def test_a_preemption_signal_in_the_last_step_finishes_the_run(tiny_root: Path):
     final policy and returns (no exit 75, which would make the scheduler requeue a finished run)."""
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=5")
-    final = train_run(cfg, run, tiny_root, verifier=_SigtermAtCall(2), progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=_SigtermAtCall(2), progress=False)
     assert (final / "model.safetensors").is_file()
     assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]
     assert [s for s, _ in list_checkpoints(paths.checkpoints_dir(tiny_root, run))] == [2]
@@ -256,12 +257,12 @@ def test_truncated_checkpoint_falls_back_to_the_previous_one(
 def test_no_usable_checkpoint_is_exit_4_naming_the_folder(tiny_root: Path, verifier: DigitVerifier):
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=2")
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     shutil.rmtree(paths.policy_dir(tiny_root, run))
     only = paths.checkpoints_dir(tiny_root, run) / "step_000002"
     _truncate(only / "trainer_state.pt")
     with pytest.raises(BadInputError) as e:
-        train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+        train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     assert e.value.exit_code == 4
     assert str(only / "trainer_state.pt") in str(e.value) and f"delete {only} and rerun" in str(e.value)
 
@@ -269,7 +270,7 @@ def test_no_usable_checkpoint_is_exit_4_naming_the_folder(tiny_root: Path, verif
 def test_leftover_temp_dirs_are_ignored_and_removed(tiny_root: Path, verifier: DigitVerifier):
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     shutil.rmtree(paths.policy_dir(tiny_root, run))  # pretend the job died before the final folder
     ckpt_dir = paths.checkpoints_dir(tiny_root, run)
     junk = ckpt_dir / ".tmp-step_000003.abc"
@@ -281,7 +282,7 @@ def test_leftover_temp_dirs_are_ignored_and_removed(tiny_root: Path, verifier: D
     (ckpt_dir / LATEST_FILE).write_text("step_000009\n")  # a stale pointer falls back to a folder scan
     assert find_latest(ckpt_dir).name == "step_000002"
     calls = verifier.calls
-    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     assert verifier.calls == calls  # resumed at step 2 of 2: only the final folder was written
     assert (final / "model.safetensors").is_file()
     assert not junk.exists() and not stale_final.exists()
@@ -293,7 +294,7 @@ def test_keep_checkpoints_rotation(tiny_root: Path, verifier: DigitVerifier):
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=3", "models.tiny.train.save_every=1",
                       "models.tiny.train.keep_checkpoints=2")  # fmt: skip
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     ckpt_dir = paths.checkpoints_dir(tiny_root, run)
     assert [s for s, _ in list_checkpoints(ckpt_dir)] == [2, 3]
     assert (ckpt_dir / LATEST_FILE).read_text().strip() == "step_000003"
@@ -314,7 +315,7 @@ def test_changed_settings_start_over_and_keep_the_old_state(
     checkpoints of the old settings are moved aside, not resumed and not deleted."""
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     shutil.rmtree(paths.policy_dir(tiny_root, run))
     ckpt_dir = paths.checkpoints_dir(tiny_root, run)
     old_weights = (ckpt_dir / "step_000002" / "model.safetensors").read_bytes()
@@ -323,7 +324,7 @@ def test_changed_settings_start_over_and_keep_the_old_state(
     )
     calls = verifier.calls
     with caplog.at_level(logging.WARNING, logger="acerl.train.checkpoint"):
-        train_run(changed, run, tiny_root, verifier=verifier, progress=False)
+        train_run(resolve(changed, run), tiny_root, verifier=verifier, progress=False)
     assert verifier.calls > calls  # trained again, not resumed at step 2 of 2
     assert [r["step"] for r in read_jsonl_records(paths.train_metrics_file(tiny_root, run))] == [1, 2]
     assert [s for s, _ in list_checkpoints(ckpt_dir)] == [1, 2]
@@ -388,7 +389,7 @@ def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, 
 
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=2")
-    final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=DigitVerifier(), progress=False)
     spec = paths.run_spec_file(tiny_root, run).read_text()
     ckpt = find_latest(paths.checkpoints_dir(tiny_root, run))
     state = read_trainer_state(ckpt)
@@ -400,7 +401,7 @@ def test_resume_across_package_versions_warns_and_records_both(tiny_root: Path, 
     software_file.write_text(json.dumps({"launches": [old, software_stamp()] if later_launch else [old]}))
     shutil.rmtree(final)
     with caplog.at_level("WARNING"):
-        train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+        train_run(resolve(cfg, run), tiny_root, verifier=DigitVerifier(), progress=False)
     lines = [r.getMessage() for r in caplog.records if "other package versions" in r.getMessage()]
     assert len(lines) == 1 and "transformers 0.0.1 ->" in lines[0]
     assert lines[0].startswith(f"tiny/grpo/seed0: checkpoint {ckpt} was made with other package versions")
@@ -421,7 +422,7 @@ def test_two_identical_runs_write_identical_checkpoints(tiny_root_template: Path
         root = tmp_path / name
         shutil.copytree(tiny_root_template, root)
         random.seed(i), np.random.seed(i), torch.manual_seed(i)  # as two processes would start
-        train_run(cfg, run, root, verifier=DigitVerifier(), progress=False)
+        train_run(resolve(cfg, run), root, verifier=DigitVerifier(), progress=False)
         ckpt_dir = paths.checkpoints_dir(root, run)
         written.append(
             {p.relative_to(ckpt_dir): p.read_bytes() for p in sorted(ckpt_dir.rglob("*")) if p.is_file()}
@@ -432,7 +433,6 @@ def test_two_identical_runs_write_identical_checkpoints(tiny_root_template: Path
     # The recorded global states are those of the run's own seed stream after building the model (which draws
     # its throw-away initial weights from torch's), untouched by the steps: the states of a fresh start seeded
     # with another seed or stream would be shared with other runs or other uses.
-    from acerl.config.settings import resolve
     from acerl.pipeline.seeds import GLOBAL_SEED_STREAM, derive_seed
     from acerl.train.checkpoint import get_rng_states, read_trainer_state, seed_rng_states
     from acerl.train.run import init_state
@@ -456,7 +456,7 @@ def test_a_checkpoint_with_the_sampling_generator_state_still_resumes(
 
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
-    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     weights = load_file(str(final / "model.safetensors"))
     ckpt_dir = paths.checkpoints_dir(tiny_root, run)
     shutil.rmtree(final)
@@ -466,7 +466,7 @@ def test_a_checkpoint_with_the_sampling_generator_state_still_resumes(
     state["rng"]["sampling"] = torch.Generator().manual_seed(5).get_state()
     torch.save(state, ckpt_dir / "step_000001" / STATE_FILE)
     calls = verifier.calls
-    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     assert 0 < verifier.calls - calls < calls  # resumed: only step 2 was trained again
     resumed = load_file(str(final / "model.safetensors"))
     assert all(torch.equal(weights[k], resumed[k]) for k in weights)
@@ -502,7 +502,7 @@ def test_a_second_trainer_of_the_same_run_is_refused_until_the_first_stops(tiny_
     cfg = make_config(f"models.tiny.train.total_steps={STEPS}", f"models.tiny.train.save_every={SAVE_EVERY}")
     try:
         with pytest.raises(RunLockedError) as e:
-            train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)
+            train_run(resolve(cfg, run), tiny_root, verifier=DigitVerifier(), progress=False)
     finally:
         proc.kill()
         proc.join(timeout=60)
@@ -512,7 +512,8 @@ def test_a_second_trainer_of_the_same_run_is_refused_until_the_first_stops(tiny_
         f"it to finish, or stop it (kill {proc.pid}) and rerun the same command, which resumes"
     )
     assert e.value.exit_code == 75 and not paths.policy_dir(tiny_root, run).exists()
-    final = train_run(cfg, run, tiny_root, verifier=DigitVerifier(), progress=False)  # SIGKILL freed the lock
+    # SIGKILL freed the lock
+    final = train_run(resolve(cfg, run), tiny_root, verifier=DigitVerifier(), progress=False)
     assert (final / "model.safetensors").is_file()
 
 
@@ -525,7 +526,7 @@ def test_resource_keys_resume_and_keep_a_finished_run(tiny_root: Path, verifier:
 
     run = Run("tiny", "grpo", 0)
     cfg = make_config("models.tiny.train.total_steps=2", "models.tiny.train.save_every=1")
-    final = train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     weights = load_file(str(final / "model.safetensors"))
     knobs = cfg.models["tiny"].train.model_dump(mode="json", include=set(RESOURCE_KEYS))
 
@@ -542,7 +543,7 @@ def test_resource_keys_resume_and_keep_a_finished_run(tiny_root: Path, verifier:
         "models.tiny.train.max_tokens_per_gpu=9000",
     )
     calls = verifier.calls
-    assert train_run(changed, run, tiny_root, verifier=verifier, progress=False) == final
+    assert train_run(resolve(changed, run), tiny_root, verifier=verifier, progress=False) == final
     assert verifier.calls == calls  # finished: not trained again
 
     ckpt_dir = paths.checkpoints_dir(tiny_root, run)
@@ -554,7 +555,7 @@ def test_resource_keys_resume_and_keep_a_finished_run(tiny_root: Path, verifier:
     state["spec"] = json.dumps(old, sort_keys=True, separators=(",", ":"))
     torch.save(state, ckpt_dir / "step_000001" / STATE_FILE)
     assert read_trainer_state(ckpt_dir / "step_000001")["spec"] != state["spec"]  # read without the knobs
-    final = train_run(changed, run, tiny_root, verifier=verifier, progress=False)
+    final = train_run(resolve(changed, run), tiny_root, verifier=verifier, progress=False)
     assert 0 < verifier.calls - calls < calls  # resumed: only step 2 was trained again
     assert not list(paths.run_dir(tiny_root, run).glob("checkpoints.superseded-*"))
     resumed = load_file(str(final / "model.safetensors"))

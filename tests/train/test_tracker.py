@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from trainer_fixtures import DigitVerifier, make_config
 
 from acerl.config import Run
-from acerl.config.settings import run_spec
+from acerl.config.settings import resolve, run_spec
 from acerl.pipeline import paths
 from acerl.pipeline.stages import param_values, study_jobs
 from acerl.report.training import main as report_training
@@ -41,7 +41,7 @@ def test_metrics_log_mirrors_every_finite_metric_to_tensorboard(tmp_path):
 def test_a_training_run_writes_event_files_when_asked(tiny_root: Path, verifier: DigitVerifier):
     cfg = make_config("models.tiny.train.total_steps=2", "compute.tracker=tensorboard")
     run = Run("tiny", "ace_grpo", 2)
-    train_run(cfg, run, tiny_root, verifier=verifier, progress=False)
+    train_run(resolve(cfg, run), tiny_root, verifier=verifier, progress=False)
     got = _scalars(paths.tracker_dir(tiny_root, run))
     records = read_metrics(paths.train_metrics_file(tiny_root, run))
     assert [s for s, _ in got["ace/multiplier_mean_neg"]] == [1, 2]
@@ -56,7 +56,10 @@ def test_a_finished_run_s_curves_are_written_after_the_fact(tiny_root: Path, ver
     its metrics.jsonl, each at its step; exporting again replaces the events instead of doubling them."""
     run = Run("tiny", "grpo", 1)
     train_run(
-        make_config("models.tiny.train.total_steps=2"), run, tiny_root, verifier=verifier, progress=False
+        resolve(make_config("models.tiny.train.total_steps=2"), run),
+        tiny_root,
+        verifier=verifier,
+        progress=False,
     )
     assert not paths.tracker_dir(tiny_root, run).exists()
     metrics = paths.train_metrics_file(tiny_root, run)

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_fixtures import DigitVerifier, make_config  # noqa: E402
 
 from acerl.config import Run  # noqa: E402
+from acerl.config.settings import resolve
 from acerl.train import train_run  # noqa: E402
 
 
@@ -38,8 +39,8 @@ def main() -> None:
 
         torch.use_deterministic_algorithms(True, warn_only=True)
     cfg = make_config(f"models.tiny.train.total_steps={steps}", f"models.tiny.train.save_every={save_every}")
-    train_run(cfg, Run("tiny", method, 0), Path(root), verifier=SlowVerifier(float(delay)), progress=False,
-              device=device)  # fmt: skip
+    settings = resolve(cfg, Run("tiny", method, 0))
+    train_run(settings, Path(root), verifier=SlowVerifier(float(delay)), progress=False, device=device)
 
 
 if __name__ == "__main__":

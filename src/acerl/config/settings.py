@@ -23,6 +23,7 @@ from acerl.config import (
     ConfigError,
     EstimatorConfig,
     FamilyConfig,
+    GradingConfig,
     ModelConfig,
     Run,
     TrainHyper,
@@ -36,12 +37,14 @@ and reruns nothing (docs/training.md, "What a run spec holds")."""
 
 ReferenceKind = Literal["initial", "ema"]
 OldLogprobs = Literal["recompute", "rollout"]
+TrackerName = Literal["none", "tensorboard", "wandb"]
 
 __all__ = [
     "RESOURCE_KEYS",
     "OldLogprobs",
     "ReferenceKind",
     "RunSettings",
+    "TrackerName",
     "local_run_spec",
     "resolve",
     "run_spec",
@@ -66,6 +69,9 @@ class RunSettings:
         precision: ``fp32`` or ``bf16`` (``compute.precision``); gradient_checkpointing,
             max_tokens_per_micro_batch: the local trainer's memory settings (``compute.*``; no effect on results
             beyond float rounding, so not in the run spec).
+        grading: the grader's limits (``grading``: the per-item timeout and worker processes).
+        tracker, project: the experiment tracker that also receives each step's metrics (``compute.tracker``)
+            and its project name (the config's ``name``); not in the run spec.
     """
 
     run: Run
@@ -79,6 +85,9 @@ class RunSettings:
     precision: str
     gradient_checkpointing: bool
     max_tokens_per_micro_batch: int | None
+    grading: GradingConfig
+    tracker: TrackerName
+    project: str
 
     @property
     def reference(self) -> ReferenceKind:
@@ -201,6 +210,9 @@ def resolve(
         precision=cfg.compute.precision,
         gradient_checkpointing=cfg.compute.gradient_checkpointing,
         max_tokens_per_micro_batch=cfg.compute.max_tokens_per_micro_batch,
+        grading=cfg.grading,
+        tracker=cfg.compute.tracker,
+        project=cfg.name,
     )
 
 

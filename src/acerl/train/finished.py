@@ -7,8 +7,9 @@ differing key (``key: old vs new``) and the fix. A final folder written before t
 is checked against ``run_spec.json`` of its run folder (the settings its training started with).
 
 The training data (``data/``) and the base model (``models/base/<model>/``) a new training reuses are checked the
-same way (:func:`check_reused_inputs`) against the params their preparation recorded beside them
-(:func:`acerl.pipeline.stages.params_record_file`); a folder without that record (made by older code) is not checked.
+same way against the params their preparation recorded beside them; that check reads the pipeline's stage table,
+so it lives above the trainer (:func:`acerl.pipeline.reuse.check_reused_inputs`), which raises
+:class:`StaleInputError` and formats with :func:`spec_differences`.
 """
 
 from __future__ import annotations
@@ -18,24 +19,22 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from acerl.config import Config, Run
 from acerl.config.settings import without_resource_keys
-from acerl.errors import BadInputError, fix_command, reading
-from acerl.pipeline.stages import Job, param_values, params_record_file, spec
+from acerl.errors import BadInputError, reading
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "FINAL_SPEC_FILE",
+    "SHOWN_DIFFERENCES",
     "StaleFinalError",
     "StaleInputError",
     "check_final",
-    "check_reused_inputs",
     "spec_differences",
 ]
 
 FINAL_SPEC_FILE = "run_spec.json"
-_SHOWN = 4  # differing keys named in the message; the rest are counted
+SHOWN_DIFFERENCES = 4  # differing keys named in the message; the rest are counted
 
 
 class StaleFinalError(BadInputError):
@@ -102,33 +101,9 @@ def check_final(final: Path, run_spec_file: Path, requested: dict[str, Any], run
     diffs = spec_differences(old, new)
     if not diffs:
         return
-    more = f" (and {len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
+    more = f" (and {len(diffs) - SHOWN_DIFFERENCES} more)" if len(diffs) > SHOWN_DIFFERENCES else ""
     raise StaleFinalError(
         f"{final} was trained with other settings than the requested run {run_id} ({file.relative_to(final.parent)}: "
-        f"{'; '.join(diffs[:_SHOWN])}{more}): give the config that trained it (--config/--set), "
+        f"{'; '.join(diffs[:SHOWN_DIFFERENCES])}{more}): give the config that trained it (--config/--set), "
         f"or delete {final} and rerun the same command to train the requested settings"
     )
-
-
-def check_reused_inputs(cfg: Config, root: Path | str, run: Run) -> None:
-    """Raise :class:`StaleInputError` when ``data/`` or the run's base model folder records other preparation
-    params than ``cfg`` gives (each differing key, old vs new, and the command that rebuilds it), and
-    :class:`~acerl.errors.MissingInputError` when this node cannot read the base model folder
-    (:func:`acerl.models.prepare.check_base_folder`)."""
-    from acerl.models.prepare import check_base_folder
-
-    check_base_folder(root, run.model)
-    for job in (Job("prepare_data"), Job("prepare_base", run.model)):
-        file = params_record_file(root, job)
-        if file is None or not file.is_file():
-            continue
-        rebuild = fix_command(spec(job.stage).subcommand, *(("--model", job.model) if job.model else ()))
-        with reading(file, f"rerun {rebuild}"):
-            old = json.loads(file.read_text(encoding="utf-8"))
-        diffs = spec_differences(old, json.loads(json.dumps(param_values(cfg, job))))
-        if diffs:
-            more = f" (and {len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
-            raise StaleInputError(
-                f"{file.parent} was made for another config than the requested run {run.id} ({file.name}: "
-                f"{'; '.join(diffs[:_SHOWN])}{more}): rebuild it with {rebuild}, or give the config that made it"
-            )

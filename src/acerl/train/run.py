@@ -1,8 +1,8 @@
 """The local trainer's run orchestration: init, resume, the step loop, checkpoints and signals.
 
-:func:`train_run` resolves the run's :class:`acerl.config.settings.RunSettings` (:func:`acerl.config.settings.resolve`), writes
-``run_spec.json``, loads the base model (:func:`init_state`) or resumes from the newest checkpoint whose spec
-matches, then calls :func:`acerl.train.algorithm.train_step` until ``total_steps``, logging metrics, saving
+:func:`train_run` takes the run's resolved :class:`acerl.config.settings.RunSettings`
+(:func:`acerl.config.settings.resolve`), writes ``run_spec.json``, loads the base model (:func:`init_state`) or
+resumes from the newest checkpoint whose spec matches, then calls :func:`acerl.train.algorithm.train_step` until ``total_steps``, logging metrics, saving
 diagnostic snapshots and resumable checkpoints; SIGTERM / SIGUSR1 checkpoint at the next step boundary. The
 algorithm itself is :mod:`acerl.train.algorithm`. See docs/training.md.
 """
@@ -13,7 +13,7 @@ import copy
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from acerl.config import Config, Run, spec_json
-from acerl.config.settings import OldLogprobs, ReferenceKind, RunSettings, local_run_spec, resolve
+from acerl.config import Run, spec_json
+from acerl.config.settings import RunSettings, local_run_spec
 from acerl.errors import MissingInputError, fix_command
 from acerl.models.loading import load_model_folder
 from acerl.optim import build_optimizer
@@ -45,7 +45,7 @@ from acerl.train.checkpoint import (
     supersede_stale_state,
 )
 from acerl.train.data import PromptStream, TrainingSet
-from acerl.train.finished import FINAL_SPEC_FILE, check_final, check_reused_inputs
+from acerl.train.finished import FINAL_SPEC_FILE, check_final
 from acerl.train.lock import run_lock
 from acerl.train.metrics import MetricsLog
 from acerl.train.rewards import Verifier
@@ -95,19 +95,16 @@ def _trainer_state(state: TrainState, spec: str) -> dict[str, Any]:
 
 
 def train_run(
-    cfg: Config,
-    run: Run,
+    settings: RunSettings,
     root: Path | str,
     *,
     device: str = "cpu",
     threads: int = 1,
     progress: bool = True,
     verifier: Verifier | None = None,
-    reference: ReferenceKind | None = None,
-    ref_ema_decay: float | None = None,
-    old_logprobs: OldLogprobs | None = None,
+    check_inputs: Callable[[], None] | None = None,
 ) -> Path:
-    """Train ``run`` with the local backend; returns the final policy folder ``paths.policy_dir(root, run)``.
+    """Train ``settings.run`` with the local backend; returns its final policy folder (``paths.policy_dir``).
 
     Resumes from the newest checkpoint under ``paths.checkpoints_dir`` if there is one; a run whose final
     policy exists is not touched when the run spec recorded with it equals the requested one, and is a
@@ -117,33 +114,33 @@ def train_run(
     throughout: a second trainer of the same run gets a :class:`acerl.train.lock.RunLockedError`.
 
     Args:
-        cfg, run: the validated config and the (model, method, seed) to train.
+        settings: the resolved run (:func:`acerl.config.settings.resolve`, which applies the local trainer's
+            ``reference``, ``ref_ema_decay`` and ``old_logprobs`` overrides).
         root: work directory (``data/``, ``models/``, ``runs/``).
         device: ``cpu``, ``cuda`` or ``auto``; threads: ``torch.set_num_threads`` for a run on a GPU (on CPU
             one: :func:`acerl.pipeline.runtime.job_threads`; restored after; denormals are flushed to zero from
             then on, :func:`acerl.pipeline.runtime.configure_torch`).
         progress: show a tqdm bar.
-        verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``cfg.grading``).
-        reference: ``initial`` (frozen base model, the paper) or ``ema``; overrides the config.
-        ref_ema_decay: EMA decay per step for ``reference="ema"``; overrides the config.
-        old_logprobs: ``recompute`` (default, verl) or ``rollout``; see :class:`RunSettings`.
+        verifier: grader for rewards (default: an :class:`acerl.grading.Grader` from ``settings.grading``).
+        check_inputs: called under the lock before a new training starts (not when the final policy is
+            returned): ``acerl train`` passes the stage table's check that ``data/`` and the base model were made
+            for the config (:func:`acerl.pipeline.reuse.check_reused_inputs`).
     """
     dev = torch.device(resolve_device(device))  # a CUDA device without a GPU fails before anything is written
-    root = Path(root)
+    root, run = Path(root), settings.run
     final = paths.policy_dir(root, run)
-    settings = resolve(cfg, run, reference=reference, ref_ema_decay=ref_ema_decay, old_logprobs=old_logprobs)
     spec = local_run_spec(settings)
     with run_lock(root, run):
         if final.is_dir() and (final / "config.json").is_file():
             check_final(final, paths.run_spec_file(root, run), _final_spec(spec), run.id)
             logger.info("%s: final policy %s exists; nothing to do", run.id, final)
             return final
-        return _train_locked(cfg, run, root, settings, spec, dev, threads, progress, verifier)
+        if check_inputs is not None:
+            check_inputs()
+        return _train_locked(root, settings, spec, dev, threads, progress, verifier)
 
 
 def _train_locked(
-    cfg: Config,
-    run: Run,
     root: Path,
     settings: RunSettings,
     spec: dict[str, Any],
@@ -153,8 +150,8 @@ def _train_locked(
     verifier: Verifier | None,
 ) -> Path:
     """:func:`train_run` under the run's lock, once it is known that there is no finished run to return."""
+    run = settings.run
     final = paths.policy_dir(root, run)
-    check_reused_inputs(cfg, root, run)
     _warn_short_mini_batch(settings)
     spec_text = _comparable_spec(spec)
     run_dir, ckpt_dir = paths.run_dir(root, run), paths.checkpoints_dir(root, run)
@@ -185,9 +182,9 @@ def _train_locked(
             resume_state(state, ckpt, settings, dev)
         elif 0 in settings.diagnostic_steps:
             save_hf_folder(paths.diag_step_dir(root, run, 0), state.model, state.tokenizer)
-        with _grader(cfg, verifier) as grader:
+        with _grader(settings, verifier) as grader:
             _train_loop(
-                state, settings, data, run, root, spec_text, grader, progress, _tracker(cfg, run, root)
+                state, settings, data, run, root, spec_text, grader, progress, _tracker(settings, root)
             )
         save_hf_folder(
             final,
@@ -251,18 +248,19 @@ def resume_state(state: TrainState, ckpt: Path, settings: RunSettings, dev: torc
     logger.info("resuming from %s (step %d)", ckpt, state.step)
 
 
-def _grader(cfg: Config, verifier: Verifier | None) -> AbstractContextManager[Verifier]:
-    """The run's grader: ``verifier`` when given, else a :class:`acerl.grading.Grader` from ``cfg.grading``."""
+def _grader(settings: RunSettings, verifier: Verifier | None) -> AbstractContextManager[Verifier]:
+    """The run's grader: ``verifier`` when given, else a :class:`acerl.grading.Grader` from ``settings.grading``."""
     if verifier is not None:
         return nullcontext(verifier)
     from acerl.grading import Grader
 
-    return Grader(timeout_s=cfg.grading.timeout_s, workers=cfg.grading.workers)
+    return Grader(timeout_s=settings.grading.timeout_s, workers=settings.grading.workers)
 
 
-def _tracker(cfg: Config, run: Run, root: Path) -> Tracker | None:
+def _tracker(settings: RunSettings, root: Path) -> Tracker | None:
     """``compute.tracker`` of the run (:mod:`acerl.train.tracker`), writing under ``paths.tracker_dir``."""
-    return open_tracker(cfg.compute.tracker, paths.tracker_dir(root, run), project=cfg.name, name=run.id)
+    run = settings.run
+    return open_tracker(settings.tracker, paths.tracker_dir(root, run), project=settings.project, name=run.id)
 
 
 def step_line(run_id: str, step: int, total: int, metrics: Mapping[str, float]) -> str:

@@ -36,7 +36,8 @@ from acerl.errors import MissingInputError
 from acerl.pipeline import paths
 from acerl.pipeline.io import write_json, write_text
 from acerl.pipeline.provenance import record_launch
-from acerl.train.finished import check_final, check_reused_inputs
+from acerl.pipeline.reuse import check_reused_inputs
+from acerl.train.finished import check_final
 from acerl.train.lock import run_lock
 from acerl.train.tracker import verl_loggers
 from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE, VERL_BUILTIN_ESTIMATORS, estimator_params_key
