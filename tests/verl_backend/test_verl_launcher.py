@@ -445,15 +445,22 @@ def test_collect_metrics_last_attempt_wins(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ orchestration
-def _fake_verl(calls: list[list[str]]):
+def _fake_verl(calls: list[list[str]], ray_dirs: list[Path] | None = None):
     """Stands in for the verl training process and the model merger (the launcher's ``runner``).
 
-    Training: saves ``global_step_N/actor`` every ``save_freq`` steps keeping only the newest (verl's
-    rotation), runs the configured checkpoint callback, writes verl's file-logger records.
+    Training: makes Ray's session folder under ``RAY_TMPDIR`` (recorded in ``ray_dirs``), saves
+    ``global_step_N/actor`` every ``save_freq`` steps keeping only the newest (verl's rotation), runs the
+    configured checkpoint callback, writes verl's file-logger records.
     """
+    ray_dirs = [] if ray_dirs is None else ray_dirs
 
     def runner(cmd: list[str], env: dict[str, str], check: bool):
         calls.append(cmd)
+        if (
+            "RAY_TMPDIR" in env and "verl.model_merger" not in cmd
+        ):  # Ray's session folder, as ray.init makes it
+            Path(env["RAY_TMPDIR"], "ray", "session_latest").mkdir(parents=True, exist_ok=True)
+            ray_dirs.append(Path(env["RAY_TMPDIR"]))
         if "verl.model_merger" in cmd:
             Path(cmd[cmd.index("--target_dir") + 1], "config.json").write_text("{}")
             return subprocess.CompletedProcess(cmd, 0)
@@ -518,8 +525,12 @@ def _tiny_verl_run(tmp_path: Path, keep: bool = False, extra: tuple[str, ...] = 
 def test_train_run_verl_orchestration(tmp_path: Path, keep: bool) -> None:
     cfg, run = _tiny_verl_run(tmp_path, keep)
     calls: list[list[str]] = []
-    final = train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls))
+    ray_dirs: list[Path] = []
+    final = train_run_verl(cfg, run, tmp_path, runner=_fake_verl(calls, ray_dirs))
     assert final == paths.policy_dir(tmp_path, run) and (final / "config.json").is_file()
+    assert ray_dirs and not any(
+        d.exists() for d in ray_dirs
+    )  # the job's own Ray folder is gone after main_ppo
     assert calls[0][1:3] == ["-m", ENTRY_MODULE] and "trainer.save_freq=2" in calls[0]
     merged = [c[c.index("--local_dir") + 1] for c in calls[1:]]
     assert [Path(m).parent.name for m in merged] == ["step_000002", "step_000004", "global_step_4"]

@@ -25,6 +25,7 @@ from acerl.verl_backend.node import (
     driver_version,
     ray_node_env,
     ray_temp_dir,
+    remove_ray_temp_dir,
 )
 
 
@@ -140,3 +141,17 @@ def test_several_nodes_join_the_allocations_ray(paper_cfg, hydra_compose, tmp_pa
     assert not any(
         o.startswith("+ray_kwargs.ray_init.address") for o in overrides
     )  # ray_on_slurm.sh's cluster
+
+
+def test_the_jobs_ray_folder_is_removed_and_nothing_else(tmp_path: Path) -> None:
+    """After main_ppo: the folder ray_temp_dir named goes (Ray's session logs and sockets); a RAY_TMPDIR of
+    another naming (a user's own) and an environment without one are left alone."""
+    ours = ray_temp_dir({"SLURM_JOB_ID": "77", "TMPDIR": str(tmp_path)})
+    (ours / "ray" / "session_latest").mkdir(parents=True)
+    remove_ray_temp_dir({"RAY_TMPDIR": str(ours)})
+    assert not ours.exists()
+    theirs = tmp_path / "my-ray"
+    theirs.mkdir()
+    remove_ray_temp_dir({"RAY_TMPDIR": str(theirs)})
+    remove_ray_temp_dir({})
+    assert theirs.is_dir()

@@ -52,7 +52,7 @@ from acerl.verl_backend.checkpoints import (
     snapshot_step_dir,
     step_dir,
 )
-from acerl.verl_backend.node import check_driver, ray_node_env
+from acerl.verl_backend.node import check_driver, ray_node_env, remove_ray_temp_dir
 
 logger = logging.getLogger(__name__)
 
@@ -743,7 +743,11 @@ def _train_run_verl(
     child = process_env(env)
     if res.nodes == 1:
         child.pop("RAY_ADDRESS", None)  # a one-node job starts its own Ray (ray_init.address=local)
-    proc = runner(launch, env=child, check=False)
+    try:
+        proc = runner(launch, env=child, check=False)
+    finally:
+        if res.nodes == 1:
+            remove_ray_temp_dir(env)
     collect_metrics(logs, paths.train_metrics_file(root, run))
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, launch)

@@ -6,7 +6,7 @@ environment of a one-node Ray of the job's own (docs/cluster.md, "The training n
   the model load; this refuses it at once with a one-line error.
 - :func:`ray_node_env`: a one-node job starts its own Ray (``ray_init.address=local``, so neither ``RAY_ADDRESS``
   nor a leftover ``<tmp>/ray/ray_current_cluster`` makes it join another cluster) in a temporary folder of the job
-  (``RAY_TMPDIR``), short enough for Ray's sockets.
+  (``RAY_TMPDIR``), short enough for Ray's sockets; :func:`remove_ray_temp_dir` removes that folder after the job.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = [
     "driver_version",
     "ray_node_env",
     "ray_temp_dir",
+    "remove_ray_temp_dir",
 ]
 
 MIN_DRIVER = {13: 580, 12: 525}
@@ -119,6 +120,18 @@ def ray_temp_dir(environ: Mapping[str, str] | None = None) -> Path:
     if scratch and len(os.path.join(scratch, f"ray-{job}")) <= RAY_TMPDIR_MAX:
         return Path(scratch) / f"ray-{job}"
     return Path("/tmp") / f"acerl-ray-{os.getuid()}-{job}"
+
+
+def remove_ray_temp_dir(env: Mapping[str, str]) -> None:
+    """Remove the job's own Ray folder (``env["RAY_TMPDIR"]``, made by :func:`ray_node_env`) once ``main_ppo`` has
+    exited: Ray leaves its session logs and sockets there (about 2 MB a launch), and a node's ``/tmp`` would fill
+    with one folder per job. Only a folder of :func:`ray_temp_dir`'s naming is removed, never a user's own."""
+    folder = env.get("RAY_TMPDIR")
+    if not folder:
+        return
+    path = Path(folder)
+    if path.name.startswith(("acerl-ray-", "ray-")):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def ray_node_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
