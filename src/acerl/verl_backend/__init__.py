@@ -27,16 +27,6 @@ VERL_BUILTIN_ESTIMATORS: frozenset[str] = frozenset({"grpo"})
 """acerl estimators that are verl's own: the launcher renders them as verl's and the plugin leaves them alone;
 every other registered estimator runs through the plugin (docs/extending.md)."""
 
-TYPED_PARAMS_SECTIONS: dict[str, str] = {"ace": "ace"}
-"""acerl estimators whose keys have a typed section of their own in verl's ``algorithm`` config (``ace``:
-``AceAlgoConfig.ace``); every other one's keys go to ``algorithm.estimator_params``."""
-
-
-def estimator_params_key(name: str) -> str:
-    """Where the keys of the acerl estimator ``name`` sit in verl's config (``algorithm.<section>``): one home
-    for the launcher, which writes them, and the plugin, which reads them."""
-    return f"algorithm.{TYPED_PARAMS_SECTIONS.get(name, 'estimator_params')}"
-
 
 class VerlMissingError(UserError):
     """``compute.backend: verl`` in an environment without verl (the core install, ``pip install -e .``)."""
@@ -62,9 +52,7 @@ def require_verl(find_spec: Callable[[str], Any] | None = None) -> None:
 __all__ = [
     "GEN_BATCH_KEY",
     "PLUGIN_MODULE",
-    "TYPED_PARAMS_SECTIONS",
     "VERL_BUILTIN_ESTIMATORS",
     "VerlMissingError",
-    "estimator_params_key",
     "require_verl",
 ]
