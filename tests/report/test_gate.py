@@ -199,3 +199,13 @@ def test_pass_at_k_of_a_base_is_its_one_evaluation() -> None:
     sub = df[(df["model"] == "tiny_b2") & (df["method"] == "base")]
     expected = 100 * pass_at_k_array(sub["n"].to_numpy(), sub["c"].to_numpy(), 4).mean()
     assert table.set_index("model").loc["tiny_b2", "base"] == pytest.approx(expected)
+
+
+def test_the_committed_gate_is_regenerated_from_its_per_run_data(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/results/gate/report.md is ``acerl report gate --config config/gate.yaml --data docs/results/gate``'s
+    output, byte for byte, and its exit status says what the report says (0: PASS, 5: FAIL)."""
+    data = REPO / "docs" / "results" / "gate"
+    expected = (data / "report.md").read_text(encoding="utf-8")
+    rc = main(["--config", str(CONFIGS[1]), "--data", str(data)])
+    assert capsys.readouterr().out == expected
+    assert rc == (0 if "\nGate: PASS\n" in expected else GATE_FAILED)
