@@ -194,14 +194,21 @@ def test_imports_only_run_downward():
     assert not bad, "imports that run up or across the layers:\n" + "\n".join(bad)
 
 
-def test_the_import_reader_sees_lazy_relative_and_package_imports(tmp_path):
-    pkg = tmp_path / PACKAGE
-    for folder in ("report", "pipeline"):
+def _package(root: Path, folders: tuple[str, ...], empty: tuple[str, ...]) -> Path:
+    """A scratch ``acerl`` package under ``root``: the subpackages ``folders`` and the empty modules ``empty``
+    (paths relative to the package)."""
+    pkg = root / PACKAGE
+    for folder in folders:
         (pkg / folder).mkdir(parents=True)
         (pkg / folder / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "pipeline" / "paths.py").write_text("")
-    (pkg / "report" / "io.py").write_text("")
+    for module in empty:
+        (pkg / module).write_text("")
+    return pkg
+
+
+def test_the_import_reader_sees_lazy_relative_and_package_imports(tmp_path):
+    pkg = _package(tmp_path, ("report", "pipeline"), ("pipeline/paths.py", "report/io.py"))
     (pkg / "pipeline" / "io.py").write_text(
         "def f():\n    from acerl.pipeline import paths\n    from ..report import io\n    import acerl.config\n"
     )
@@ -219,12 +226,7 @@ def test_the_import_reader_sees_lazy_relative_and_package_imports(tmp_path):
 
 
 def test_the_import_reader_sees_imports_by_name(tmp_path):
-    pkg = tmp_path / PACKAGE
-    for folder in ("algos", "config"):
-        (pkg / folder).mkdir(parents=True)
-        (pkg / folder / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "algos" / "extra.py").write_text("")
+    pkg = _package(tmp_path, ("algos", "config"), ("algos/extra.py",))
     (pkg / "config" / "a.py").write_text(
         'import importlib\ndef f(x):\n    importlib.import_module(f"acerl.algos.{x}")\n'
     )
