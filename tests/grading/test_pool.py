@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -95,9 +96,26 @@ def test_threads_share_the_pool(pool):
     assert [v.correct for v in verdicts] == expected
 
 
+_WARM_UP = itertools.count(100)  # distinct warm-up items: a cached pair would not reach a worker
+
+
+def _a_live_worker(grader: Grader, attempts: int = 20) -> int:
+    """The PID of the main pool's one worker once it has graded an item itself. Under load a warm-up item can
+    time out at a test's short limit (its worker is then killed and the retry pool grades it), so distinct
+    warm-up items are graded until one leaves a live worker behind; ``attempts`` of them bound a stuck pool."""
+    for _ in range(attempts):
+        n = next(_WARM_UP)
+        assert grader.grade(f"\\boxed{{x+{n}}}", f"{n}+x").correct
+        pids = grader.worker_pids()
+        if pids:
+            (pid,) = pids
+            return pid
+    raise AssertionError(f"no grading worker stayed up over {attempts} warm-up items")
+
+
 def test_stuck_worker_is_killed_and_replaced(one_worker, caplog):
-    assert one_worker.grade("\\boxed{x+2}", "2+x").correct
-    (first_pid,) = one_worker.worker_pids()
+    first_pid = _a_live_worker(one_worker)
+    retried, timeouts = one_worker.stats.retried, one_worker.stats.timeouts
     items = [("\\boxed{9^{9^{9^9}}}", "3")] + [(r, g) for r, g, _ in NORMAL]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="acerl.grading.pool"):
@@ -108,7 +126,7 @@ def test_stuck_worker_is_killed_and_replaced(one_worker, caplog):
     assert timed_out.error == (
         "no verdict within 3 s: worker killed; graded again with 2x the limits: no verdict within 6 s: worker killed"
     )
-    assert one_worker.stats.retried == 1 and one_worker.stats.timeouts == 1
+    assert (one_worker.stats.retried - retried, one_worker.stats.timeouts - timeouts) == (1, 1)
     kills = [r.getMessage() for r in caplog.records if "killing" in r.getMessage()]
     assert kills[0] == f"grading '9^{{9^{{9^9}}}}' took over 3.0 s: killing worker {first_pid}"
     assert kills[1].startswith("grading '9^{9^{9^9}}' took over 6.0 s: killing worker ") and len(kills) == 2
@@ -121,11 +139,9 @@ def test_stuck_worker_is_killed_and_replaced(one_worker, caplog):
 
 
 def test_worker_that_dies_is_replaced(one_worker, caplog):
-    assert one_worker.grade("\\boxed{x+3}", "3+x").correct
-    (idle_pid,) = one_worker.worker_pids()
+    idle_pid = _a_live_worker(one_worker)
     os.kill(idle_pid, signal.SIGKILL)  # dies while idle
-    assert one_worker.grade("\\boxed{x+4}", "4+x").correct
-    (busy_pid,) = one_worker.worker_pids()
+    busy_pid = _a_live_worker(one_worker)
     assert busy_pid != idle_pid and _gone(idle_pid)
 
     result = {}
@@ -691,8 +707,8 @@ def test_a_worker_starved_past_the_limit_still_grades_a_correct_answer_correct()
         "\\frac{1}{\\sqrt 2}",
     )  # not on the fast path: math-verify decides
     with Grader(timeout_s=2, workers=1, mv_timeout_s=1) as grader:
-        assert grader.grade("\\boxed{x+2}", "2+x").correct  # the worker is up
-        (pid,) = grader.worker_pids()
+        pid = _a_live_worker(grader)
+        before = (grader.stats.retried, grader.stats.timeouts)
         os.kill(pid, signal.SIGSTOP)
         try:
             verdict = grader.grade(*item)
@@ -700,10 +716,9 @@ def test_a_worker_starved_past_the_limit_still_grades_a_correct_answer_correct()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         assert (verdict.correct, verdict.status) == (True, "ok"), verdict
-        assert (grader.stats.retried, grader.stats.timeouts) == (1, 0)
+        assert (grader.stats.retried - before[0], grader.stats.timeouts - before[1]) == (1, 0)
     with Grader(timeout_s=2, workers=1, mv_timeout_s=1, retry_factor=0) as grader:  # the behaviour before
-        assert grader.grade("\\boxed{x+2}", "2+x").correct
-        (pid,) = grader.worker_pids()
+        pid = _a_live_worker(grader)
         os.kill(pid, signal.SIGSTOP)
         verdict = grader.grade(*item)
         assert (verdict.correct, verdict.status) == (False, "timeout")
