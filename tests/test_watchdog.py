@@ -4,6 +4,8 @@ and names where it stood, and never stops a slow one that keeps writing."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -76,3 +78,24 @@ def test_the_signature_sees_a_write_anywhere_below_a_folder(tmp_path: Path) -> N
     (tmp_path / "a" / "b" / "f.txt").write_text("x")
     assert progress_signature([tmp_path / "a"]) != before
     assert progress_signature([tmp_path / "missing"]) == (0, 0)
+
+
+def test_a_folder_removed_while_the_signature_walks_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watched command removes a folder (a rotated checkpoint, a step's scratch folder) between the walk
+    listing it and entering it: the signature skips it. Path.rglob raised FileNotFoundError there and failed
+    verl's CPU loop, a correct run, from the watchdog itself."""
+    (tmp_path / "a" / "doomed" / "deep").mkdir(parents=True)
+    (tmp_path / "a" / "kept.txt").write_text("x")
+    doomed = tmp_path / "a" / "doomed"
+    real_scandir = os.scandir
+
+    def scandir_after_removal(path=None):  # the folder disappears just before it is entered
+        if isinstance(path, (str, os.PathLike)) and Path(path) == doomed:
+            shutil.rmtree(doomed)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir_after_removal)
+    assert progress_signature([tmp_path / "a"]) == ((tmp_path / "a" / "kept.txt").stat().st_mtime_ns, 1)
+    assert not doomed.exists()

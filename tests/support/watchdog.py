@@ -35,10 +35,13 @@ def stall_limit() -> float:
 
 def progress_signature(paths: Sequence[Path]) -> tuple[int, int]:
     """(newest mtime in ns, total size) over ``paths`` and every file below the folders among them: changes
-    whenever the watched command writes anything there."""
+    whenever the watched command writes anything there. The command writes while this walks: a folder it removes
+    or renames meanwhile (a checkpoint rotated, a step's scratch folder) is skipped, not an error."""
     newest = total = 0
     for path in paths:
-        files = path.rglob("*") if path.is_dir() else [path]
+        files = [path]
+        if path.is_dir():  # os.walk skips a folder that vanishes under it (onerror=None); Path.rglob raised
+            files = [Path(top, name) for top, dirs, names in os.walk(path) for name in (*dirs, *names)]
         for f in files:
             with contextlib.suppress(OSError):
                 st = f.stat()
