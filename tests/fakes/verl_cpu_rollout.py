@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import inspect
 import json
 import os
 import threading
@@ -283,9 +284,10 @@ class CPUServerAdapter(rollout_base.BaseRollout):
 
 def record_advantages() -> None:
     """With ``$ACERL_CPU_ADV_DUMP`` set, every advantage computation of the trainer (verl's GRPO, which
-    ``compute_advantage`` calls as ``core_algos.compute_grpo_outcome_advantage``, and the plugin's ``ace`` from
-    verl's estimator registry) saves its inputs and output to ``<dump>.<n>.pt``, so a test can recompute them
-    with :mod:`acerl.algos` on the very rollouts of the run."""
+    ``compute_advantage`` calls as ``core_algos.compute_grpo_outcome_advantage``, and every acerl estimator, ACE
+    among them, which the plugin's shim sends through ``compute_registered_advantage``) saves its inputs and
+    output to ``<dump>.<pid>.<n>.pt``, so a test can recompute them with :mod:`acerl.algos` on the very rollouts
+    of the run."""
     prefix = os.environ.get(ADV_DUMP_ENV)
     if not prefix:
         return
@@ -297,11 +299,14 @@ def record_advantages() -> None:
         if getattr(fn, "_acerl_recorded", False):
             return fn
 
-        @functools.wraps(fn)  # keeps the name the ACE plugin checks its registration by
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
         def recorded(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
-            saved: dict[str, Any] = {"estimator": name}
-            for key, value in kwargs.items():
+            bound = signature.bind(*args, **kwargs).arguments
+            saved: dict[str, Any] = {"estimator": bound.get("name", name)}
+            for key, value in bound.items():
                 if isinstance(value, torch.Tensor):
                     saved[key] = value.detach().cpu().clone()
                 elif key == "index":
@@ -320,9 +325,11 @@ def record_advantages() -> None:
         recorded._acerl_recorded = True  # type: ignore[attr-defined]
         return recorded
 
+    from acerl.verl_backend import plugin
+
     core_algos.compute_grpo_outcome_advantage = wrap(core_algos.compute_grpo_outcome_advantage, "grpo")
-    if "ace" in core_algos.ADV_ESTIMATOR_REGISTRY:
-        core_algos.ADV_ESTIMATOR_REGISTRY["ace"] = wrap(core_algos.ADV_ESTIMATOR_REGISTRY["ace"], "ace")
+    # the shim's path for every acerl estimator looks this name up in the plugin module at each call
+    plugin.compute_registered_advantage = wrap(plugin.compute_registered_advantage, "registered")
 
 
 def register() -> None:

@@ -665,8 +665,8 @@ def test_final_export_loads_in_transformers_and_the_sampler(study: Study, method
 
 @pytest.mark.parametrize("method", methods(*METHODS))
 def test_advantages_equal_acerl_algos_on_the_runs_rollouts(study: Study, method: str) -> None:
-    """Every advantage computation of the run (verl's GRPO for the baselines; the plugin's ``ace`` estimator,
-    with the verdicts it read from TransferQueue, for ACE) equals :mod:`acerl.algos` on the same rollouts."""
+    """Every advantage computation of the run (verl's GRPO for the baselines; for ACE, the plugin's registered
+    path with the verdicts it read from TransferQueue) equals :mod:`acerl.algos` on the same rollouts."""
     from acerl.algos.advantages import ace_estimator, as_group_ids, grpo_advantages
 
     calls = [torch.load(f, weights_only=True) for f in sorted(study.root.glob(f"adv_{method}.*.pt"))]

@@ -49,10 +49,23 @@ def require_verl(find_spec: Callable[[str], Any] | None = None) -> None:
         )
 
 
+TYPED_PARAMS_SECTIONS: dict[str, str] = {"ace": "ace"}
+"""acerl estimators whose keys have a typed section of their own in verl's ``algorithm`` config (``ace``:
+``AceAlgoConfig.ace``); every other one's keys go to ``algorithm.estimator_params``."""
+
+
+def estimator_params_key(name: str) -> str:
+    """Where the keys of the acerl estimator ``name`` sit in verl's config (``algorithm.<section>``): one home
+    for the launcher, which writes them, and the plugin, which reads them."""
+    return f"algorithm.{TYPED_PARAMS_SECTIONS.get(name, 'estimator_params')}"
+
+
 __all__ = [
     "GEN_BATCH_KEY",
     "PLUGIN_MODULE",
     "VERL_BUILTIN_ESTIMATORS",
     "VerlMissingError",
     "require_verl",
+    "TYPED_PARAMS_SECTIONS",
+    "estimator_params_key",
 ]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from acerl.config import AceEstimator, Config, ConfigError, PolicyLossParams, Run
+from acerl.config import Config, ConfigError, PolicyLossParams, Run
 from acerl.config.settings import resolve, run_spec, without_resource_keys
 from acerl.data.real import IDENTITY_CHAT_TEMPLATE, prepare_verl_data, prompt_messages
 from acerl.errors import MissingInputError
@@ -40,7 +40,7 @@ from acerl.pipeline.reuse import check_reused_inputs
 from acerl.train.finished import check_final
 from acerl.train.lock import run_lock
 from acerl.train.tracker import verl_loggers
-from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE, VERL_BUILTIN_ESTIMATORS
+from acerl.verl_backend import GEN_BATCH_KEY, PLUGIN_MODULE, VERL_BUILTIN_ESTIMATORS, estimator_params_key
 from acerl.verl_backend.checkpoints import (
     CALLBACK_CLASS,
     export_checkpoint,
@@ -307,14 +307,12 @@ def _algorithm_overrides(cfg: Config, run: Run) -> list[str]:
             # the recipe's data.gen_batch_size, read by the plugin's cap (V1 resets data.gen_batch_size to 1)
             _kv(f"+{GEN_BATCH_KEY}", ds.gen_batch_factor * settings.hyper.prompts_per_step),
         ]
-    if isinstance(est, AceEstimator):  # GRPO is verl's built-in (its eps is checked when the config loads)
+    # GRPO is verl's built-in (its eps is checked when the config loads); every other acerl estimator, ACE
+    # among them, runs through the plugin's registered-estimator path with its keys where the plugin reads them
+    if est.name not in VERL_BUILTIN_ESTIMATORS:
+        section = estimator_params_key(est.name)
         out.append(_kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"))
-        out += [_kv(f"+algorithm.ace.{k}", v) for k, v in est.kwargs().items() if k != "norm_by_std"]
-    elif est.name not in VERL_BUILTIN_ESTIMATORS:  # any other acerl estimator: the plugin's generic path
-        out.append(_kv("algorithm._target_", f"{PLUGIN_MODULE}.AceAlgoConfig"))
-        out += [
-            _kv(f"+algorithm.estimator_params.{k}", v) for k, v in est.kwargs().items() if k != "norm_by_std"
-        ]
+        out += [_kv(f"+{section}.{k}", v) for k, v in est.kwargs().items() if k != "norm_by_std"]
     out.append(_kv("critic.enable", False))
     return out
 

@@ -4,9 +4,11 @@ verl imports this module in every process that imports verl; importing it calls 
 
 1. registers the estimator ``"ace"`` (:func:`compute_ace_outcome_advantage`: the paper's Eq. 5,
    Alg. 1, broadcast over the response tokens like verl's GRPO);
-2. shims verl's ``compute_advantage`` (:func:`make_compute_advantage_shim`) so that the estimators of
-   :data:`LOGPROB_ESTIMATORS` get ``old_log_probs`` and ``ref_log_prob``, which ACE's confidence score
-   ``c_i = (1/T_i) sum_t (log pi_old - log pi_ref)`` needs and verl does not pass; other estimators are verl's;
+2. shims verl's ``compute_advantage`` (:func:`make_compute_advantage_shim`) so that every acerl-registered
+   estimator, ACE among them, runs through one path (:func:`compute_registered_advantage`) with
+   ``old_log_probs`` and ``ref_log_prob``, which ACE's confidence score
+   ``c_i = (1/T_i) sum_t (log pi_old - log pi_ref)`` needs and verl does not pass; verl's own estimators are
+   verl's;
 3. wraps the V1 trainer's ``_compute_advantage`` to hand the grader's verdicts (``acc``) and the step's metrics
    dict to the shim (:func:`ace_step_context`), where ACE's summaries are added;
 4. caps dynamic sampling (:func:`refill_cap`) by the DAPO recipe's ``max_num_gen_batches``;
@@ -40,8 +42,8 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
 from acerl.algos.advantages import ADVANTAGE_ESTIMATORS, ace_metrics, as_group_ids
-from acerl.config import ESTIMATORS, AceEstimator
-from acerl.verl_backend import GEN_BATCH_KEY, VERL_BUILTIN_ESTIMATORS
+from acerl.config import ESTIMATORS, AceEstimator, EstimatorParams
+from acerl.verl_backend import GEN_BATCH_KEY, VERL_BUILTIN_ESTIMATORS, estimator_params_key
 from acerl.verl_backend.sync_gap import GapLimits, gap_of, gap_problem
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ __all__ = [
     "LOGPROB_ESTIMATORS",
     "VERL_BUILTIN_ESTIMATORS",
     "compute_registered_advantage",
+    "estimator_config",
     "plugin_estimators",
     "RAY_TRAINER_MODULE",
     "AceAlgoConfig",
@@ -110,6 +113,11 @@ class AceConfig(BaseConfig):
 def _ace_keys() -> list[str]:
     """``algorithm.ace``'s keys (verl's ``BaseConfig`` adds private fields such as ``_target_``)."""
     return [f.name for f in fields(AceConfig) if not f.name.startswith("_")]
+
+
+def _ace_params(section: AceConfig) -> dict[str, Any]:
+    """``algorithm.ace``'s keys and values, without verl's private ``BaseConfig`` fields."""
+    return {k: getattr(section, k) for k in _ace_keys()}
 
 
 @dataclass
@@ -185,37 +193,18 @@ def compute_ace_outcome_advantage(
     Returns:
         ``(advantages, returns)``, both (bs, resp_len), equal, zero on padding.
     """
-    if old_log_probs is None or ref_log_prob is None:
-        raise ValueError(
-            "the 'ace' advantage estimator needs old_log_probs and ref_log_prob, which verl passes only through "
-            "acerl's compute_advantage shim: load the plugin with VERL_USE_EXTERNAL_MODULES="
-            "acerl.verl_backend.plugin (and keep a reference policy: actor_rollout_ref.actor.use_kl_loss=True)"
-        )
-    params = ace_config_from(config)
-    norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
-    # the estimator config the local trainer would hold: the same registry entry with the same keywords
-    est = AceEstimator.model_validate(
-        {**{k: getattr(params, k) for k in _ace_keys()}, "norm_by_std": norm_by_std}
-    )
-    rewards = token_level_rewards.sum(dim=-1)
-    out = ADVANTAGE_ESTIMATORS.get(est.name)(
-        rewards,
-        as_group_ids(index),
-        old_log_probs,
-        ref_log_prob,
+    advantages, _ = compute_registered_advantage(
+        ESTIMATOR_NAME,
+        token_level_rewards,
         response_mask,
+        index,
+        config=config,
+        old_log_probs=old_log_probs,
+        ref_log_prob=ref_log_prob,
         correct=correct,
-        **est.kwargs(),
+        metrics=metrics,
     )
-    adv = out.advantages if out.advantages.dim() == 2 else out.advantages.unsqueeze(-1)
-    adv = adv * response_mask
-    assert out.confidence is not None and out.multiplier is not None and out.amplified is not None
-    stats = ace_metrics(out.confidence, out.multiplier, out.negative, out.amplified, response_mask)
-    if metrics is not None:
-        metrics.update(stats)
-    if logger.isEnabledFor(logging.INFO):
-        logger.info("ace: %s", {k: round(v, 4) for k, v in stats.items()})
-    return adv, adv
+    return advantages, advantages
 
 
 def plugin_estimators() -> frozenset[str]:
@@ -237,6 +226,25 @@ def _as_mapping(section: Any) -> dict[str, Any]:
     return dict(section)
 
 
+def estimator_config(name: str, config: Any = None) -> EstimatorParams:
+    """The estimator config the local trainer would hold for ``name``, from verl's ``config.algorithm``: its keys
+    (ACE's typed ``algorithm.ace`` section, :func:`ace_config_from`; any other estimator's
+    ``algorithm.estimator_params``) validated by the registered parameter class (``acerl.config.ESTIMATORS``),
+    ``norm_by_std`` from ``algorithm.norm_adv_by_std_in_grpo``. A bad key or value is a ``ValueError`` naming it."""
+    norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
+    section = estimator_params_key(name)
+    if name == ESTIMATOR_NAME:  # typed by verl's structured config (AceAlgoConfig.ace): checked as it loads
+        params = _ace_params(ace_config_from(config))
+    else:
+        params = _as_mapping(None if config is None else config.get(section.split(".", 1)[1], None))
+    try:
+        return ESTIMATORS[name].model_validate({**params, "name": name, "norm_by_std": norm_by_std})
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"{section}.{loc}: {err['msg']} (estimator {name!r})") from None
+
+
 def compute_registered_advantage(
     name: str,
     token_level_rewards: torch.Tensor,
@@ -246,24 +254,34 @@ def compute_registered_advantage(
     old_log_probs: torch.Tensor | None = None,
     ref_log_prob: torch.Tensor | None = None,
     correct: torch.Tensor | None = None,
+    metrics: dict[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """An acerl-registered estimator (not ACE, which has :func:`compute_ace_outcome_advantage`) in verl's layout:
-    the estimator config the local trainer would hold (``algorithm.estimator_params`` validated by the
-    registered parameter class, ``norm_by_std`` from ``algorithm.norm_adv_by_std_in_grpo``), the same registry
-    entry with the same keywords.
+    """An acerl-registered estimator (ACE, PSR, NSR, W-REINFORCE, a plugin's own) in verl's layout: the estimator
+    config the local trainer would hold (:func:`estimator_config`), the same registry entry with the same
+    keywords. The sequence reward is ``token_level_rewards.sum(-1)`` (as verl's GRPO); groups are ``index``
+    (verl's ``uid``). An estimator whose output carries ACE's confidence adds its summaries (``ace/...``) to
+    ``metrics``.
+
+    Args:
+        token_level_rewards: (bs, resp_len) rewards (outcome reward on the last token).
+        response_mask: (bs, resp_len) 1 for response tokens.
+        index: (bs,) group key per rollout (verl ``uid`` strings).
+        old_log_probs, ref_log_prob: (bs, resp_len) rollout-policy and reference log-probs; required by the
+            estimators of :data:`LOGPROB_ESTIMATORS`.
+        correct: (bs,) bool, the grader's verdict before any reward shaping (verl's ``acc``).
+        metrics: a dict that receives the estimator's summaries: the trainer's step metrics.
 
     Returns:
         ``(advantages, loss_rows)``: (bs, resp_len) advantages zero on padding, and the (bs,) bool rows the
         loss keeps (``None``: all).
     """
-    params = _as_mapping(None if config is None else config.get("estimator_params", None))
-    norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
-    try:
-        est = ESTIMATORS[name].model_validate({**params, "name": name, "norm_by_std": norm_by_std})
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"algorithm.estimator_params.{loc}: {err['msg']} (estimator {name!r})") from None
+    if name in LOGPROB_ESTIMATORS and (old_log_probs is None or ref_log_prob is None):
+        raise ValueError(
+            f"the {name!r} advantage estimator needs old_log_probs and ref_log_prob, which verl passes only through "
+            "acerl's compute_advantage shim: load the plugin with VERL_USE_EXTERNAL_MODULES="
+            "acerl.verl_backend.plugin (and keep a reference policy: actor_rollout_ref.actor.use_kl_loss=True)"
+        )
+    est = estimator_config(name, config)
     out = ADVANTAGE_ESTIMATORS.get(name)(
         token_level_rewards.sum(dim=-1),
         as_group_ids(index),
@@ -273,6 +291,12 @@ def compute_registered_advantage(
         correct=correct,
         **est.kwargs(),
     )
+    if out.confidence is not None and out.multiplier is not None and out.amplified is not None:
+        stats = ace_metrics(out.confidence, out.multiplier, out.negative, out.amplified, response_mask)
+        if metrics is not None:
+            metrics.update(stats)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s: %s", name, {k: round(v, 4) for k, v in stats.items()})
     return out.token_level(response_mask), out.loss_rows
 
 
@@ -343,8 +367,9 @@ def _estimator_name(adv_estimator: Any) -> str:
 
 def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap verl's ``compute_advantage(data, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo,
-    config)``: estimators in :data:`LOGPROB_ESTIMATORS` are called with ``old_log_probs`` and ``ref_log_prob``
-    from ``data.batch`` as well; every other estimator goes to ``original`` unchanged."""
+    config)``: every acerl-registered estimator (:func:`plugin_estimators`, ACE among them) runs through
+    :func:`compute_registered_advantage` with ``old_log_probs`` and ``ref_log_prob`` from ``data.batch``; verl's
+    own estimators go to ``original`` unchanged."""
 
     def compute_advantage(
         data: Any,
@@ -356,46 +381,17 @@ def make_compute_advantage_shim(original: Callable[..., Any]) -> Callable[..., A
         config: Any = None,
     ) -> Any:
         name = _estimator_name(adv_estimator)
-        if name in plugin_estimators() - LOGPROB_ESTIMATORS:
+        if name in plugin_estimators():
             return _registered_advantage(data, name, config)
-        if name not in LOGPROB_ESTIMATORS:
-            return original(
-                data,
-                adv_estimator=adv_estimator,
-                gamma=gamma,
-                lam=lam,
-                num_repeat=num_repeat,
-                norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-                config=config,
-            )
-        keys = set(data.batch.keys())
-        if "response_mask" not in keys:
-            responses = data.batch["responses"]
-            data.batch["response_mask"] = data.batch["attention_mask"][:, -responses.size(1) :]
-        missing = [k for k in ("old_log_probs", "ref_log_prob", "token_level_rewards") if k not in keys]
-        if missing:
-            raise ValueError(
-                f"advantage estimator {name!r} needs {missing} in the batch; ref_log_prob exists only with a "
-                "reference policy: set actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0.0 leaves the loss "
-                "unchanged)"
-            )
-        if "uid" not in data.non_tensor_batch:
-            raise ValueError(f"advantage estimator {name!r} needs the group index non_tensor_batch['uid']")
-        fn = core_algos.get_adv_estimator_fn(name)
-        ctx = _STEP.get()
-        advantages, returns = fn(
-            token_level_rewards=data.batch["token_level_rewards"],
-            response_mask=data.batch["response_mask"],
-            index=data.non_tensor_batch["uid"],
+        return original(
+            data,
+            adv_estimator=adv_estimator,
+            gamma=gamma,
+            lam=lam,
+            num_repeat=num_repeat,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
             config=config,
-            old_log_probs=data.batch["old_log_probs"],
-            ref_log_prob=data.batch["ref_log_prob"],
-            correct=_batch_correct(data, name),
-            metrics=None if ctx is None else ctx.metrics,
         )
-        data.batch["advantages"] = advantages
-        data.batch["returns"] = returns
-        return data
 
     compute_advantage.__doc__ = (original.__doc__ or "") + "\n\n(acerl shim: passes log-probs to ACE)"
     compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps sets it
@@ -410,10 +406,19 @@ def _registered_advantage(data: Any, name: str, config: Any) -> Any:
     if "response_mask" not in data.batch.keys():
         responses = data.batch["responses"]
         data.batch["response_mask"] = data.batch["attention_mask"][:, -responses.size(1) :]
+    keys = set(data.batch.keys())
+    if name in LOGPROB_ESTIMATORS:
+        missing = [k for k in ("old_log_probs", "ref_log_prob", "token_level_rewards") if k not in keys]
+        if missing:
+            raise ValueError(
+                f"advantage estimator {name!r} needs {missing} in the batch; ref_log_prob exists only with a "
+                "reference policy: set actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0.0 leaves the loss "
+                "unchanged)"
+            )
     if "uid" not in data.non_tensor_batch:
         raise ValueError(f"advantage estimator {name!r} needs the group index non_tensor_batch['uid']")
-    keys = set(data.batch.keys())
     mask = data.batch["response_mask"]
+    ctx = _STEP.get()
     advantages, loss_rows = compute_registered_advantage(
         name,
         data.batch["token_level_rewards"],
@@ -423,6 +428,7 @@ def _registered_advantage(data: Any, name: str, config: Any) -> Any:
         old_log_probs=data.batch["old_log_probs"] if "old_log_probs" in keys else None,
         ref_log_prob=data.batch["ref_log_prob"] if "ref_log_prob" in keys else None,
         correct=_batch_correct(data, name),
+        metrics=None if ctx is None else ctx.metrics,
     )
     data.batch["advantages"] = advantages
     data.batch["returns"] = advantages
