@@ -19,7 +19,7 @@ from acerl.config import Config, Run
 from acerl.errors import fix_command, reading
 from acerl.models.prepare import check_base_folder
 from acerl.pipeline.stages import Job, param_values, params_record_file, spec
-from acerl.train.finished import SHOWN_DIFFERENCES, StaleInputError, spec_differences
+from acerl.train.finished import StaleInputError, shown_differences, spec_differences
 
 __all__ = ["check_reused_inputs"]
 
@@ -39,9 +39,7 @@ def check_reused_inputs(cfg: Config, root: Path | str, run: Run) -> None:
             old = json.loads(file.read_text(encoding="utf-8"))
         diffs = spec_differences(old, json.loads(json.dumps(param_values(cfg, job))))
         if diffs:
-            more = f" (and {len(diffs) - SHOWN_DIFFERENCES} more)" if len(diffs) > SHOWN_DIFFERENCES else ""
-            shown = "; ".join(diffs[:SHOWN_DIFFERENCES])
             raise StaleInputError(
                 f"{file.parent} was made for another config than the requested run {run.id} ({file.name}: "
-                f"{shown}{more}): rebuild it with {rebuild}, or give the config that made it"
+                f"{shown_differences(diffs)}): rebuild it with {rebuild}, or give the config that made it"
             )

@@ -9,7 +9,7 @@ is checked against ``run_spec.json`` of its run folder (the settings its trainin
 The training data (``data/``) and the base model (``models/base/<model>/``) a new training reuses are checked the
 same way against the params their preparation recorded beside them; that check reads the pipeline's stage table,
 so it lives above the trainer (:func:`acerl.pipeline.reuse.check_reused_inputs`), which raises
-:class:`StaleInputError` and formats with :func:`spec_differences`.
+:class:`StaleInputError` and formats with :func:`spec_differences` and :func:`shown_differences`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "StaleFinalError",
     "StaleInputError",
     "check_final",
+    "shown_differences",
     "spec_differences",
 ]
 
@@ -43,6 +44,12 @@ class StaleFinalError(BadInputError):
 
 class StaleInputError(BadInputError):
     """The training data or base model was prepared with other settings than the requested run needs."""
+
+
+def shown_differences(diffs: list[str]) -> str:
+    """The first :data:`SHOWN_DIFFERENCES` of ``diffs`` joined by ``; ``, the rest counted (`` (and N more)``)."""
+    more = f" (and {len(diffs) - SHOWN_DIFFERENCES} more)" if len(diffs) > SHOWN_DIFFERENCES else ""
+    return "; ".join(diffs[:SHOWN_DIFFERENCES]) + more
 
 
 def spec_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -101,9 +108,8 @@ def check_final(final: Path, run_spec_file: Path, requested: dict[str, Any], run
     diffs = spec_differences(old, new)
     if not diffs:
         return
-    more = f" (and {len(diffs) - SHOWN_DIFFERENCES} more)" if len(diffs) > SHOWN_DIFFERENCES else ""
     raise StaleFinalError(
         f"{final} was trained with other settings than the requested run {run_id} ({file.relative_to(final.parent)}: "
-        f"{'; '.join(diffs[:SHOWN_DIFFERENCES])}{more}): give the config that trained it (--config/--set), "
+        f"{shown_differences(diffs)}): give the config that trained it (--config/--set), "
         f"or delete {final} and rerun the same command to train the requested settings"
     )

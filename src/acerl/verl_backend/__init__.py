@@ -63,9 +63,9 @@ def estimator_params_key(name: str) -> str:
 __all__ = [
     "GEN_BATCH_KEY",
     "PLUGIN_MODULE",
+    "TYPED_PARAMS_SECTIONS",
     "VERL_BUILTIN_ESTIMATORS",
     "VerlMissingError",
-    "require_verl",
-    "TYPED_PARAMS_SECTIONS",
     "estimator_params_key",
+    "require_verl",
 ]
